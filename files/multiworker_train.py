@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Default job: synchronous data-parallel training with MultiWorkerMirroredStrategy.
+
+Grown from the project's hand-run two-worker seed. Its stdout lines are the metrics
+contract that the runbook's verifier reads:
+
+    worker=I cluster_workers=N replicas=R global_batch=B
+    worker=I epoch=E name=value ...
+    worker=I training_complete
+
+The chief (worker 0) writes ``multiworker-complete.txt`` into its working directory,
+which the runbook sets to the worker's own run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+# Quiet TensorFlow's C++ logging and keep GPUs out of a CPU job; both must be set before
+# TensorFlow is imported.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+MARKER_NAME = "multiworker-complete.txt"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--steps-per-epoch", type=int, default=4)
+    parser.add_argument("--per-worker-batch", type=int, default=16)
+    args = parser.parse_args(argv)
+    for name in ("epochs", "steps_per_epoch", "per_worker_batch"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def make_data() -> tuple[np.ndarray, np.ndarray]:
+    """A fixed synthetic binary classification set, identical on every worker."""
+    rng = np.random.default_rng(7)
+    features = rng.normal(size=(256, 8)).astype("float32")
+    score = features[:, 0] * 0.8 + features[:, 1] * 0.6 - features[:, 2] * 0.4 + features[:, 3] * 0.2
+    labels = (score > 0).astype("float32")[:, None]
+    return features, labels
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    tf.get_logger().setLevel("ERROR")
+
+    tf_config = json.loads(os.environ["TF_CONFIG"])
+    task = tf_config["task"]
+    workers = tf_config["cluster"]["worker"]
+    index = task["index"]
+    global_batch = args.per_worker_batch * len(workers)
+    features, labels = make_data()
+
+    # Collective ops are configured at process start: the strategy must exist before any
+    # other TensorFlow operation runs.
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    print(
+        f"worker={index} cluster_workers={len(workers)} "
+        f"replicas={strategy.num_replicas_in_sync} global_batch={global_batch}",
+        flush=True,
+    )
+
+    def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        batch_size = input_context.get_per_replica_batch_size(global_batch)
+        dataset = tf.data.Dataset.from_tensor_slices((features, labels))
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        dataset = dataset.shuffle(128, seed=7, reshuffle_each_iteration=False)
+        return dataset.repeat().batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+    with strategy.scope():
+        model = tf.keras.Sequential(
+            [
+                tf.keras.layers.Input(shape=(8,)),
+                tf.keras.layers.Dense(16, activation="relu"),
+                tf.keras.layers.Dense(1, activation="sigmoid"),
+            ]
+        )
+        optimizer = tf.keras.optimizers.Adam(learning_rate=0.03)
+        loss_object = tf.keras.losses.BinaryCrossentropy(reduction="none")
+        train_accuracy = tf.keras.metrics.BinaryAccuracy(name="binary_accuracy")
+
+    dist_iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+
+    @tf.function
+    def train_step(iterator):  # type: ignore[no-untyped-def]
+        def step_fn(inputs):  # type: ignore[no-untyped-def]
+            batch_features, batch_labels = inputs
+            with tf.GradientTape() as tape:
+                predictions = model(batch_features, training=True)
+                per_example_loss = loss_object(batch_labels, predictions)
+                loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch)
+            gradients = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            train_accuracy.update_state(batch_labels, predictions)
+            return loss
+
+        per_replica_losses = strategy.run(step_fn, args=(next(iterator),))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
+
+    for epoch in range(1, args.epochs + 1):
+        train_accuracy.reset_state()
+        total_loss = 0.0
+        for _ in range(args.steps_per_epoch):
+            total_loss += train_step(dist_iterator)
+        print(
+            f"worker={index} epoch={epoch} "
+            f"loss={float(total_loss / args.steps_per_epoch):.4f} "
+            f"binary_accuracy={float(train_accuracy.result()):.4f}",
+            flush=True,
+        )
+
+    if task["type"] == "worker" and index == 0:
+        Path(MARKER_NAME).write_text("chief worker completed training\n", encoding="utf-8")
+    print(f"worker={index} training_complete", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""Cluster spec and TF_CONFIG for TensorFlow multi-worker training.
+
+The cluster list must be byte-for-byte identical on every worker and each worker's
+``task.index`` must be its own position in it. Both are derived here, once, from the
+ordered list of hosts in the play, so that ``--limit`` yields a smaller cluster that is
+still consistent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+try:
+    from ansible.errors import AnsibleFilterError
+except ImportError:  # pragma: no cover - lets the unit tests run without ansible
+    class AnsibleFilterError(Exception):  # type: ignore[no-redef]
+        """Stand-in when ansible is not importable."""
+
+
+DOCUMENTATION = r"""
+name: tf_cluster_spec
+short_description: Build the ordered TensorFlow worker cluster from play hosts
+description:
+  - Takes one entry per host, in inventory order, each with C(host), C(address), C(port)
+    and C(slots); returns every worker with its index, slot and endpoint, the C(cluster)
+    dict for TF_CONFIG and a checksum of the cluster list.
+  - Slot C(s) of a host listens on C(port + s). Worker 0 is the chief.
+options:
+  _input:
+    description: Hosts in worker order.
+    type: list
+    elements: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Compute the cluster once
+  ansible.builtin.set_fact:
+    tf_cluster_spec: "{{ hosts_info | tf_cluster_spec }}"
+  run_once: true
+"""
+
+RETURN = r"""
+_value:
+  description: C(workers), C(cluster), C(size) and C(checksum).
+  type: dict
+"""
+
+MAX_PORT = 65535
+
+
+def _as_int(value: Any, what: str, host: str) -> int:
+    if isinstance(value, bool):
+        raise AnsibleFilterError(f"host {host}: {what} must be an integer, got {value!r}")
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        raise AnsibleFilterError(
+            f"host {host}: {what} must be an integer, got {value!r}"
+        ) from None
+
+
+def format_endpoint(address: str, port: int) -> str:
+    """Return ``address:port``, bracketing IPv6 literals as gRPC expects."""
+    if ":" in address and not address.startswith("["):
+        return f"[{address}]:{port}"
+    return f"{address}:{port}"
+
+
+def cluster_checksum(cluster: dict[str, list[str]]) -> str:
+    """Checksum of the cluster dict in a canonical JSON form."""
+    canonical = json.dumps(cluster, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def tf_cluster_spec(hosts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Build the worker list from hosts in order; raise on any value TF would choke on."""
+    if not isinstance(hosts, list) or not hosts:
+        raise AnsibleFilterError(
+            "no worker hosts in the play: the tf_workers group is empty or --limit "
+            "excluded every worker"
+        )
+    workers: list[dict[str, Any]] = []
+    owners: dict[str, str] = {}
+    seen_hosts: set[str] = set()
+    for entry in hosts:
+        host = str(entry.get("host", "")).strip()
+        if not host:
+            raise AnsibleFilterError(f"a worker entry has no host name: {entry!r}")
+        if host in seen_hosts:
+            raise AnsibleFilterError(f"host {host}: listed twice in the worker list")
+        seen_hosts.add(host)
+        address = str(entry.get("address") or "").strip()
+        if not address or any(c.isspace() for c in address) or "/" in address:
+            raise AnsibleFilterError(
+                f"host {host}: worker address {entry.get('address')!r} is not a host "
+                "name or IP address"
+            )
+        port = _as_int(entry.get("port"), "tf_worker_port", host)
+        slots = _as_int(entry.get("slots"), "tf_worker_slots", host)
+        if slots < 1:
+            raise AnsibleFilterError(f"host {host}: tf_worker_slots must be at least 1, got {slots}")
+        if port < 1 or port + slots - 1 > MAX_PORT:
+            raise AnsibleFilterError(
+                f"host {host}: tf_worker_port {port} with {slots} slot(s) needs ports "
+                f"{port}..{port + slots - 1}, outside 1..{MAX_PORT}"
+            )
+        for slot in range(slots):
+            endpoint = format_endpoint(address, port + slot)
+            if endpoint in owners:
+                raise AnsibleFilterError(
+                    f"host {host}: endpoint {endpoint} is also used by host "
+                    f"{owners[endpoint]}; two workers cannot share an address and port"
+                )
+            owners[endpoint] = host
+            workers.append(
+                {
+                    "index": len(workers),
+                    "host": host,
+                    "slot": slot,
+                    "address": address,
+                    "port": port + slot,
+                    "endpoint": endpoint,
+                }
+            )
+    cluster = {"worker": [w["endpoint"] for w in workers]}
+    return {
+        "workers": workers,
+        "cluster": cluster,
+        "size": len(workers),
+        "chief": workers[0]["host"],
+        "checksum": cluster_checksum(cluster),
+    }
+
+
+def tf_workers_on(spec: dict[str, Any], host: str) -> list[dict[str, Any]]:
+    """The workers that run on ``host``, in index order."""
+    return [w for w in spec["workers"] if w["host"] == host]
+
+
+class FilterModule:
+    """Ansible entry point."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "tf_cluster_spec": tf_cluster_spec,
+            "tf_workers_on": tf_workers_on,
+        }

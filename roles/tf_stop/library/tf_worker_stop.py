@@ -1,0 +1,176 @@
+#!/usr/bin/python
+"""Stop the processes of one run on this host, found through the run's own records."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: tf_worker_stop
+short_description: Stop every live process of one training run on this host
+description:
+  - For each C(worker-*) directory of the run, reads C(state.json) written by the
+    supervisor and finds the supervisor and the training process group. A process is
+    only signalled when its working directory is that worker's directory, so a reused
+    PID of an unrelated process is never touched, and nothing is ever found by name.
+  - Sends SIGTERM, waits O(grace) seconds, then SIGKILL. Writes C(exit.json) for a
+    worker whose supervisor could not write it any more.
+  - Safe to run twice; a run with nothing alive reports no change. Supports check mode.
+options:
+  run_dir:
+    description: The run's directory on this host (C(~) allowed).
+    type: str
+    required: true
+  grace:
+    description: Seconds between SIGTERM and SIGKILL.
+    type: float
+    default: 5
+  reason:
+    description: Why the run is stopped; recorded in C(exit.json) where written here.
+    type: str
+    default: stopped by the runbook
+"""
+
+RETURN = r"""
+stopped:
+  description: Workers that had live processes, with the PIDs signalled.
+  type: list
+  returned: always
+workers:
+  description: Worker directories found for the run.
+  type: list
+  returned: always
+"""
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: split after the last ')'.
+    return data[data.rfind(")") + 2 :].split()
+
+
+def _cwd(pid: int) -> str | None:
+    try:
+        return os.path.realpath(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return None
+
+
+def run_processes(worker_dir: str, state: dict) -> list[int]:
+    """PIDs of the supervisor and of the training group that still belong to this worker."""
+    wanted_dir = os.path.realpath(worker_dir)
+    pgid = state.get("pgid")
+    supervisor = state.get("supervisor_pid")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        fields = _stat_fields(pid)
+        if fields is None or fields[0] == "Z":
+            continue
+        in_group = pgid is not None and int(fields[2]) == int(pgid)
+        if (in_group or pid == supervisor) and _cwd(pid) == wanted_dir:
+            found.append(pid)
+    return sorted(found)
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def stop_worker(worker_dir: str, grace: float) -> list[int]:
+    state = _read_json(os.path.join(worker_dir, "state.json"))
+    if state is None:
+        return []
+    pids = run_processes(worker_dir, state)
+    if not pids:
+        return []
+    # The supervisor stops its group itself on SIGTERM; signalling the group directly
+    # as well covers a supervisor that is gone or stuck.
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and run_processes(worker_dir, state):
+        time.sleep(0.2)
+    # Kill what is left of the training group first, so that a live supervisor still sees
+    # its child exit and records exit.json itself; then the supervisor, if it lingers.
+    supervisor = state.get("supervisor_pid")
+    left = run_processes(worker_dir, state)
+    _signal_all([pid for pid in left if pid != supervisor], signal.SIGKILL)
+    for _ in range(30):
+        if not run_processes(worker_dir, state):
+            break
+        time.sleep(0.1)
+    _signal_all(run_processes(worker_dir, state), signal.SIGKILL)
+    return pids
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "run_dir": {"type": "str", "required": True},
+            "grace": {"type": "float", "default": 5},
+            "reason": {"type": "str", "default": "stopped by the runbook"},
+        },
+        supports_check_mode=True,
+    )
+    run_dir = os.path.abspath(os.path.expanduser(module.params["run_dir"]))
+    worker_dirs = sorted(glob.glob(os.path.join(run_dir, "worker-*")))
+    stopped = []
+    for worker_dir in worker_dirs:
+        state = _read_json(os.path.join(worker_dir, "state.json"))
+        if state is None:
+            continue
+        if module.check_mode:
+            pids = run_processes(worker_dir, state)
+        else:
+            pids = stop_worker(worker_dir, module.params["grace"])
+        if pids:
+            stopped.append({"dir": worker_dir, "pids": pids})
+        exit_path = os.path.join(worker_dir, "exit.json")
+        if pids and not module.check_mode:
+            # Give the supervisor a moment to record the exit itself.
+            for _ in range(20):
+                if os.path.exists(exit_path):
+                    break
+                time.sleep(0.1)
+            if not os.path.exists(exit_path):
+                record = {
+                    "returncode": 137,
+                    "signal": "SIGKILL",
+                    "reason": module.params["reason"],
+                    "started_at": state.get("started_at"),
+                    "finished_at": time.time(),
+                    "joined": None,
+                }
+                tmp = exit_path + ".tmp"
+                with open(tmp, "w", encoding="utf-8") as handle:
+                    json.dump(record, handle, sort_keys=True)
+                os.replace(tmp, exit_path)
+    module.exit_json(changed=bool(stopped), stopped=stopped, workers=worker_dirs, run_dir=run_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+#!/usr/bin/python
+"""Judge a finished run from the files the collect phase fetched to the controller."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: tf_verdict
+short_description: Check a collected run and write its summary.json
+description:
+  - Reads C(<run_dir>/<host>/worker-<index>/) as fetched by the tf_collect role
+    (C(worker.log), C(exit.json), C(tf_config.json) and the chief's marker, if any) and
+    runs the run's checks, each with the workers it concerns.
+  - Writes C(<run_dir>/summary.json) and returns the same data with a printable table.
+  - Runs on the controller; never fails itself, the caller decides.
+options:
+  run_dir:
+    description: The run's directory on the controller.
+    type: path
+    required: true
+  run_id:
+    description: The run id.
+    type: str
+    required: true
+  marker:
+    description: File name of the chief's completion marker.
+    type: str
+    default: multiworker-complete.txt
+  expected_size:
+    description: Cluster size the run was launched with; 0 to take it from the TF_CONFIGs.
+    type: int
+    default: 0
+  context:
+    description: Extra data recorded as is in summary.json (for example the wait outcome).
+    type: dict
+    default: {}
+"""
+
+RETURN = r"""
+summary:
+  description: The content of summary.json.
+  type: dict
+  returned: always
+table:
+  description: Lines of the verdict table.
+  type: list
+  returned: always
+"""
+
+LINE = re.compile(r"^worker=(?P<index>\d+)\s+(?P<rest>.*)$")
+PAIR = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_.]*)=(?P<value>\S+)")
+
+
+def parse_log(text: str) -> dict[str, Any]:
+    """Pull the metrics contract out of one worker's log.
+
+    Returns the indices the worker printed, its header values (``cluster_workers``,
+    ``replicas``, ``global_batch``), its metrics per epoch and whether it printed
+    ``training_complete``.
+    """
+    parsed: dict[str, Any] = {"indices": set(), "header": {}, "epochs": {}, "complete": False}
+    for raw in text.splitlines():
+        match = LINE.match(raw.strip())
+        if not match:
+            continue
+        parsed["indices"].add(int(match.group("index")))
+        rest = match.group("rest").strip()
+        if rest == "training_complete":
+            parsed["complete"] = True
+            continue
+        pairs = {m.group("key"): m.group("value") for m in PAIR.finditer(rest)}
+        if "epoch" in pairs:
+            epoch = int(pairs.pop("epoch"))
+            parsed["epochs"][epoch] = pairs
+        elif "replicas" in pairs or "cluster_workers" in pairs:
+            parsed["header"] = pairs
+    return parsed
+
+
+def _check(name: str, problems: list[str], ok_detail: str) -> dict[str, Any]:
+    return {"name": name, "ok": not problems, "detail": "; ".join(problems) if problems else ok_detail}
+
+
+def judge(workers: list[dict[str, Any]], size: int, marker_name: str) -> dict[str, Any]:
+    """Run every check over the collected workers.
+
+    Each worker dict carries ``index``, ``host``, ``log`` (text or None), ``exit``
+    (dict or None), ``marker`` (bool) and ``config`` (dict or None). Returns the checks
+    and the metrics per epoch.
+    """
+    by_index = {w["index"]: w for w in workers}
+    missing = [i for i in range(size) if i not in by_index]
+    parsed = {w["index"]: parse_log(w["log"] or "") for w in workers}
+
+    def who(index: int) -> str:
+        worker = by_index.get(index)
+        return f"worker {index} ({worker['host']})" if worker else f"worker {index}"
+
+    checks = []
+
+    problems = [f"{who(i)}: no files were collected" for i in missing]
+    problems += [f"{who(w['index'])}: no log" for w in workers if w["log"] is None]
+    checks.append(_check("logs_collected", problems, f"{size} of {size} workers"))
+
+    problems = []
+    for w in workers:
+        exit_ = w.get("exit")
+        if exit_ is None:
+            problems.append(f"{who(w['index'])}: no exit status (still running or lost)")
+        elif exit_.get("returncode") != 0:
+            problems.append(
+                f"{who(w['index'])}: exit status {exit_.get('returncode')} ({exit_.get('reason')})"
+            )
+    checks.append(_check("exit_status", problems, "every worker exited 0"))
+
+    problems = []
+    for w in workers:
+        cfg = w.get("config") or {}
+        index = (cfg.get("task") or {}).get("index")
+        if index != w["index"]:
+            problems.append(f"{who(w['index'])}: TF_CONFIG task.index is {index}")
+        printed = parsed[w["index"]]["indices"]
+        if printed and printed != {w["index"]}:
+            problems.append(f"{who(w['index'])}: log reports worker={sorted(printed)}")
+    checks.append(_check("worker_index", problems, "each worker ran as its own index"))
+
+    problems = []
+    for w in workers:
+        header = parsed[w["index"]]["header"]
+        for key in ("cluster_workers", "replicas"):
+            value = header.get(key)
+            if value is None:
+                problems.append(f"{who(w['index'])}: printed no {key}")
+            elif value != str(size):
+                problems.append(f"{who(w['index'])}: {key}={value}, cluster has {size}")
+    checks.append(_check("cluster_seen", problems, f"every worker saw {size} workers"))
+
+    problems = []
+    epochs: dict[int, dict[str, str]] = {}
+    all_epochs = sorted({e for p in parsed.values() for e in p["epochs"]})
+    for epoch in all_epochs:
+        values: dict[str, dict[str, list[int]]] = {}
+        for w in workers:
+            metrics = parsed[w["index"]]["epochs"].get(epoch)
+            if metrics is None:
+                problems.append(f"epoch {epoch}: {who(w['index'])} printed no metrics")
+                continue
+            for key, value in metrics.items():
+                values.setdefault(key, {}).setdefault(value, []).append(w["index"])
+        for key, seen in sorted(values.items()):
+            if len(seen) > 1 or sum(len(v) for v in seen.values()) != len(workers):
+                spread = ", ".join(f"{value} from worker(s) {idx}" for value, idx in sorted(seen.items()))
+                problems.append(f"epoch {epoch} {key}: {spread}")
+        epochs[epoch] = {key: next(iter(seen)) for key, seen in values.items() if len(seen) == 1}
+    if not all_epochs:
+        problems.append("no worker printed any epoch metrics")
+    checks.append(
+        _check("metrics_agree", problems, f"{len(all_epochs)} epoch(s), identical on every worker")
+    )
+
+    problems = [f"{who(w['index'])}: no training_complete line" for w in workers if not parsed[w["index"]]["complete"]]
+    checks.append(_check("training_complete", problems, "every worker printed training_complete"))
+
+    problems = []
+    chief = by_index.get(0)
+    if chief is None or not chief["marker"]:
+        problems.append(f"the chief, {who(0)}, wrote no {marker_name}")
+    for w in workers:
+        if w["index"] != 0 and w["marker"]:
+            problems.append(f"{who(w['index'])} is not the chief but wrote {marker_name}")
+    checks.append(_check("chief_marker", problems, f"only the chief wrote {marker_name}"))
+
+    return {"checks": checks, "metrics": {str(e): m for e, m in epochs.items()}}
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _read_json(path: str) -> dict | None:
+    text = _read(path)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+WORKER_DIR = re.compile(r"^worker-(\d+)$")
+
+
+def load_run(run_dir: str, marker_name: str) -> list[dict[str, Any]]:
+    """Every worker found under ``run_dir/<host>/worker-<index>``."""
+    workers = []
+    for host in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
+        host_dir = os.path.join(run_dir, host)
+        if not os.path.isdir(host_dir):
+            continue
+        for name in sorted(os.listdir(host_dir)):
+            match = WORKER_DIR.match(name)
+            if not match:
+                continue
+            wdir = os.path.join(host_dir, name)
+            workers.append(
+                {
+                    "index": int(match.group(1)),
+                    "host": host,
+                    "dir": wdir,
+                    "log": _read(os.path.join(wdir, "worker.log")),
+                    "exit": _read_json(os.path.join(wdir, "exit.json")),
+                    "config": _read_json(os.path.join(wdir, "tf_config.json")),
+                    "marker": os.path.exists(os.path.join(wdir, marker_name)),
+                }
+            )
+    return sorted(workers, key=lambda w: (w["index"], w["host"]))
+
+
+def cluster_of(workers: list[dict[str, Any]]) -> list[str]:
+    """The cluster list most workers were given."""
+    lists: dict[str, list[str]] = {}
+    for w in workers:
+        cluster = ((w.get("config") or {}).get("cluster") or {}).get("worker")
+        if cluster:
+            lists.setdefault(json.dumps(cluster), cluster)
+    return max(lists.values(), key=len) if lists else []
+
+
+def summarize(run_id: str, run_dir: str, marker_name: str, expected_size: int, context: dict) -> dict[str, Any]:
+    workers = load_run(run_dir, marker_name)
+    cluster = cluster_of(workers)
+    size = expected_size or len(cluster) or len(workers)
+    verdict = judge(workers, size, marker_name)
+    status = "succeeded" if all(c["ok"] for c in verdict["checks"]) else "failed"
+    return {
+        "run_id": run_id,
+        "status": status,
+        "cluster": {"worker": cluster, "size": size},
+        "workers": [
+            {
+                "index": w["index"],
+                "host": w["host"],
+                "endpoint": cluster[w["index"]] if w["index"] < len(cluster) else None,
+                "port": int(cluster[w["index"]].rsplit(":", 1)[1]) if w["index"] < len(cluster) else None,
+                "exit_status": (w["exit"] or {}).get("returncode"),
+                "exit_reason": (w["exit"] or {}).get("reason"),
+                "log": os.path.join(w["dir"], "worker.log"),
+            }
+            for w in workers
+        ],
+        "metrics": verdict["metrics"],
+        "checks": verdict["checks"],
+        "context": context,
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    lines = [f"run {summary['run_id']}: {summary['status'].upper()}"]
+    lines.append(f"{'worker':>6}  {'host':<20} {'endpoint':<24} exit")
+    for w in summary["workers"]:
+        lines.append(f"{w['index']:>6}  {w['host']:<20} {str(w['endpoint']):<24} {w['exit_status']}")
+    for epoch, metrics in sorted(summary["metrics"].items(), key=lambda kv: int(kv[0])):
+        shown = " ".join(f"{k}={v}" for k, v in sorted(metrics.items()))
+        lines.append(f"epoch {epoch}: {shown}")
+    for check in summary["checks"]:
+        lines.append(f"[{'ok' if check['ok'] else 'FAIL':>4}] {check['name']}: {check['detail']}")
+    return lines
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "run_dir": {"type": "path", "required": True},
+            "run_id": {"type": "str", "required": True},
+            "marker": {"type": "str", "default": "multiworker-complete.txt"},
+            "expected_size": {"type": "int", "default": 0},
+            "context": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    summary = summarize(params["run_id"], params["run_dir"], params["marker"], params["expected_size"], params["context"])
+    if not module.check_mode:
+        path = os.path.join(params["run_dir"], "summary.json")
+        os.makedirs(params["run_dir"], exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(summary, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        os.replace(tmp, path)
+    failed = [c for c in summary["checks"] if not c["ok"]]
+    module.exit_json(
+        changed=not module.check_mode,
+        summary=summary,
+        table=table(summary),
+        status=summary["status"],
+        failed_checks=[f"{c['name']}: {c['detail']}" for c in failed],
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""TF_CONFIG of each worker, and the pre-launch check that every host got the right one."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+try:
+    from ansible.errors import AnsibleFilterError
+except ImportError:  # pragma: no cover - lets the unit tests run without ansible
+    class AnsibleFilterError(Exception):  # type: ignore[no-redef]
+        """Stand-in when ansible is not importable."""
+
+
+DOCUMENTATION = r"""
+name: tf_config
+short_description: TF_CONFIG of one worker, and the cross-host check of what was written
+description:
+  - C(spec | tf_config(index)) returns the TF_CONFIG dict of worker C(index).
+  - C(readbacks | tf_config_check(spec)) takes the TF_CONFIG files read back from every
+    host (C(host), C(index), C(content)) and raises, naming the host and worker, unless
+    every cluster list is identical to the spec's and the indices are exactly 0..N-1.
+"""
+
+EXAMPLES = r"""
+- name: Write the worker's TF_CONFIG
+  ansible.builtin.copy:
+    content: "{{ tf_cluster_spec | tf_config(item.index) | to_json }}"
+    dest: "{{ dir }}/tf_config.json"
+    mode: "0600"
+"""
+
+
+def cluster_checksum(cluster: Any) -> str:
+    """Checksum of a cluster dict in canonical JSON form."""
+    canonical = json.dumps(cluster, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def tf_config(spec: dict[str, Any], index: Any) -> dict[str, Any]:
+    """The TF_CONFIG of worker ``index``."""
+    index = int(index)
+    if not 0 <= index < int(spec["size"]):
+        raise AnsibleFilterError(f"worker index {index} is outside 0..{int(spec['size']) - 1}")
+    return {"cluster": spec["cluster"], "task": {"type": "worker", "index": index}}
+
+
+def tf_config_readback(results: list[dict[str, Any]], host: str) -> list[dict[str, Any]]:
+    """Turn the results of a looped ``slurp`` over this host's workers into check entries."""
+    entries = []
+    for result in results:
+        content = base64.b64decode(result["content"]).decode("utf-8")
+        entries.append({"host": host, "index": int(result["item"]["index"]), "content": content})
+    return entries
+
+
+def tf_config_check(readbacks: list[dict[str, Any]], spec: dict[str, Any]) -> dict[str, Any]:
+    """Check the TF_CONFIG files as written on the hosts; return a short report."""
+    expected = cluster_checksum(spec["cluster"])
+    seen: dict[int, str] = {}
+    problems: list[str] = []
+    for item in readbacks:
+        where = f"host {item['host']} worker-{item['index']}"
+        try:
+            data = json.loads(item["content"])
+            index = int(data["task"]["index"])
+            got = cluster_checksum(data["cluster"])
+        except (ValueError, KeyError, TypeError) as exc:
+            problems.append(f"{where}: TF_CONFIG is not valid ({exc})")
+            continue
+        if got != expected:
+            problems.append(
+                f"{where}: cluster list {data['cluster']} differs from the spec {spec['cluster']}"
+            )
+        if index != int(item["index"]):
+            problems.append(f"{where}: task.index is {index}, expected {item['index']}")
+        if index in seen:
+            problems.append(f"{where}: task.index {index} is also used by {seen[index]}")
+        seen[index] = where
+    missing = sorted(set(range(int(spec["size"]))) - set(seen))
+    if missing:
+        problems.append(f"no TF_CONFIG was written for worker(s) {missing}")
+    if problems:
+        raise AnsibleFilterError("TF_CONFIG check failed: " + "; ".join(problems))
+    return {"checksum": expected, "workers": len(seen)}
+
+
+class FilterModule:
+    """Ansible entry point."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "tf_config": tf_config,
+            "tf_config_readback": tf_config_readback,
+            "tf_config_check": tf_config_check,
+        }

@@ -1,0 +1,113 @@
+#!/usr/bin/python
+"""Create a run's directories on a worker host without touching any earlier run."""
+
+from __future__ import annotations
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: tf_run_dir
+short_description: Create the directories of one training run on this host
+description:
+  - Expands O(base_dir) for the remote user (C(~) is that user's home), then makes
+    C(<base_dir>/runs/<run_id>/job) and one C(worker-<index>) directory per worker, all
+    mode 0700 so that other users can neither read nor write them.
+  - Idempotent for a run that has not been launched yet. Fails, changing nothing, when a
+    worker directory of this run already holds a launch record (C(state.json) or
+    C(exit.json)): a run id is used once, and an earlier run's files are never touched.
+  - Supports check mode.
+options:
+  base_dir:
+    description: Where this host keeps its runs.
+    type: str
+    required: true
+  run_id:
+    description: The run id; one path component.
+    type: str
+    required: true
+  indices:
+    description: Worker indices that run on this host.
+    type: list
+    elements: int
+    required: true
+"""
+
+RETURN = r"""
+base_dir:
+  description: O(base_dir), absolute.
+  type: str
+run_dir:
+  description: The run's directory.
+  type: str
+job_dir:
+  description: Where the job's files go.
+  type: str
+worker_dirs:
+  description: Worker index (as a string) to its directory.
+  type: dict
+"""
+
+LAUNCH_RECORDS = ("state.json", "exit.json")
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "base_dir": {"type": "str", "required": True},
+            "run_id": {"type": "str", "required": True},
+            "indices": {"type": "list", "elements": "int", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    run_id = module.params["run_id"]
+    if not run_id or "/" in run_id or run_id in {".", ".."}:
+        module.fail_json(msg=f"run id {run_id!r} is not one path component")
+    base_dir = os.path.abspath(os.path.expanduser(module.params["base_dir"]))
+    run_dir = os.path.join(base_dir, "runs", run_id)
+    job_dir = os.path.join(run_dir, "job")
+    worker_dirs = {str(i): os.path.join(run_dir, f"worker-{i}") for i in module.params["indices"]}
+
+    for index, path in worker_dirs.items():
+        for record in LAUNCH_RECORDS:
+            if os.path.exists(os.path.join(path, record)):
+                module.fail_json(
+                    msg=(
+                        f"run id {run_id!r} was already launched here ({path}/{record} "
+                        "exists); pick a new tf_run_id, earlier runs are never overwritten"
+                    ),
+                    run_dir=run_dir,
+                )
+
+    wanted = [base_dir, os.path.join(base_dir, "runs"), run_dir, job_dir, *worker_dirs.values()]
+    private = {run_dir, job_dir, *worker_dirs.values()}
+    changed = False
+    for path in wanted:
+        mode = 0o700 if path in private else None
+        if not os.path.isdir(path):
+            changed = True
+            if not module.check_mode:
+                try:
+                    os.makedirs(path, mode=0o700, exist_ok=True)
+                except OSError as exc:
+                    module.fail_json(msg=f"cannot create {path}: {exc}")
+        elif mode is not None and (os.stat(path).st_mode & 0o777) != mode:
+            changed = True
+            if not module.check_mode:
+                os.chmod(path, mode)
+        if mode is not None and not module.check_mode and os.path.isdir(path):
+            # makedirs honours the umask; the run's directories must be private anyway.
+            if (os.stat(path).st_mode & 0o777) != mode:
+                os.chmod(path, mode)
+    module.exit_json(
+        changed=changed,
+        base_dir=base_dir,
+        run_dir=run_dir,
+        job_dir=job_dir,
+        worker_dirs=worker_dirs,
+    )
+
+
+if __name__ == "__main__":
+    main()
