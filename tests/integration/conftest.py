@@ -99,3 +99,12 @@ def make_ns_hosts(
             errors.append(str(exc))
     if errors:
         pytest.fail("make_ns_hosts teardown: " + "\n".join(errors), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def worker_python() -> str:
+    """A shared virtualenv with the worker pins for Debian's Python, usable by the hosts'
+    unprivileged user (built once, then reused)."""
+    from workerenv import shared_venv
+
+    return str(shared_venv())

@@ -132,6 +132,14 @@ def judge(workers: list[dict[str, Any]], size: int, marker_name: str) -> dict[st
     checks.append(_check("worker_index", problems, "each worker ran as its own index"))
 
     problems = []
+    reference = cluster_of(workers)
+    for w in workers:
+        cluster = ((w.get("config") or {}).get("cluster") or {}).get("worker")
+        if cluster != reference:
+            problems.append(f"{who(w['index'])}: cluster list {cluster} differs from {reference}")
+    checks.append(_check("same_cluster", problems, "every worker was given the same cluster list"))
+
+    problems = []
     for w in workers:
         header = parsed[w["index"]]["header"]
         for key in ("cluster_workers", "replicas"):
@@ -228,13 +236,52 @@ def load_run(run_dir: str, marker_name: str) -> list[dict[str, Any]]:
 
 
 def cluster_of(workers: list[dict[str, Any]]) -> list[str]:
-    """The cluster list most workers were given."""
+    """The cluster list most workers were given (the first seen among equals)."""
+    counts: dict[str, int] = {}
     lists: dict[str, list[str]] = {}
     for w in workers:
         cluster = ((w.get("config") or {}).get("cluster") or {}).get("worker")
         if cluster:
-            lists.setdefault(json.dumps(cluster), cluster)
-    return max(lists.values(), key=len) if lists else []
+            key = json.dumps(cluster)
+            lists.setdefault(key, cluster)
+            counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return []
+    return lists[max(counts, key=lambda key: counts[key])]
+
+
+def _log_tail(text: str | None, lines: int = 5) -> list[str]:
+    return [line for line in (text or "").splitlines() if line.strip()][-lines:]
+
+
+def failure_reason(workers: list[dict[str, Any]], checks: list[dict[str, Any]], context: dict) -> str | None:
+    """Name the culprit of a failed run: the first worker to fail, else a lost host, else
+    the first failed check. Workers the runbook stopped are victims, not culprits."""
+    wait = context.get("wait") or {}
+    failed = [w for w in workers if w.get("exit") and w["exit"].get("returncode") != 0]
+    culprits = [w for w in failed if not str(w["exit"].get("reason", "")).startswith("stopped by")]
+    if culprits:
+        first = min(culprits, key=lambda w: w["exit"].get("finished_at") or float("inf"))
+        tail = " | ".join(_log_tail(first["log"]))
+        return (
+            f"worker {first['index']} on host {first['host']} failed first: exit status "
+            f"{first['exit'].get('returncode')} ({first['exit'].get('reason')}); last log lines: {tail}"
+        )
+    for entry in wait.get("failed_workers") or []:
+        tail = " | ".join(entry.get("log_tail") or [])
+        return (
+            f"worker {entry.get('index')} on host {entry.get('host')} failed: exit status "
+            f"{entry.get('returncode')} ({entry.get('reason')}); last log lines: {tail}"
+        )
+    if wait.get("lost_hosts"):
+        return f"host(s) {', '.join(wait['lost_hosts'])} became unreachable during the run"
+    if failed:
+        first = failed[0]
+        return f"worker {first['index']} on host {first['host']}: {first['exit'].get('reason')}"
+    for check in checks:
+        if not check["ok"]:
+            return f"{check['name']}: {check['detail']}"
+    return None
 
 
 def summarize(run_id: str, run_dir: str, marker_name: str, expected_size: int, context: dict) -> dict[str, Any]:
@@ -261,6 +308,7 @@ def summarize(run_id: str, run_dir: str, marker_name: str, expected_size: int, c
         ],
         "metrics": verdict["metrics"],
         "checks": verdict["checks"],
+        "reason": failure_reason(workers, verdict["checks"], context) if status == "failed" else None,
         "context": context,
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -307,6 +355,7 @@ def main() -> None:
         table=table(summary),
         status=summary["status"],
         failed_checks=[f"{c['name']}: {c['detail']}" for c in failed],
+        reason=summary["reason"],
     )
 
 

@@ -203,6 +203,9 @@ def supervise(args: argparse.Namespace) -> int:
             break
         time.sleep(POLL_SECONDS)
     returncode = child.wait()
+    if reason == "exited" and stop_reason:
+        # The job ended on the same signal the supervisor got, before the loop saw it.
+        reason = stop_reason[0]
     # The job may have left children of its own in the group: none may outlive the run.
     if group_alive(pgid):
         stop_group(pgid, child, min(args.grace, 2.0))

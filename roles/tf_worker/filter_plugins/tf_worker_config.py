@@ -79,12 +79,37 @@ def tf_config_check(readbacks: list[dict[str, Any]], spec: dict[str, Any]) -> di
         if index in seen:
             problems.append(f"{where}: task.index {index} is also used by {seen[index]}")
         seen[index] = where
-    missing = sorted(set(range(int(spec["size"]))) - set(seen))
-    if missing:
-        problems.append(f"no TF_CONFIG was written for worker(s) {missing}")
+    size = int(spec["size"])
+    hosts = {int(w["index"]): w["host"] for w in spec.get("workers", [])}
+    for index in sorted(set(range(size)) - set(seen)):
+        problems.append(f"host {hosts.get(index, '?')} worker-{index}: no TF_CONFIG was written")
+    for index in sorted(i for i in seen if not 0 <= i < size):
+        problems.append(f"{seen[index]}: task.index {index} is outside the cluster 0..{size - 1}")
     if problems:
         raise AnsibleFilterError("TF_CONFIG check failed: " + "; ".join(problems))
     return {"checksum": expected, "workers": len(seen)}
+
+
+def tf_pip_download_args(target: str, requirements: str, dest: str) -> list[str]:
+    """pip arguments that fetch binary wheels for workers of another Python and platform.
+
+    ``target`` is ``"<major>.<minor> <machine>"`` as printed on the workers, e.g.
+    ``"3.11 x86_64"``. pip matches manylinux tags exactly, so every glibc level from
+    2.17 up is listed.
+    """
+    try:
+        version, machine = target.split()
+        major, minor = (int(part) for part in version.split("."))
+    except ValueError:
+        raise AnsibleFilterError(f"worker interpreter reported {target!r}, expected e.g. '3.11 x86_64'") from None
+    args = [
+        "download", "--only-binary=:all:", "--disable-pip-version-check", "--quiet",
+        "--python-version", f"{major}.{minor}", "--implementation", "cp",
+        "--abi", f"cp{major}{minor}",
+    ]
+    for tag in [f"manylinux2014_{machine}"] + [f"manylinux_2_{n}_{machine}" for n in range(17, 40)]:
+        args += ["--platform", tag]
+    return args + ["-r", requirements, "-d", dest]
 
 
 class FilterModule:
@@ -95,4 +120,5 @@ class FilterModule:
             "tf_config": tf_config,
             "tf_config_readback": tf_config_readback,
             "tf_config_check": tf_config_check,
+            "tf_pip_download_args": tf_pip_download_args,
         }

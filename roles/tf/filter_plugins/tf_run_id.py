@@ -50,7 +50,7 @@ def tf_run_id_new(
 def tf_run_id_check(run_id: Any) -> str:
     """Return ``run_id`` when it is safe as one path component, else raise."""
     text = "" if run_id is None else str(run_id)
-    if not RUN_ID_PATTERN.match(text) or text in {".", ".."} or ".." in text:
+    if not RUN_ID_PATTERN.fullmatch(text) or text in {".", ".."} or ".." in text:
         raise AnsibleFilterError(
             f"tf_run_id {text!r} is not safe as a directory name: use 1-64 letters, digits, "
             "'.', '_' or '-', starting with a letter or digit, without '..'"

@@ -1,0 +1,78 @@
+# The two commands of the README:
+#   make smoke   set up (when needed) and train two workers on this machine
+#   make test    set up (when needed) and run every test
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := $(CURDIR)/.venv
+STAMP := $(VENV)/.requirements.sha256
+export PATH := $(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PYTHONDONTWRITEBYTECODE := 1
+PYTEST := $(VENV)/bin/python -m pytest
+
+.PHONY: help setup smoke test lint unit molecule integration multihost bench clean
+
+help:
+	@echo "make smoke  - set up and run the two-worker smoke training on localhost"
+	@echo "make test   - set up and run every test (lint, unit, molecule, integration)"
+	@echo "make lint | unit | molecule | integration | multihost | bench"
+
+# The controller needs Python >= 3.12 (ansible-core 2.21). Look on PATH, then in pyenv and
+# the usual prefixes; say clearly what was tried when none is found.
+$(STAMP): requirements.txt
+	@py=""; \
+	for cand in "$${PYTHON:-}" python3.13 python3.12 python3 \
+	    $$HOME/.pyenv/versions/3.1[2-9]*/bin/python3 /usr/local/bin/python3.1[2-9] /usr/bin/python3.1[2-9]; do \
+	  [ -n "$$cand" ] || continue; \
+	  path=$$(command -v "$$cand" 2>/dev/null) || continue; \
+	  if "$$path" -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then py=$$path; break; fi; \
+	done; \
+	if [ -z "$$py" ]; then \
+	  echo "error: no Python >= 3.12 found (tried \$$PYTHON, python3.13, python3.12, python3, ~/.pyenv/versions/3.12+, /usr/local/bin, /usr/bin)." >&2; \
+	  echo "       ansible-core 2.21 needs Python 3.12 or newer on the controller: install one or set PYTHON=/path/to/python3.12" >&2; \
+	  exit 1; \
+	fi; \
+	want=$$(sha256sum requirements.txt | cut -d' ' -f1); \
+	if [ -x "$(VENV)/bin/python" ] && ! "$(VENV)/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
+	  echo "removing $(VENV): it was built with a Python older than 3.12"; rm -rf "$(VENV)"; \
+	fi; \
+	if [ ! -x "$(VENV)/bin/python" ]; then echo "creating $(VENV) with $$py"; "$$py" -m venv "$(VENV)"; fi; \
+	"$(VENV)/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements.txt 2> >(grep -v "^WARNING: Location" >&2); \
+	echo "$$want" > "$(STAMP)"
+
+setup: $(STAMP)
+
+smoke: setup
+	ansible-playbook train.yml --limit localhost
+
+lint: setup
+	yamllint --strict .
+	ansible-lint --profile production
+
+unit: setup
+	$(PYTEST) tests/unit
+
+molecule: setup
+	cd roles/tf_worker && molecule test
+
+# Playbook runs on localhost (the smoke run, --forks 1, two runs in a row, bad input).
+integration: setup
+	$(PYTEST) tests/integration -m "not multihost"
+
+# SSH tests on network-namespace hosts (needs root; installs openssh-server if missing).
+multihost: setup
+	$(PYTEST) tests/integration -m multihost
+
+test: setup
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory molecule
+	$(PYTEST) tests/integration
+
+bench: setup
+	$(VENV)/bin/python tests/bench/bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

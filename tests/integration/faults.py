@@ -1,0 +1,106 @@
+"""Fault scenarios on namespace hosts, shared by the fault tests and the fault benchmark.
+
+Each scenario starts the runbook in the background, injects one fault at a well-defined
+moment (observed on the hosts over SSH, independently of the runbook) and returns what
+happened: the playbook's exit status and output, and the seconds from the fault to the
+playbook's exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from nshosts import NamespaceHosts
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
+# A default job that runs until stopped: thousands of short epochs.
+LONG_JOB_ARGS = ["--epochs=100000", "--steps-per-epoch=5"]
+
+
+@dataclass
+class Outcome:
+    returncode: int
+    stdout: str
+    fault_to_exit: float
+    runs_dir: Path
+    run_id: str
+
+    def summary(self) -> dict[str, Any]:
+        return json.loads((self.runs_dir / self.run_id / "summary.json").read_text())
+
+
+def start_playbook(inventory: Path, runs_dir: Path, extra: dict[str, Any], *args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    data = {"tf_runs_dir": str(runs_dir), **extra}
+    return subprocess.Popen(
+        [str(PLAYBOOK_BIN), "train.yml", "-i", str(inventory), "-e", json.dumps(data), *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for_log(hosts: NamespaceHosts, host: int, path: str, needle: str, timeout: float = 300) -> None:
+    """Wait until ``needle`` appears in a file on ``host`` (read over SSH)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rc, out, _ = hosts.run(host, f"cat {path} 2>/dev/null")
+        if rc == 0 and needle in out:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{needle!r} never appeared in {path} on host {host}")
+
+
+def remote_pid(hosts: NamespaceHosts, host: int, worker_dir: str, key: str = "pid") -> int:
+    rc, out, err = hosts.run(
+        host, f"python3 -c 'import json,os; print(json.load(open(os.path.expanduser(\"{worker_dir}/state.json\")))[\"{key}\"])'"
+    )
+    assert rc == 0, err
+    return int(out.strip())
+
+
+def run_with_fault(
+    hosts: NamespaceHosts,
+    workdir: Path,
+    run_id: str,
+    extra: dict[str, Any],
+    inject: Callable[[], None],
+    *,
+    hostvars: dict[Any, dict[str, Any]] | None = None,
+    timeout: float = 600,
+) -> Outcome:
+    """Start the runbook, call ``inject`` (which returns once the fault is in), time the rest."""
+    inventory = hosts.write_inventory(workdir / "inventory" / "hosts.yml", hostvars=hostvars, groupvars=extra)
+    runs_dir = workdir / "runs"
+    proc = start_playbook(inventory, runs_dir, {"tf_run_id": run_id})
+    try:
+        inject()
+        fault_at = time.monotonic()
+        stdout, _ = proc.communicate(timeout=timeout)
+        return Outcome(proc.returncode, stdout, time.monotonic() - fault_at, runs_dir, run_id)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def run_processes(hosts: NamespaceHosts, host: int, run_id: str) -> list[str]:
+    """Processes on ``host`` whose command line or working directory mention the run."""
+    script = (
+        "for p in /proc/[0-9]*; do "
+        "c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); d=$(readlink $p/cwd 2>/dev/null); "
+        f"case \"$c $d\" in *runs/{run_id}*) echo \"${{p#/proc/}} $c\";; esac; done"
+    )
+    rc, out, _ = hosts.run(host, script)
+    assert rc == 0
+    return [line for line in out.splitlines() if line.strip() and "for p in" not in line]

@@ -1,0 +1,99 @@
+"""Failures on namespace hosts: the runbook stops every worker, keeps every reachable log,
+names the culprit and fails. Timings are reported by tests/bench/faults.py, not asserted
+here beyond a generous bound that proves the runbook did not wait out TensorFlow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from faults import LONG_JOB_ARGS, Outcome, remote_pid, run_processes, run_with_fault, wait_for_log
+from nshosts import NamespaceHosts
+
+RUN = "~/tf-runbook/runs"
+
+
+def common(worker_python: str, **more: Any) -> dict[str, Any]:
+    return {
+        "tf_worker_python": worker_python,
+        "tf_train_args": LONG_JOB_ARGS,
+        "tf_startup_timeout": 90,
+        "tf_job_timeout": 600,
+        "tf_wait_poll_interval": 5,
+        **more,
+    }
+
+
+def assert_clean_failure(hosts: NamespaceHosts, out: Outcome, reachable: list[int], bound: float) -> dict[str, Any]:
+    assert out.returncode != 0, out.stdout[-3000:]
+    summary = out.summary()
+    assert summary["status"] == "failed"
+    assert summary["reason"], summary
+    for host in reachable:
+        assert run_processes(hosts, host, out.run_id) == [], f"run processes left on node{host}"
+    for worker in summary["workers"]:
+        if int(worker["host"].removeprefix("node")) in reachable:
+            assert Path(worker["log"]).is_file(), worker
+    assert out.fault_to_exit < bound, out.fault_to_exit
+    return summary
+
+
+def test_a_worker_killed_mid_training_stops_the_run(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    hosts = make_ns_hosts(count=2)
+
+    def kill_worker_1() -> None:
+        wait_for_log(hosts, 1, f"{RUN}/killed/worker-1/worker.log", "epoch=2 ")
+        pid = remote_pid(hosts, 1, f"{RUN}/killed/worker-1")
+        assert hosts.run(1, f"kill -9 {pid}")[0] == 0
+
+    out = run_with_fault(hosts, tmp_path, "killed", common(worker_python), kill_worker_1)
+    summary = assert_clean_failure(hosts, out, [0, 1], bound=60)
+    assert "worker 1 on host node1 failed first: exit status 137" in out.stdout
+    assert summary["reason"].startswith("worker 1 on host node1")
+
+
+def test_a_worker_that_cannot_start_stops_the_others(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    hosts = make_ns_hosts(count=3)
+    out = run_with_fault(
+        hosts,
+        tmp_path,
+        "nostart",
+        common(worker_python),
+        lambda: None,
+        hostvars={"node2": {"tf_worker_python": "/nonexistent/bin/python3"}},
+    )
+    assert_clean_failure(hosts, out, [0, 1, 2], bound=200)
+    assert "worker 2 on host node2 failed" in out.stdout
+    assert "/nonexistent/bin/python3" in out.stdout
+
+
+def test_the_job_deadline_stops_every_worker(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    hosts = make_ns_hosts(count=2)
+    out = run_with_fault(hosts, tmp_path, "deadline", common(worker_python, tf_job_timeout=40), lambda: None)
+    summary = assert_clean_failure(hosts, out, [0, 1], bound=200)
+    assert "job deadline of 40 s passed" in summary["reason"]
+
+
+@pytest.mark.parametrize("fault", ["cut_network", "power_off"])
+def test_a_host_lost_mid_training_fails_the_run_and_keeps_the_other_logs(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str, fault: str
+) -> None:
+    hosts = make_ns_hosts(count=3)
+    run_id = f"lost-{fault.replace('_', '-')}"
+
+    def lose_node2() -> None:
+        wait_for_log(hosts, 2, f"{RUN}/{run_id}/worker-2/worker.log", "epoch=2 ")
+        getattr(hosts, fault)(2)
+
+    out = run_with_fault(hosts, tmp_path, run_id, common(worker_python), lose_node2)
+    summary = assert_clean_failure(hosts, out, [0, 1], bound=120)
+    logs = {w["host"] for w in summary["workers"]}
+    assert {"node0", "node1"} <= logs

@@ -1,0 +1,170 @@
+"""The runbook over SSH on network-namespace hosts, as an unprivileged user.
+
+Each host has its own network stack, sshd and private home and /tmp (see nshosts.py).
+The runbook is driven exactly as a user drives it; the hosts' state is then checked
+independently of it, over SSH with paramiko.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from nshosts import NamespaceHosts
+from workerenv import HOST_PYTHON, SHARED_VENV_ROOT, WORKER_PINS
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
+class Runbook:
+    """Runs the runbook's playbooks against one NamespaceHosts inventory."""
+
+    def __init__(self, hosts: NamespaceHosts, workdir: Path, **inventory: Any) -> None:
+        self.hosts = hosts
+        self.runs = workdir / "runs"
+        self.inventory = hosts.write_inventory(workdir / "inventory" / "hosts.yml", **inventory)
+
+    def play(self, playbook: str, *args: str, extra: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        data = {"tf_runs_dir": str(self.runs), **(extra or {})}
+        return subprocess.run(
+            [str(PLAYBOOK_BIN), playbook, "-i", str(self.inventory), "-e", json.dumps(data), *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+
+    def summary(self, run_id: str) -> dict[str, Any]:
+        return json.loads((self.runs / run_id / "summary.json").read_text())
+
+    # -- independent checks over SSH (paramiko) -------------------------------------
+
+    def exists(self, host: int, path: str) -> bool:
+        rc, _, _ = self.hosts.run(host, f"test -e {path}")
+        return rc == 0
+
+    def run_processes(self, host: int, run_id: str) -> list[str]:
+        """Processes of the user on that host whose command line or cwd mention the run."""
+        script = (
+            "for p in /proc/[0-9]*; do "
+            f"c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); d=$(readlink $p/cwd 2>/dev/null); "
+            f"case \"$c $d\" in *{run_id}*) echo \"${{p#/proc/}} $c\";; esac; done"
+        )
+        rc, out, _ = self.hosts.run(host, script)
+        assert rc == 0
+        return [line for line in out.splitlines() if line.strip() and "for p in" not in line]
+
+
+def assert_trained(book: Runbook, result: subprocess.CompletedProcess[str], run_id: str, expect: list[tuple[str, int]]) -> dict[str, Any]:
+    """The run succeeded with workers (host, port) in index order; checked on every side."""
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    summary = book.summary(run_id)
+    assert summary["status"] == "succeeded", summary["checks"]
+    assert [(w["host"], w["port"]) for w in summary["workers"]] == expect
+    for worker in summary["workers"]:
+        assert Path(worker["log"]).is_file(), worker
+    return summary
+
+
+def test_three_hosts_same_port_train_and_only_the_chief_writes_its_marker(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    hosts = make_ns_hosts(count=3)
+    book = Runbook(hosts, tmp_path, port=2222, groupvars={"tf_worker_python": worker_python})
+    result = book.play("train.yml", extra={"tf_run_id": "three"})
+    assert_trained(book, result, "three", [("node0", 2222), ("node1", 2222), ("node2", 2222)])
+    run = "~/tf-runbook/runs/three"
+    assert book.exists(0, f"{run}/worker-0/multiworker-complete.txt")
+    for host in (1, 2):
+        assert book.exists(host, f"{run}/worker-{host}/worker.log")
+        assert not book.exists(host, f"{run}/worker-{host}/multiworker-complete.txt")
+        # Private filesystems: a host holds only its own worker's directory.
+        assert not book.exists(host, f"{run}/worker-0")
+    for host in range(3):
+        assert book.run_processes(host, "three") == []
+        rc, out, _ = hosts.run(host, f"stat -c %a {run}")
+        assert out.strip() == "700"
+    # Every worker saw the full cluster list, with the same port on three addresses.
+    cluster = [f"{h.address}:2222" for h in hosts.hosts]
+    assert book.summary("three")["cluster"]["worker"] == cluster
+
+
+def test_limit_to_two_of_three_hosts_trains_a_two_worker_cluster(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    hosts = make_ns_hosts(count=3)
+    book = Runbook(hosts, tmp_path, groupvars={"tf_worker_python": worker_python})
+    result = book.play("train.yml", "--limit", "node0,node2", extra={"tf_run_id": "limited"})
+    summary = assert_trained(book, result, "limited", [("node0", 2222), ("node2", 2222)])
+    assert summary["cluster"]["size"] == 2
+    assert book.exists(2, "~/tf-runbook/runs/limited/worker-1/worker.log")
+    assert not book.exists(1, "~/tf-runbook/runs/limited")
+
+
+def test_forks_one_still_starts_every_worker(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    hosts = make_ns_hosts(count=3)
+    book = Runbook(hosts, tmp_path, groupvars={"tf_worker_python": worker_python})
+    result = book.play("train.yml", "--forks", "1", extra={"tf_run_id": "forks1"})
+    assert_trained(book, result, "forks1", [("node0", 2222), ("node1", 2222), ("node2", 2222)])
+
+
+def test_two_hosts_with_two_slots_each(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    hosts = make_ns_hosts(count=2)
+    book = Runbook(hosts, tmp_path, slots=2, port=2300, groupvars={"tf_worker_python": worker_python})
+    result = book.play("train.yml", extra={"tf_run_id": "slots"})
+    summary = assert_trained(
+        book, result, "slots", [("node0", 2300), ("node0", 2301), ("node1", 2300), ("node1", 2301)]
+    )
+    assert summary["cluster"]["size"] == 4
+    assert book.exists(1, "~/tf-runbook/runs/slots/worker-3/worker.log")
+    assert book.exists(0, "~/tf-runbook/runs/slots/worker-0/multiworker-complete.txt")
+    assert not book.exists(0, "~/tf-runbook/runs/slots/worker-1/multiworker-complete.txt")
+
+
+def test_managed_virtualenv_is_built_offline_from_the_controllers_wheelhouse(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path
+) -> None:
+    """The default interpreter path: a virtualenv per host, from a wheelhouse the controller
+    prepares once, on hosts that have no route out."""
+    hosts = make_ns_hosts(count=2)
+    wheelhouse = SHARED_VENV_ROOT / "wheelhouse"
+    book = Runbook(
+        hosts,
+        tmp_path,
+        groupvars={
+            "tf_worker_python": "",
+            "tf_worker_venv_bootstrap_python": HOST_PYTHON,
+            "tf_worker_requirements": WORKER_PINS,
+            "tf_worker_wheelhouse": str(wheelhouse),
+        },
+    )
+    # The hosts really are offline: they cannot even resolve the package index (this
+    # sends no packet: the hosts have no name server).
+    rc, _, _ = hosts.run(0, "python3 -c \"import socket; socket.getaddrinfo('pypi.org', 443)\"")
+    assert rc != 0
+    result = book.play("train.yml", extra={"tf_run_id": "offline"})
+    assert_trained(book, result, "offline", [("node0", 2222), ("node1", 2222)])
+    for host in range(2):
+        rc, out, _ = hosts.run(host, "~/tf-runbook/venv/bin/python -c 'import tensorflow as tf; print(tf.__version__)'", timeout=120)
+        assert (rc, out.strip()) == (0, "2.21.0")
+        assert book.exists(host, "~/tf-runbook/wheelhouse/requirements.txt")
+
+    # Second run: the virtualenv is up to date, so pip does not run again.
+    again = book.play("train.yml", extra={"tf_run_id": "offline-2"})
+    assert_trained(book, again, "offline-2", [("node0", 2222), ("node1", 2222)])
+    # ansible.cfg hides skipped tasks: the pip task shows only when it ran.
+    assert "Install the worker requirements into the virtualenv" in result.stdout
+    assert "Install the worker requirements into the virtualenv" not in again.stdout

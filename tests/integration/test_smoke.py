@@ -1,0 +1,223 @@
+"""The smoke test as a user runs it: `ansible-playbook train.yml --limit localhost`.
+
+These runs train for real (two TensorFlow workers on this machine) or use tiny fake jobs
+where only the runbook's behaviour is under test. Each test keeps its runs in its own
+temporary directories so that it can check exactly what a run left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
+
+
+def run_playbook(playbook: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(
+        [str(PLAYBOOK_BIN), playbook, "--limit", "localhost", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file under root with its sha256, to prove a later run changed nothing."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> dict[str, Path]:
+    return {"base": tmp_path / "host", "runs": tmp_path / "runs"}
+
+
+def extra(dirs: dict[str, Path], **values: object) -> list[str]:
+    data = {"tf_worker_base_dir": str(dirs["base"]), "tf_runs_dir": str(dirs["runs"]), **values}
+    return ["-e", json.dumps(data)]
+
+
+def epoch_lines(log: str) -> list[str]:
+    """The epoch lines of a log without their `worker=I` prefix."""
+    return [line.split(" ", 1)[1] for line in log.splitlines() if " epoch=" in line]
+
+
+def test_smoke_run_trains_two_workers_and_proves_it(dirs: dict[str, Path]) -> None:
+    result = run_playbook("train.yml", *extra(dirs, tf_run_id="smoke-1"))
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "run smoke-1: SUCCEEDED" in result.stdout
+    # Progress lines while waiting, not only "retrying".
+    assert "localhost worker-0:" in result.stdout
+
+    summary = json.loads((dirs["runs"] / "smoke-1" / "summary.json").read_text())
+    assert summary["status"] == "succeeded"
+    assert summary["cluster"]["worker"] == ["127.0.0.1:2222", "127.0.0.1:2223"]
+    assert [(w["index"], w["port"], w["exit_status"]) for w in summary["workers"]] == [
+        (0, 2222, 0),
+        (1, 2223, 0),
+    ]
+    assert {c["name"] for c in summary["checks"] if c["ok"]} >= {
+        "exit_status", "metrics_agree", "chief_marker", "cluster_seen", "training_complete",
+    }
+
+    # Independently of the verifier: both logs hold the same epoch metrics.
+    fetched = dirs["runs"] / "smoke-1" / "localhost"
+    logs = [(fetched / f"worker-{i}" / "worker.log").read_text() for i in (0, 1)]
+    assert len(epoch_lines(logs[0])) == 3
+    assert epoch_lines(logs[0]) == epoch_lines(logs[1])
+
+    # On the host: only the chief's directory holds the marker; no process is left.
+    host_run = dirs["base"] / "runs" / "smoke-1"
+    assert (host_run / "worker-0" / "multiworker-complete.txt").is_file()
+    assert not (host_run / "worker-1" / "multiworker-complete.txt").exists()
+    for index in (0, 1):
+        state = json.loads((host_run / f"worker-{index}" / "state.json").read_text())
+        assert not pid_alive(state["pid"]) and not pid_alive(state["supervisor_pid"])
+        assert oct((host_run / f"worker-{index}").stat().st_mode & 0o777) == "0o700"
+
+    # collect.yml runs alone on an earlier run and reaches the same verdict.
+    again = run_playbook("playbooks/collect.yml", *extra(dirs, tf_run_id="smoke-1"))
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert json.loads((dirs["runs"] / "smoke-1" / "summary.json").read_text())["status"] == "succeeded"
+
+    # A run id is used once: a second launch under it is refused and changes nothing.
+    before = tree_digest(dirs["base"]) | tree_digest(dirs["runs"])
+    reused = run_playbook("train.yml", *extra(dirs, tf_run_id="smoke-1"))
+    assert reused.returncode != 0
+    assert "already launched" in reused.stdout
+    assert tree_digest(dirs["base"]) | tree_digest(dirs["runs"]) == before
+
+
+def test_forks_one_and_two_runs_in_a_row_keep_both_results(dirs: dict[str, Path]) -> None:
+    for _ in range(2):
+        result = run_playbook("train.yml", "--forks", "1", *extra(dirs))
+        assert result.returncode == 0, result.stdout[-4000:]
+    runs = sorted(p for p in dirs["runs"].iterdir() if p.is_dir())
+    assert len(runs) == 2, runs
+    for run in runs:
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["status"] == "succeeded" and summary["run_id"] == run.name
+        assert (dirs["base"] / "runs" / run.name / "worker-0" / "worker.log").is_file()
+
+
+@pytest.mark.parametrize("bad", ["../escape", "a/b", "x y", ".hidden"])
+def test_unsafe_run_id_is_refused_before_anything_is_created(dirs: dict[str, Path], bad: str) -> None:
+    result = run_playbook("train.yml", *extra(dirs, tf_run_id=bad))
+    assert result.returncode != 0
+    assert repr(bad) in result.stdout, result.stdout[-2000:]
+    assert not dirs["base"].exists() and not dirs["runs"].exists()
+
+
+FAKE_JOB = """
+import json, os, sys, time
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+size = len(json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"])
+mode = sys.argv[1]
+print(f"worker={index} cluster_workers={size} replicas={size} global_batch=32", flush=True)
+if mode == "disagree":
+    print(f"worker={index} epoch=1 loss={0.5 + index:.4f} binary_accuracy=0.5000", flush=True)
+elif mode == "crash" and index == 1:
+    sys.exit(3)
+elif mode in ("crash", "sleep"):
+    time.sleep(600)
+if index == 0:
+    open("multiworker-complete.txt", "w").write("done\\n")
+print(f"worker={index} training_complete", flush=True)
+"""
+
+
+def write_fake_job(tmp_path: Path) -> Path:
+    script = tmp_path / "fake_job.py"
+    script.write_text(FAKE_JOB)
+    return script
+
+
+def test_workers_that_disagree_fail_the_verdict(dirs: dict[str, Path], tmp_path: Path) -> None:
+    job = write_fake_job(tmp_path)
+    result = run_playbook(
+        "train.yml", *extra(dirs, tf_run_id="disagree", tf_train_script=str(job), tf_train_args=["disagree"])
+    )
+    assert result.returncode != 0
+    assert "metrics_agree: epoch 1 loss: 0.5000 from worker(s) [0], 1.5000 from worker(s) [1]" in result.stdout
+    summary = json.loads((dirs["runs"] / "disagree" / "summary.json").read_text())
+    assert summary["status"] == "failed"
+
+
+def test_a_crashed_worker_stops_the_others_and_fails_the_run(dirs: dict[str, Path], tmp_path: Path) -> None:
+    job = write_fake_job(tmp_path)
+    started = time.monotonic()
+    result = run_playbook(
+        "train.yml", *extra(dirs, tf_run_id="crash", tf_train_script=str(job), tf_train_args=["crash"])
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert "worker 1 (localhost): exit status 3" in result.stdout
+    assert "worker 1 on host localhost failed first: exit status 3" in result.stdout
+    # Worker 0 slept for 600 s: the runbook stopped it instead of waiting.
+    assert elapsed < 120, elapsed
+    state = json.loads((dirs["base"] / "runs" / "crash" / "worker-0" / "state.json").read_text())
+    assert not pid_alive(state["pid"]) and not pid_alive(state["supervisor_pid"])
+    summary = json.loads((dirs["runs"] / "crash" / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    assert summary["reason"].startswith("worker 1 on host localhost failed first")
+    assert (dirs["runs"] / "crash" / "localhost" / "worker-1" / "worker.log").is_file()
+
+
+def test_stop_playbook_ends_a_run_the_controller_abandoned(dirs: dict[str, Path], tmp_path: Path) -> None:
+    job = write_fake_job(tmp_path)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    args = extra(dirs, tf_run_id="abandoned", tf_train_script=str(job), tf_train_args=["sleep"])
+    controller = subprocess.Popen(
+        [str(PLAYBOOK_BIN), "train.yml", "--limit", "localhost", *args],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    run = dirs["base"] / "runs" / "abandoned"
+    states = [run / f"worker-{i}" / "state.json" for i in (0, 1)]
+    deadline = time.monotonic() + 120
+    while not all(p.exists() for p in states):
+        assert time.monotonic() < deadline, "the workers never started"
+        assert controller.poll() is None, "the playbook ended early"
+        time.sleep(0.5)
+    # The controller dies without cleaning up: the workers go on.
+    controller.kill()
+    controller.wait()
+    pids = [json.loads(p.read_text())[key] for p in states for key in ("pid", "supervisor_pid")]
+    assert all(pid_alive(pid) for pid in pids)
+
+    stopped = run_playbook("playbooks/stop.yml", *extra(dirs, tf_run_id="abandoned"))
+    assert stopped.returncode == 0, stopped.stdout[-3000:]
+    assert "changed: [localhost]" in stopped.stdout
+    assert not any(pid_alive(pid) for pid in pids)
+    for index in (0, 1):
+        record = json.loads((run / f"worker-{index}" / "exit.json").read_text())
+        assert record["returncode"] != 0 and "stopped" in record["reason"]
+
+    # Safe to run twice: nothing left to stop, nothing changes.
+    before = tree_digest(run)
+    again = run_playbook("playbooks/stop.yml", *extra(dirs, tf_run_id="abandoned"))
+    assert again.returncode == 0 and "changed: [localhost]" not in again.stdout
+    assert tree_digest(run) == before

@@ -1,0 +1,34 @@
+"""Worker interpreters for the namespace hosts' unprivileged user."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+WORKER_PINS = ["tensorflow-cpu==2.21.0", "numpy==2.3.5"]
+# Debian's interpreter is the one an unprivileged user can run on these hosts.
+HOST_PYTHON = "/usr/bin/python3"
+SHARED_VENV_ROOT = Path(os.environ.get("TF_RUNBOOK_TEST_CACHE", "/var/cache/tf-runbook-tests"))
+
+
+def shared_venv() -> Path:
+    """A virtualenv with the worker pins for Debian's Python, outside the hosts' private
+    dirs so that every host sees it; built once and reused (keyed by the pins)."""
+    key = hashlib.sha256("\n".join([HOST_PYTHON, *WORKER_PINS]).encode()).hexdigest()[:12]
+    venv = SHARED_VENV_ROOT / f"venv-{key}"
+    python = venv / "bin" / "python"
+    if (venv / ".complete").exists():
+        return python
+    SHARED_VENV_ROOT.mkdir(parents=True, exist_ok=True)
+    os.chmod(SHARED_VENV_ROOT, 0o755)
+    subprocess.run([HOST_PYTHON, "-m", "venv", "--clear", str(venv)], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *WORKER_PINS],
+        check=True,
+    )
+    (venv / ".complete").write_text("\n".join(WORKER_PINS) + "\n")
+    return python
+
+

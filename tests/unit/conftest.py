@@ -1,0 +1,110 @@
+"""Shared setup of the unit tests.
+
+- Loads the code under test (filter plugins, modules, the supervisor script) by file
+  path with importlib and registers each under its plain name, so that the tests simply
+  ``import tf_cluster`` and so on, whatever pytest's import mode.
+- ``reaper``: makes this pytest process a child subreaper and reaps, like a real init,
+  the orphans that the supervisor tests leave behind. PID 1 of some containers does not
+  reap orphans; their zombies would keep a process group "alive" for ``os.killpg(pgid,
+  0)`` although nothing in it runs any more.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = REPO / "roles"
+SUPERVISOR = ROLES / "tf_worker" / "files" / "tf_supervisor.py"
+
+MODULES: dict[str, Path] = {
+    "tf_cluster": ROLES / "tf_cluster" / "filter_plugins" / "tf_cluster.py",
+    "tf_run_id": ROLES / "tf" / "filter_plugins" / "tf_run_id.py",
+    "tf_worker_config": ROLES / "tf_worker" / "filter_plugins" / "tf_worker_config.py",
+    "tf_wait": ROLES / "tf_wait" / "filter_plugins" / "tf_wait.py",
+    "tf_launch": ROLES / "tf_launch" / "filter_plugins" / "tf_launch.py",
+    "tf_verdict": ROLES / "tf_verdict" / "library" / "tf_verdict.py",
+    "tf_worker_stop": ROLES / "tf_stop" / "library" / "tf_worker_stop.py",
+    "tf_worker_status": ROLES / "tf_wait" / "library" / "tf_worker_status.py",
+    "tf_supervisor": SUPERVISOR,
+}
+
+
+def load_module(name: str, path: Path) -> ModuleType:
+    """Import ``path`` as module ``name`` (registered in sys.modules)."""
+    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, f"cannot load {path}"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+for _name, _path in MODULES.items():
+    load_module(_name, _path)
+
+
+@pytest.fixture(scope="session")
+def supervisor_path() -> Path:
+    return SUPERVISOR
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _zombie_orphans() -> list[int]:
+    """Zombie children of this process that are not in its own process group.
+
+    The supervisors the tests start with Popen stay in pytest's group and are waited for
+    by Popen; only orphans reparented from the jobs' own process groups are reaped here.
+    """
+    me = os.getpid()
+    own_group = os.getpgrp()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                data = handle.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(")") + 2 :].split()
+        if fields[0] == "Z" and int(fields[1]) == me and int(fields[2]) != own_group:
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture(scope="session")
+def reaper() -> Iterator[None]:
+    """Reap orphaned zombies as an init would, for as long as the session runs."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            for pid in _zombie_orphans():
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=loop, name="orphan-reaper", daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(timeout=1)

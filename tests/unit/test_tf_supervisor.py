@@ -1,0 +1,406 @@
+"""tf_supervisor.py run for real, on tiny Python jobs instead of TensorFlow.
+
+The supervisor polls every 0.2 s and the deadline cases take seconds each, so the runs
+that need no interaction are all started at once by the module fixture ``runs``; each
+test then waits for its own run and checks it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("reaper")
+
+TF_CONFIG = {"cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}, "task": {"type": "worker", "index": 1}}
+
+SLEEPER = """
+import time
+print("starting", flush=True)
+time.sleep(30)
+"""
+
+# Ignores SIGTERM, starts a child that ignores it too, records both pids, then sleeps.
+STUBBORN = """
+import json, os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\nwhile True: time.sleep(0.5)"])
+with open("pids.json.tmp", "w") as handle:
+    json.dump({"job": os.getpid(), "child": child.pid, "pgid": os.getpgrp()}, handle)
+os.replace("pids.json.tmp", "pids.json")
+print("ready", flush=True)
+while True:
+    time.sleep(0.5)
+"""
+
+RECORDER = """
+import json, os, sys
+with open("seen.json", "w") as handle:
+    json.dump({"tf_config": os.environ.get("TF_CONFIG"), "cwd": os.getcwd(), "pid": os.getpid(),
+               "pgid": os.getpgrp(), "sid": os.getsid(0), "argv": sys.argv[1:],
+               "unbuffered": os.environ.get("PYTHONUNBUFFERED")}, handle)
+print("hello on stdout")
+print("hello on stderr", file=sys.stderr)
+"""
+
+LEAVES_CHILD = """
+import json, os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\ntime.sleep(30)"])
+with open("pids.json", "w") as handle:
+    json.dump({"child": child.pid, "pgid": os.getpgrp()}, handle)
+"""
+
+STARTUP = ("--startup-timeout", "1", "--startup-pattern", r"joined the\s+cluster", "--grace", "1")
+
+# name: (job source, supervisor options, extra keyword arguments of ``start``)
+SCENARIOS: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
+    "records": (RECORDER, (), {"job_args": ("--epochs", "3"), "relative": True}),
+    "exit-3": ("import sys\nsys.exit(3)\n", (), {}),
+    "exit-exception": ("raise SystemExit('boom')\n", (), {}),
+    "exit-sigkill": ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", (), {}),
+    "startup-never-joins": (SLEEPER, STARTUP, {}),
+    "startup-joins-and-exits": ("print('worker 1 joined the cluster')\n", STARTUP, {}),
+    "startup-joins-and-lingers": (
+        "import time\nprint('worker 1 joined the  cluster', flush=True)\ntime.sleep(1.6)\n", STARTUP, {}
+    ),
+    "job-deadline": (
+        "import time\nprint('joined', flush=True)\ntime.sleep(30)\n",
+        ("--startup-timeout", "5", "--startup-pattern", "joined", "--job-timeout", "1", "--grace", "1"),
+        {},
+    ),
+    "stubborn": (STUBBORN, ("--job-timeout", "1", "--grace", "1"), {}),
+    "leaves-child": (LEAVES_CHILD, ("--grace", "1"), {}),
+    "no-interpreter": ("print('never')\n", (), {"python": "missing"}),
+}
+
+
+def job(tmp_path: Path, source: str, name: str = "job.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return path
+
+
+def make_worker_dir(root: Path) -> Path:
+    wdir = root / "runs" / "r1" / "worker-1"
+    wdir.mkdir(parents=True)
+    (wdir / "tf_config.json").write_text(json.dumps(TF_CONFIG) + "\n", encoding="utf-8")
+    return wdir
+
+
+@pytest.fixture
+def worker_dir(tmp_path: Path) -> Path:
+    return make_worker_dir(tmp_path)
+
+
+def command(
+    supervisor: Path, worker_dir: Path | str, script: Path, *options: str, python: str = sys.executable,
+    job_args: tuple[str, ...] = (),
+) -> list[str]:
+    return [
+        sys.executable, str(supervisor), "--worker-dir", str(worker_dir), "--python", python,
+        "--script", str(script), *options, "--", *job_args,
+    ]  # fmt: skip
+
+
+@dataclass
+class Run:
+    """One supervisor run in the background."""
+
+    root: Path
+    worker_dir: Path
+    python: str
+    proc: subprocess.Popen[str]
+    started: float
+    ended: float = 0.0
+    stderr: str = ""
+    thread: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self._collect, daemon=True)
+        self.thread.start()
+
+    def _collect(self) -> None:
+        _, self.stderr = self.proc.communicate()
+        self.ended = time.monotonic()
+
+    def finish(self, timeout: float = 30.0) -> "Run":
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            self.proc.kill()
+            pytest.fail(f"supervisor in {self.worker_dir} did not finish within {timeout} s")
+        return self
+
+    @property
+    def returncode(self) -> int:
+        assert self.proc.returncode is not None
+        return self.proc.returncode
+
+    @property
+    def elapsed(self) -> float:
+        return self.ended - self.started
+
+    def json(self, name: str) -> dict[str, Any]:
+        return read_json(self.worker_dir / name)
+
+
+def start(supervisor: Path, root: Path, source: str, *options: str, python: str = sys.executable,
+          job_args: tuple[str, ...] = (), relative: bool = False) -> Run:  # fmt: skip
+    """Start the supervisor on a fresh worker dir under ``root``."""
+    wdir = make_worker_dir(root)
+    script = job(root, source)
+    if python == "missing":
+        python = str(root / "no-such-venv" / "bin" / "python3")
+    # A relative --worker-dir, with the supervisor started elsewhere, checks that the job
+    # still runs in the worker directory.
+    target: Path | str = os.path.relpath(wdir, root) if relative else wdir
+    proc = subprocess.Popen(
+        command(supervisor, target, script, *options, python=python, job_args=job_args),
+        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    return Run(root, wdir, python, proc, time.monotonic())
+
+
+@pytest.fixture(scope="module")
+def runs(supervisor_path: Path, tmp_path_factory: pytest.TempPathFactory, reaper: None) -> Iterator[dict[str, Run]]:
+    started = {
+        name: start(supervisor_path, tmp_path_factory.mktemp(name), source, *options, **kwargs)
+        for name, (source, options, kwargs) in SCENARIOS.items()
+    }
+    yield started
+    for run in started.values():
+        if run.proc.poll() is None:
+            run.proc.kill()
+        run.thread.join(5)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def wait_for(path: Path, text: str | None = None, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not path.exists() or (text is not None and text not in path.read_text(encoding="utf-8")):
+        assert time.monotonic() < end, f"{path} did not appear (with {text!r}) within {timeout} s"
+        time.sleep(0.02)
+
+
+def group_members(pgid: int) -> list[str]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                data = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = data[data.rfind(")") + 2 :].split()
+            if int(fields[2]) == pgid:
+                members.append(f"{entry} state={fields[0]} {data[: data.rfind(')') + 1]}")
+    return members
+
+
+def assert_group_gone(pgid: int, timeout: float = 2.0) -> None:
+    """Nothing of the process group may survive (zombies are reaped by the reaper)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        if time.monotonic() > end:
+            pytest.fail(f"process group {pgid} survived: {group_members(pgid)}")
+        time.sleep(0.02)
+
+
+# --- (a) environment, cwd, log, records ------------------------------------------------
+
+
+def test_job_gets_tf_config_cwd_log_and_records(runs: dict[str, Run]) -> None:
+    run = runs["records"].finish()
+    assert run.returncode == 0, run.stderr
+    wdir = run.worker_dir
+
+    seen = read_json(wdir / "seen.json")
+    config_text = (wdir / "tf_config.json").read_text(encoding="utf-8")
+    assert seen["tf_config"] == config_text.rstrip("\n")
+    assert json.loads(seen["tf_config"]) == TF_CONFIG
+    assert seen["cwd"] == str(wdir.resolve())
+    assert seen["argv"] == ["--epochs", "3"]
+    assert seen["unbuffered"] == "1"
+
+    log = (wdir / "worker.log").read_text(encoding="utf-8")
+    assert "hello on stdout" in log
+    assert "hello on stderr" in log
+
+    state = run.json("state.json")
+    assert state["supervisor_pid"] == run.proc.pid
+    assert state["pid"] == seen["pid"]
+    assert state["pgid"] == seen["pgid"] == seen["pid"] == seen["sid"]
+    assert "TF_CONFIG" not in json.dumps(state["argv"]) and "127.0.0.1:2222" not in json.dumps(state["argv"])
+
+    exit_ = run.json("exit.json")
+    assert exit_["returncode"] == 0
+    assert exit_["reason"] == "exited"
+    assert exit_["signal"] is None
+    assert exit_["started_at"] <= exit_["finished_at"]
+    assert not list(wdir.glob(".*.tmp"))
+
+
+# --- (b) exit status -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "returncode", "signame"),
+    [("exit-3", 3, None), ("exit-exception", 1, None), ("exit-sigkill", 137, "SIGKILL")],
+)
+def test_exit_status_of_the_job(runs: dict[str, Run], name: str, returncode: int, signame: str | None) -> None:
+    run = runs[name].finish()
+    assert run.returncode == returncode, run.stderr
+    exit_ = run.json("exit.json")
+    assert exit_["returncode"] == returncode
+    assert exit_["signal"] == signame
+    assert exit_["reason"] == "exited"
+
+
+# --- (c) startup deadline --------------------------------------------------------------
+
+
+def test_startup_deadline_kills_a_job_that_never_joins(runs: dict[str, Run]) -> None:
+    run = runs["startup-never-joins"].finish()
+    assert run.elapsed < 6, f"took {run.elapsed:.1f} s"
+    exit_ = run.json("exit.json")
+    assert "startup deadline of 1 s passed" in exit_["reason"]
+    assert exit_["returncode"] == run.returncode == 128 + signal.SIGTERM
+    assert exit_["signal"] == "SIGTERM"
+    assert exit_["joined"] is False
+    assert_group_gone(run.json("state.json")["pgid"])
+
+
+@pytest.mark.parametrize("name", ["startup-joins-and-exits", "startup-joins-and-lingers"])
+def test_job_that_prints_the_startup_pattern_is_not_killed(runs: dict[str, Run], name: str) -> None:
+    """Once the pattern appeared, the startup deadline no longer applies."""
+    run = runs[name].finish()
+    exit_ = run.json("exit.json")
+    assert run.returncode == 0, exit_
+    assert exit_["returncode"] == 0
+    assert exit_["reason"] == "exited"
+    assert exit_["joined"] is True
+
+
+# --- (d) job deadline ------------------------------------------------------------------
+
+
+def test_job_deadline(runs: dict[str, Run]) -> None:
+    run = runs["job-deadline"].finish()
+    assert run.elapsed < 6, f"took {run.elapsed:.1f} s"
+    exit_ = run.json("exit.json")
+    assert exit_["reason"] == "job deadline of 1 s passed"
+    assert exit_["returncode"] == run.returncode == 143
+    assert exit_["joined"] is True
+    assert_group_gone(run.json("state.json")["pgid"])
+
+
+# --- (e) a job that ignores SIGTERM ----------------------------------------------------
+
+
+def test_job_ignoring_sigterm_and_its_child_are_killed_after_grace(runs: dict[str, Run]) -> None:
+    run = runs["stubborn"].finish()
+    pids = run.json("pids.json")
+    assert run.json("state.json")["pgid"] == pids["pgid"]
+    assert_group_gone(pids["pgid"])
+    for pid in (pids["job"], pids["child"]):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    exit_ = run.json("exit.json")
+    assert exit_["reason"] == "job deadline of 1 s passed"
+    assert exit_["signal"] == "SIGKILL"
+    assert exit_["returncode"] == run.returncode == 137
+    assert 2.0 <= run.elapsed < 8, f"took {run.elapsed:.1f} s: the grace period was not honoured"
+
+
+def test_children_left_by_a_finished_job_do_not_outlive_it(runs: dict[str, Run]) -> None:
+    run = runs["leaves-child"].finish()
+    assert run.returncode == 0, run.stderr
+    assert_group_gone(run.json("pids.json")["pgid"])
+    exit_ = run.json("exit.json")
+    assert (exit_["returncode"], exit_["reason"]) == (0, "exited")
+
+
+# --- (h) an interpreter that does not exist --------------------------------------------
+
+
+def test_missing_interpreter_gives_127_and_exit_json(runs: dict[str, Run]) -> None:
+    run = runs["no-interpreter"].finish()
+    assert run.returncode == 127, run.stderr
+    exit_ = run.json("exit.json")
+    assert exit_["returncode"] == 127
+    assert exit_["reason"].startswith("cannot start the job")
+    assert run.python in exit_["reason"]
+    assert exit_["joined"] is False
+    log = (run.worker_dir / "worker.log").read_text(encoding="utf-8")
+    assert f"supervisor: cannot start {run.python}" in log
+    assert not (run.worker_dir / "state.json").exists()
+
+
+# --- (f) signals to the supervisor -----------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_supervisor_stops_the_job(supervisor_path: Path, tmp_path: Path, sig: signal.Signals) -> None:
+    run = start(supervisor_path, tmp_path, "import time\nprint('ready', flush=True)\ntime.sleep(30)\n", "--grace", "1")
+    try:
+        wait_for(run.worker_dir / "state.json")
+        wait_for(run.worker_dir / "worker.log", "ready")
+        run.proc.send_signal(sig)
+        run.finish(10)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert_group_gone(run.json("state.json")["pgid"])
+    exit_ = run.json("exit.json")
+    assert exit_["reason"] == f"stopped by signal {sig.name}"
+    assert exit_["returncode"] == run.returncode == 143
+    assert exit_["signal"] == "SIGTERM"
+
+
+# --- (g) never twice in one worker directory -------------------------------------------
+
+
+def test_second_run_in_the_same_worker_dir_is_refused(supervisor_path: Path, worker_dir: Path, tmp_path: Path) -> None:
+    script = job(tmp_path, "open('runs.txt', 'a').write('ran\\n')\nprint('first')\n")
+
+    def supervise() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(command(supervisor_path, worker_dir, script), capture_output=True, text=True, timeout=30)
+
+    assert supervise().returncode == 0
+    records = {name: (worker_dir / name).read_bytes() for name in ("exit.json", "state.json", "worker.log")}
+    mtime = (worker_dir / "exit.json").stat().st_mtime_ns
+
+    second = supervise()
+    assert second.returncode == 97
+    assert f"{worker_dir}: this worker was already launched" in second.stderr
+    assert {name: (worker_dir / name).read_bytes() for name in records} == records
+    assert (worker_dir / "exit.json").stat().st_mtime_ns == mtime
+    assert (worker_dir / "runs.txt").read_text() == "ran\n"
+
+
+def test_run_is_refused_while_an_earlier_one_holds_state(supervisor_path: Path, worker_dir: Path, tmp_path: Path) -> None:
+    (worker_dir / "state.json").write_text('{"pid": 1, "pgid": 1, "supervisor_pid": 1}\n', encoding="utf-8")
+    script = job(tmp_path, "open('runs.txt', 'a').write('ran\\n')\n")
+    proc = subprocess.run(command(supervisor_path, worker_dir, script), capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 97
+    assert not (worker_dir / "exit.json").exists()
+    assert not (worker_dir / "worker.log").exists()
+    assert not (worker_dir / "runs.txt").exists()

@@ -1,0 +1,477 @@
+"""The verdict: parse worker logs, judge a run's checks, load a fetched run, summarise."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tf_verdict import judge, load_run, parse_log, summarize, table
+
+MARKER = "multiworker-complete.txt"
+HOSTS = ["node-a", "node-b"]
+ENDPOINTS = ["10.0.0.1:2222", "10.0.0.2:2222"]
+CHECKS = [
+    "logs_collected",
+    "exit_status",
+    "worker_index",
+    "same_cluster",
+    "cluster_seen",
+    "metrics_agree",
+    "training_complete",
+    "chief_marker",
+]
+METRICS = {
+    1: {"loss": "0.6817", "binary_accuracy": "0.6016"},
+    2: {"loss": "0.5342", "binary_accuracy": "0.7422"},
+    3: {"loss": "0.4127", "binary_accuracy": "0.8203"},
+}
+
+NOISE_START = [
+    "2025-01-14 10:02:11.482713: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.",
+    "2025-01-14 10:02:12.120034: I tensorflow/core/platform/cpu_feature_guard.cc:210] This TensorFlow "
+    "binary is optimized to use available CPU instructions in performance-critical operations.",
+    "I0000 00:00:1736848933.51 2931 grpc_server_lib.cc:467] Started server with target: grpc://10.0.0.1:2222",
+    "INFO:tensorflow:Enabled multi-worker collective ops with available devices: "
+    "['/job:worker/replica:0/task:0/device:CPU:0']",
+]
+
+
+def noise_epoch(epoch: int) -> list[str]:
+    m = METRICS.get(epoch, METRICS[1])
+    return [
+        f"Epoch {epoch}/3",
+        f"4/4 ━━━━━━━━━━━━━━━━━━━━ 1s 12ms/step - loss: {m['loss']} - binary_accuracy: {m['binary_accuracy']}",
+        "INFO:tensorflow:Collective all_reduce tensors: 6 all_reduces, num_devices = 1, group_size = 2",
+    ]
+
+
+def worker_log(
+    index: int,
+    size: int = 2,
+    *,
+    printed_index: int | None = None,
+    replicas: int | None = None,
+    cluster_workers: int | None = None,
+    metrics: dict[int, dict[str, str]] | None = None,
+    complete: bool = True,
+    noise: bool = True,
+) -> str:
+    """A worker log as the training script prints it, with TensorFlow noise in between."""
+    me = index if printed_index is None else printed_index
+    lines = list(NOISE_START) if noise else []
+    lines.append(
+        f"worker={me} cluster_workers={size if cluster_workers is None else cluster_workers} "
+        f"replicas={size if replicas is None else replicas} global_batch={16 * size}"
+    )
+    for epoch, values in sorted((METRICS if metrics is None else metrics).items()):
+        if noise:
+            lines += noise_epoch(epoch)
+        shown = " ".join(f"{k}={v}" for k, v in values.items())
+        lines.append(f"worker={me} epoch={epoch} {shown}")
+    if complete:
+        lines.append(f"worker={me} training_complete")
+    if noise:
+        lines.append("2025-01-14 10:03:01.000001: W tensorflow/core/kernels/data/cache_dataset_ops.cc:914] cache")
+    return "\n".join(lines) + "\n"
+
+
+def tf_config(index: int, size: int = 2) -> dict[str, Any]:
+    return {"cluster": {"worker": ENDPOINTS[:size]}, "task": {"type": "worker", "index": index}}
+
+
+def worker(index: int, **changes: Any) -> dict[str, Any]:
+    """A collected worker as load_run returns it; ``changes`` override fields."""
+    entry: dict[str, Any] = {
+        "index": index,
+        "host": HOSTS[index],
+        "dir": f"/runs/r/{HOSTS[index]}/worker-{index}",
+        "log": worker_log(index),
+        "exit": {"returncode": 0, "signal": None, "reason": "exited"},
+        "config": tf_config(index),
+        "marker": index == 0,
+    }
+    entry.update(changes)
+    return entry
+
+
+def checks_of(verdict: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in verdict["checks"]}
+
+
+def only_failure(verdict: dict[str, Any], name: str) -> str:
+    """Assert that ``name`` is the one failing check; return its detail."""
+    checks = checks_of(verdict)
+    failing = sorted(n for n, c in checks.items() if not c["ok"])
+    assert failing == [name], {n: checks[n]["detail"] for n in failing}
+    return checks[name]["detail"]
+
+
+# --- parse_log ---------------------------------------------------------------------
+
+
+def test_parse_log_reads_the_metrics_contract() -> None:
+    parsed = parse_log(worker_log(1))
+    assert parsed == {
+        "indices": {1},
+        "header": {"cluster_workers": "2", "replicas": "2", "global_batch": "32"},
+        "epochs": METRICS,
+        "complete": True,
+    }
+
+
+def test_parse_log_ignores_tensorflow_noise() -> None:
+    assert parse_log(worker_log(0, noise=True)) == parse_log(worker_log(0, noise=False))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "4/4 - 1s - loss: 0.1 - epoch=9 worker=0",
+        "INFO: worker=0 epoch=9 loss=0.1",
+        "Epoch 9/9",
+        "workers=0 epoch=9 loss=0.1",
+    ],
+)
+def test_parse_log_ignores_lines_not_starting_with_worker(line: str) -> None:
+    parsed = parse_log(line + "\n")
+    assert parsed == {"indices": set(), "header": {}, "epochs": {}, "complete": False}
+
+
+def test_parse_log_without_training_complete() -> None:
+    parsed = parse_log(worker_log(0, complete=False))
+    assert parsed["complete"] is False
+    assert sorted(parsed["epochs"]) == [1, 2, 3]
+
+
+def test_parse_log_of_empty_text() -> None:
+    assert parse_log("") == {"indices": set(), "header": {}, "epochs": {}, "complete": False}
+
+
+def test_parse_log_collects_every_printed_index() -> None:
+    text = worker_log(0) + "worker=1 epoch=4 loss=0.1\r\n"
+    parsed = parse_log(text)
+    assert parsed["indices"] == {0, 1}
+    assert parsed["epochs"][4] == {"loss": "0.1"}
+
+
+# --- judge -------------------------------------------------------------------------
+
+
+def test_judge_logs_that_agree_pass_every_check() -> None:
+    verdict = judge([worker(0), worker(1)], 2, MARKER)
+    checks = checks_of(verdict)
+    assert list(checks) == CHECKS
+    assert all(c["ok"] for c in checks.values()), checks
+    assert verdict["metrics"] == {str(e): m for e, m in METRICS.items()}
+    assert checks["metrics_agree"]["detail"] == "3 epoch(s), identical on every worker"
+
+
+def test_judge_metric_differs_in_one_epoch_of_one_worker() -> None:
+    metrics = {e: dict(m) for e, m in METRICS.items()}
+    metrics[2]["loss"] = "0.5343"
+    verdict = judge([worker(0), worker(1, log=worker_log(1, metrics=metrics))], 2, MARKER)
+    detail = only_failure(verdict, "metrics_agree")
+    assert "epoch 2 loss" in detail
+    assert "0.5342 from worker(s) [0]" in detail
+    assert "0.5343 from worker(s) [1]" in detail
+    assert "epoch 1" not in detail and "epoch 3" not in detail
+    assert "binary_accuracy" not in detail
+    # Only what all workers agree on is reported as the run's metrics.
+    assert verdict["metrics"]["2"] == {"binary_accuracy": "0.7422"}
+    assert verdict["metrics"]["1"] == METRICS[1]
+
+
+def test_judge_missing_chief_marker() -> None:
+    verdict = judge([worker(0, marker=False), worker(1)], 2, MARKER)
+    detail = only_failure(verdict, "chief_marker")
+    assert detail == f"the chief, worker 0 (node-a), wrote no {MARKER}"
+
+
+def test_judge_marker_written_by_a_non_chief() -> None:
+    verdict = judge([worker(0), worker(1, marker=True)], 2, MARKER)
+    detail = only_failure(verdict, "chief_marker")
+    assert detail == f"worker 1 (node-b) is not the chief but wrote {MARKER}"
+
+
+def test_judge_uses_the_given_marker_name() -> None:
+    verdict = judge([worker(0, marker=False), worker(1)], 2, "done.flag")
+    assert "wrote no done.flag" in only_failure(verdict, "chief_marker")
+
+
+@pytest.mark.parametrize(
+    ("key", "log_args"),
+    [("replicas", {"replicas": 1}), ("cluster_workers", {"cluster_workers": 3})],
+)
+def test_judge_wrong_cluster_size_seen(key: str, log_args: dict[str, int]) -> None:
+    verdict = judge([worker(0), worker(1, log=worker_log(1, **log_args))], 2, MARKER)
+    detail = only_failure(verdict, "cluster_seen")
+    assert detail == f"worker 1 (node-b): {key}={log_args[key]}, cluster has 2"
+
+
+def test_judge_missing_header() -> None:
+    log = "\n".join(line for line in worker_log(1).splitlines() if "replicas=" not in line)
+    verdict = judge([worker(0), worker(1, log=log)], 2, MARKER)
+    detail = only_failure(verdict, "cluster_seen")
+    assert "worker 1 (node-b): printed no cluster_workers" in detail
+    assert "worker 1 (node-b): printed no replicas" in detail
+
+
+def test_judge_missing_training_complete() -> None:
+    verdict = judge([worker(0), worker(1, log=worker_log(1, complete=False))], 2, MARKER)
+    detail = only_failure(verdict, "training_complete")
+    assert detail == "worker 1 (node-b): no training_complete line"
+
+
+def test_judge_non_zero_exit_status_with_reason() -> None:
+    exit_ = {"returncode": 137, "signal": "SIGKILL", "reason": "job deadline of 60 s passed"}
+    verdict = judge([worker(0), worker(1, exit=exit_)], 2, MARKER)
+    detail = only_failure(verdict, "exit_status")
+    assert detail == "worker 1 (node-b): exit status 137 (job deadline of 60 s passed)"
+
+
+def test_judge_no_exit_status() -> None:
+    verdict = judge([worker(0, exit=None), worker(1)], 2, MARKER)
+    detail = only_failure(verdict, "exit_status")
+    assert detail == "worker 0 (node-a): no exit status (still running or lost)"
+
+
+def test_judge_log_reports_another_worker_index() -> None:
+    verdict = judge([worker(0, log=worker_log(0, printed_index=1)), worker(1)], 2, MARKER)
+    detail = only_failure(verdict, "worker_index")
+    assert detail == "worker 0 (node-a): log reports worker=[1]"
+
+
+def test_judge_tf_config_of_another_worker() -> None:
+    verdict = judge([worker(0), worker(1, config=tf_config(0))], 2, MARKER)
+    detail = only_failure(verdict, "worker_index")
+    assert detail == "worker 1 (node-b): TF_CONFIG task.index is 0"
+
+
+def test_judge_worker_missing_one_epoch_line() -> None:
+    metrics = {e: m for e, m in METRICS.items() if e != 2}
+    verdict = judge([worker(0), worker(1, log=worker_log(1, metrics=metrics))], 2, MARKER)
+    detail = only_failure(verdict, "metrics_agree")
+    assert "epoch 2: worker 1 (node-b) printed no metrics" in detail
+    assert "epoch 1" not in detail and "epoch 3" not in detail
+
+
+def test_judge_no_epoch_metrics_at_all() -> None:
+    logs = [worker(i, log=worker_log(i, metrics={})) for i in range(2)]
+    detail = only_failure(judge(logs, 2, MARKER), "metrics_agree")
+    assert detail == "no worker printed any epoch metrics"
+
+
+def test_judge_worker_with_no_files_collected() -> None:
+    verdict = judge([worker(0)], 2, MARKER)
+    checks = checks_of(verdict)
+    assert checks["logs_collected"]["ok"] is False
+    assert checks["logs_collected"]["detail"] == "worker 1: no files were collected"
+
+
+# --- load_run / summarize / table -----------------------------------------------------
+
+
+def write_worker(run_dir: Path, entry: dict[str, Any], marker: str = MARKER) -> None:
+    wdir = run_dir / entry["host"] / f"worker-{entry['index']}"
+    wdir.mkdir(parents=True)
+    if entry["log"] is not None:
+        (wdir / "worker.log").write_text(entry["log"], encoding="utf-8")
+    if entry["exit"] is not None:
+        (wdir / "exit.json").write_text(json.dumps(entry["exit"]), encoding="utf-8")
+    if entry["config"] is not None:
+        (wdir / "tf_config.json").write_text(json.dumps(entry["config"]) + "\n", encoding="utf-8")
+    if entry["marker"]:
+        (wdir / marker).write_text("complete\n", encoding="utf-8")
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def good_run(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "20250114T100200Z-abc123"
+    for index in range(2):
+        write_worker(run_dir, worker(index))
+    return run_dir
+
+
+def test_load_run_reads_the_fetched_layout(good_run: Path) -> None:
+    (good_run / "summary.json").write_text("{}", encoding="utf-8")
+    (good_run / "node-a" / "notes.txt").write_text("x", encoding="utf-8")
+    (good_run / "node-a" / "worker-x").mkdir()
+    workers = load_run(str(good_run), MARKER)
+    assert [(w["index"], w["host"]) for w in workers] == [(0, "node-a"), (1, "node-b")]
+    assert workers[0]["dir"] == str(good_run / "node-a" / "worker-0")
+    assert workers[0]["log"] == worker_log(0)
+    assert workers[1]["exit"] == {"returncode": 0, "signal": None, "reason": "exited"}
+    assert workers[1]["config"] == tf_config(1)
+    assert [w["marker"] for w in workers] == [True, False]
+
+
+def test_load_run_of_missing_dir_is_empty(tmp_path: Path) -> None:
+    assert load_run(str(tmp_path / "absent"), MARKER) == []
+
+
+def test_load_run_tolerates_unreadable_json(good_run: Path) -> None:
+    (good_run / "node-b" / "worker-1" / "exit.json").write_text('{"returncode": ', encoding="utf-8")
+    workers = load_run(str(good_run), MARKER)
+    assert workers[1]["exit"] is None
+
+
+def test_summarize_good_run_succeeds_and_writes_nothing(good_run: Path) -> None:
+    before = tree(good_run)
+    context = {"wait": {"ok": True}}
+    summary = summarize("r1", str(good_run), MARKER, 0, context)
+    assert tree(good_run) == before
+    assert summary["status"] == "succeeded"
+    assert summary["run_id"] == "r1"
+    assert summary["cluster"] == {"worker": ENDPOINTS, "size": 2}
+    assert [c["name"] for c in summary["checks"]] == CHECKS
+    assert all(c["ok"] for c in summary["checks"])
+    assert summary["metrics"] == {str(e): m for e, m in METRICS.items()}
+    assert summary["context"] == context
+    assert summary["workers"] == [
+        {
+            "index": i,
+            "host": HOSTS[i],
+            "endpoint": ENDPOINTS[i],
+            "port": 2222,
+            "exit_status": 0,
+            "exit_reason": "exited",
+            "log": str(good_run / HOSTS[i] / f"worker-{i}" / "worker.log"),
+        }
+        for i in range(2)
+    ]
+    json.dumps(summary)  # summary.json must be serialisable
+
+
+def test_summarize_port_of_ipv6_endpoint(tmp_path: Path) -> None:
+    cluster = {"worker": ["[fd00::1]:2222", "[fd00::1]:2223"]}
+    for index in range(2):
+        entry = worker(index, host="v6", config={"cluster": cluster, "task": {"type": "worker", "index": index}})
+        write_worker(tmp_path, entry)
+    summary = summarize("r", str(tmp_path), MARKER, 0, {})
+    assert [(w["endpoint"], w["port"]) for w in summary["workers"]] == [
+        ("[fd00::1]:2222", 2222),
+        ("[fd00::1]:2223", 2223),
+    ]
+    assert summary["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("empty_dir", [True, False])
+def test_summarize_worker_with_no_files(tmp_path: Path, empty_dir: bool) -> None:
+    write_worker(tmp_path, worker(0))
+    if empty_dir:
+        (tmp_path / "node-b" / "worker-1").mkdir(parents=True)
+    summary = summarize("r", str(tmp_path), MARKER, 0, {})
+    assert summary["status"] == "failed"
+    assert summary["cluster"]["size"] == 2
+    detail = checks_of(summary)["logs_collected"]["detail"]
+    expected = "worker 1 (node-b): no log" if empty_dir else "worker 1: no files were collected"
+    assert detail == expected
+
+
+def test_summarize_expected_size_larger_than_collected(good_run: Path) -> None:
+    summary = summarize("r", str(good_run), MARKER, 3, {})
+    assert summary["status"] == "failed"
+    assert summary["cluster"]["size"] == 3
+    assert "worker 2: no files were collected" in checks_of(summary)["logs_collected"]["detail"]
+
+
+def test_summarize_takes_the_cluster_most_workers_were_given(tmp_path: Path) -> None:
+    """cluster_of is documented as 'the cluster list most workers were given'."""
+    majority = ["10.0.0.1:2222", "10.0.0.2:2222", "10.0.0.3:2222"]
+    stray = ["10.9.9.9:1", "10.9.9.9:2", "10.9.9.9:3"]
+    for index, host in enumerate(["node-a", "node-b", "node-c"]):
+        cluster = stray if index == 0 else majority
+        entry = {
+            "index": index,
+            "host": host,
+            "log": worker_log(index, 3),
+            "exit": {"returncode": 0, "reason": "exited"},
+            "config": {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}},
+            "marker": index == 0,
+        }
+        write_worker(tmp_path, entry)
+    summary = summarize("r", str(tmp_path), MARKER, 0, {})
+    assert summary["cluster"]["worker"] == majority
+
+
+def test_summarize_failed_run(good_run: Path) -> None:
+    exit_path = good_run / "node-b" / "worker-1" / "exit.json"
+    exit_path.write_text(json.dumps({"returncode": 3, "reason": "exited"}), encoding="utf-8")
+    summary = summarize("r", str(good_run), MARKER, 0, {})
+    assert summary["status"] == "failed"
+    assert summary["workers"][1]["exit_status"] == 3
+    assert checks_of(summary)["exit_status"]["detail"] == "worker 1 (node-b): exit status 3 (exited)"
+
+
+def test_table_shows_status_workers_metrics_and_every_check(good_run: Path) -> None:
+    summary = summarize("r1", str(good_run), MARKER, 0, {})
+    lines = table(summary)
+    assert lines[0] == "run r1: SUCCEEDED"
+    text = "\n".join(lines)
+    for check in summary["checks"]:
+        assert f"[  ok] {check['name']}: {check['detail']}" in lines
+    for i in range(2):
+        assert any(line.split()[:3] == [str(i), HOSTS[i], ENDPOINTS[i]] and line.endswith(" 0") for line in lines), text
+    assert "epoch 2: binary_accuracy=0.7422 loss=0.5342" in lines
+
+
+def test_table_of_failed_run_marks_the_failing_check(good_run: Path) -> None:
+    (good_run / "node-a" / "worker-0" / MARKER).unlink()
+    summary = summarize("r2", str(good_run), MARKER, 0, {})
+    lines = table(summary)
+    assert lines[0] == "run r2: FAILED"
+    assert f"[FAIL] chief_marker: the chief, worker 0 (node-a), wrote no {MARKER}" in lines
+    assert sum(line.startswith("[  ok]") for line in lines) == len(CHECKS) - 1
+
+
+def test_table_sorts_epochs_numerically() -> None:
+    summary = {
+        "run_id": "r",
+        "status": "succeeded",
+        "workers": [],
+        "metrics": {"10": {"loss": "0.1"}, "2": {"loss": "0.2"}, "1": {"loss": "0.3"}},
+        "checks": [],
+    }
+    epochs = [line for line in table(summary) if line.startswith("epoch ")]
+    assert epochs == ["epoch 1: loss=0.3", "epoch 2: loss=0.2", "epoch 10: loss=0.1"]
+
+
+def test_main_writes_summary_json(good_run: Path) -> None:
+    """main() is what writes summary.json: run the module as Ansible would."""
+    import subprocess
+    import sys
+
+    import tf_verdict
+
+    args = {"ANSIBLE_MODULE_ARGS": {"run_dir": str(good_run), "run_id": "r9", "context": {"k": 1}}}
+    proc = subprocess.run(
+        [sys.executable, tf_verdict.__file__],
+        input=json.dumps(args),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(good_run.parent / "tmp")},
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["status"] == "succeeded"
+    assert result["failed_checks"] == []
+    written = json.loads((good_run / "summary.json").read_text(encoding="utf-8"))
+    assert written["run_id"] == "r9"
+    assert written["context"] == {"k": 1}
+    assert written == result["summary"]
+
+
+def test_judge_a_worker_given_another_cluster_list() -> None:
+    reordered = {"cluster": {"worker": ENDPOINTS[::-1]}, "task": {"type": "worker", "index": 1}}
+    verdict = judge([worker(0), worker(1, config=reordered)], 2, MARKER)
+    detail = only_failure(verdict, "same_cluster")
+    assert detail.startswith("worker 1 (node-b): cluster list ['10.0.0.2:2222', '10.0.0.1:2222'] differs")

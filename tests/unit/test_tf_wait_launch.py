@@ -1,0 +1,184 @@
+"""Filters of the wait and launch phases: tf_wait_outcome and tf_launched_workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tf_launch import tf_launched_workers
+from tf_wait import tf_wait_outcome
+
+HOSTS = ["node-a", "node-b", "node-c"]
+
+
+def status(*workers: dict[str, Any], done: bool = True, deadline_passed: bool = False) -> dict[str, Any]:
+    """A registered tf_worker_status result as hostvars holds it."""
+    return {
+        "tf_wait_status": {
+            "changed": False,
+            "attempts": 3,
+            "workers": list(workers),
+            "done": done,
+            "failed_workers": [w["index"] for w in workers if w["state"] == "exited" and w["returncode"] != 0],
+            "deadline_passed": deadline_passed,
+        }
+    }
+
+
+def exited(index: int, returncode: int = 0, reason: str = "exited") -> dict[str, Any]:
+    return {
+        "index": index,
+        "dir": f"/r/worker-{index}",
+        "pid": 100 + index,
+        "state": "exited",
+        "returncode": returncode,
+        "reason": reason,
+        "last_line": f"worker={index} epoch=3 loss=0.4",
+        "log_tail": [f"worker={index} training_complete"],
+    }
+
+
+def running(index: int) -> dict[str, Any]:
+    entry = exited(index)
+    entry.update(state="running", returncode=None, reason=None, log_tail=[f"worker={index} epoch=1 loss=0.6"])
+    return entry
+
+
+def all_ok() -> dict[str, Any]:
+    return {
+        "node-a": status(exited(0), exited(1)),
+        "node-b": status(exited(2)),
+        "node-c": status(exited(3)),
+    }
+
+
+def test_outcome_ok_when_every_worker_exited_zero() -> None:
+    outcome = tf_wait_outcome(HOSTS, HOSTS, all_ok())
+    assert outcome == {
+        "ok": True,
+        "failed_workers": [],
+        "running_workers": [],
+        "lost_hosts": [],
+        "deadline_hosts": [],
+    }
+
+
+def test_outcome_names_a_failed_worker() -> None:
+    hostvars = all_ok()
+    failed = exited(2, 1, "exited")
+    failed["log_tail"] = ["Traceback (most recent call last):", "ValueError: boom"]
+    hostvars["node-b"] = status(failed)
+    outcome = tf_wait_outcome(HOSTS, HOSTS, hostvars)
+    assert outcome["ok"] is False
+    assert outcome["failed_workers"] == [
+        {
+            "index": 2,
+            "host": "node-b",
+            "returncode": 1,
+            "reason": "exited",
+            "log_tail": ["Traceback (most recent call last):", "ValueError: boom"],
+        }
+    ]
+    assert outcome["running_workers"] == [] and outcome["lost_hosts"] == []
+
+
+def test_outcome_failed_workers_sorted_by_index_across_hosts() -> None:
+    hostvars = {
+        "node-a": status(exited(3, 137, "job deadline of 5 s passed")),
+        "node-b": status(exited(0, -1, "the worker could not be launched: boom"), exited(1)),
+        "node-c": status(exited(2, 2)),
+    }
+    outcome = tf_wait_outcome(HOSTS, HOSTS, hostvars)
+    assert [(w["index"], w["host"], w["returncode"]) for w in outcome["failed_workers"]] == [
+        (0, "node-b", -1),
+        (2, "node-c", 2),
+        (3, "node-a", 137),
+    ]
+    assert outcome["ok"] is False
+
+
+def test_outcome_lost_host() -> None:
+    hostvars = all_ok()
+    del hostvars["node-c"]  # unreachable: no result registered
+    outcome = tf_wait_outcome(HOSTS, ["node-a", "node-b"], hostvars)
+    assert outcome["ok"] is False
+    assert outcome["lost_hosts"] == ["node-c"]
+    assert outcome["failed_workers"] == [] and outcome["running_workers"] == []
+
+
+def test_outcome_host_past_the_deadline() -> None:
+    hostvars = all_ok()
+    hostvars["node-a"] = status(exited(0), running(1), done=False, deadline_passed=True)
+    outcome = tf_wait_outcome(HOSTS, HOSTS, hostvars)
+    assert outcome["ok"] is False
+    assert outcome["deadline_hosts"] == ["node-a"]
+    assert [(w["index"], w["host"]) for w in outcome["running_workers"]] == [(1, "node-a")]
+
+
+def test_outcome_deadline_passed_after_everything_finished_is_ok() -> None:
+    hostvars = all_ok()
+    hostvars["node-b"] = status(exited(2), done=True, deadline_passed=True)
+    outcome = tf_wait_outcome(HOSTS, HOSTS, hostvars)
+    assert outcome["ok"] is True
+    assert outcome["deadline_hosts"] == []
+
+
+@pytest.mark.parametrize("state", ["running", "starting"])
+def test_outcome_worker_still_running(state: str) -> None:
+    hostvars = all_ok()
+    worker = running(3)
+    worker["state"] = state
+    hostvars["node-c"] = status(worker, done=False)
+    outcome = tf_wait_outcome(HOSTS, HOSTS, hostvars)
+    assert outcome["ok"] is False
+    assert outcome["running_workers"] == [
+        {"index": 3, "host": "node-c", "returncode": None, "reason": None, "log_tail": ["worker=3 epoch=1 loss=0.6"]}
+    ]
+    assert outcome["failed_workers"] == []
+
+
+# --- tf_launched_workers -------------------------------------------------------------
+
+
+DIRS = {str(i): f"/home/u/tf/runs/r1/worker-{i}" for i in range(12)}
+
+
+def launch_result(index: Any, job_id: str | None = None, **extra: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "item": {"index": index, "host": "node-a", "endpoint": f"10.0.0.1:{2222 + int(index)}"},
+        "started": 1,
+        "finished": 0,
+        "changed": True,
+        "results_file": f"/root/.ansible_async/{job_id}",
+        "ansible_loop_var": "item",
+    }
+    if job_id is not None:
+        result["ansible_job_id"] = job_id
+    result.update(extra)
+    return result
+
+
+def test_launched_workers_in_index_order_with_dirs_and_job_ids() -> None:
+    results = [launch_result(10, "j10.1"), launch_result(2, "j2.1"), launch_result(3, "j3.1")]
+    assert tf_launched_workers(results, DIRS) == [
+        {"index": 2, "dir": DIRS["2"], "job_id": "j2.1"},
+        {"index": 3, "dir": DIRS["3"], "job_id": "j3.1"},
+        {"index": 10, "dir": DIRS["10"], "job_id": "j10.1"},
+    ]
+
+
+def test_launched_workers_skip_skipped_results() -> None:
+    skipped = {"item": {"index": 0}, "skipped": True, "changed": False, "skip_reason": "Conditional result was False"}
+    assert tf_launched_workers([skipped, launch_result(1, "j1")], DIRS) == [
+        {"index": 1, "dir": DIRS["1"], "job_id": "j1"}
+    ]
+    assert tf_launched_workers([skipped], DIRS) == []
+
+
+def test_launched_workers_string_index_and_missing_job_id() -> None:
+    assert tf_launched_workers([launch_result("4")], DIRS) == [{"index": 4, "dir": DIRS["4"], "job_id": ""}]
+
+
+def test_launched_workers_numeric_job_id_becomes_text() -> None:
+    assert tf_launched_workers([launch_result(0, job_id=None, ansible_job_id=123456)], DIRS)[0]["job_id"] == "123456"

@@ -1,0 +1,249 @@
+"""tf_worker_stop (finding and stopping a run's processes) and tf_worker_status."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tf_worker_status import worker_state
+from tf_worker_stop import run_processes, stop_worker
+
+TF_CONFIG = {"cluster": {"worker": ["127.0.0.1:2222"]}, "task": {"type": "worker", "index": 0}}
+EPOCH = re.compile("epoch=")
+
+# Ignores SIGTERM; one child ignores it too and stays in the worker dir, another child
+# moves to ``elsewhere`` (same process group, other cwd) and dies on SIGTERM.
+STUBBORN = """
+import json, os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\nwhile True: time.sleep(0.5)"])
+stray = subprocess.Popen([sys.executable, "-c",
+    "import os, signal, sys, time\\nsignal.signal(signal.SIGTERM, signal.SIG_DFL)\\n"
+    "os.chdir(sys.argv[1])\\nopen('stray-ready', 'w').close()\\nwhile True: time.sleep(0.5)", sys.argv[1]])
+with open("pids.json.tmp", "w") as handle:
+    json.dump({"job": os.getpid(), "child": child.pid, "stray": stray.pid, "pgid": os.getpgrp()}, handle)
+os.replace("pids.json.tmp", "pids.json")
+while True:
+    time.sleep(0.5)
+"""
+
+
+def wait_for(path: Path, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} did not appear within {timeout} s"
+        time.sleep(0.02)
+
+
+def wait_group_gone(pgid: int, timeout: float = 3.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+class Launched:
+    def __init__(self, proc: subprocess.Popen[bytes], worker_dir: Path, elsewhere: Path) -> None:
+        self.proc = proc
+        self.worker_dir = worker_dir
+        self.elsewhere = elsewhere
+        wait_for(worker_dir / "state.json")
+        wait_for(worker_dir / "pids.json")
+        wait_for(elsewhere / "stray-ready")
+        self.state: dict[str, Any] = json.loads((worker_dir / "state.json").read_text())
+        self.pids: dict[str, int] = json.loads((worker_dir / "pids.json").read_text())
+
+
+@pytest.fixture
+def launched(tmp_path: Path, supervisor_path: Path, reaper: None) -> Iterator[Launched]:
+    """A supervisor (cwd: the worker dir, as the launch task runs it) on a stubborn job."""
+    worker_dir = tmp_path / "runs" / "r1" / "worker-0"
+    worker_dir.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (worker_dir / "tf_config.json").write_text(json.dumps(TF_CONFIG) + "\n")
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(STUBBORN))
+    proc = subprocess.Popen(
+        [sys.executable, str(supervisor_path), "--worker-dir", str(worker_dir), "--python", sys.executable,
+         "--script", str(script), "--grace", "30", "--", str(elsewhere)],
+        cwd=worker_dir, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        yield Launched(proc, worker_dir, elsewhere)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        try:
+            os.killpg(json.loads((worker_dir / "state.json").read_text())["pgid"], signal.SIGKILL)
+        except (OSError, ValueError, KeyError):
+            pass
+
+
+# --- run_processes -------------------------------------------------------------------
+
+
+def test_run_processes_does_not_match_a_pid_whose_cwd_differs(tmp_path: Path) -> None:
+    state = {"supervisor_pid": os.getpid(), "pid": os.getpid(), "pgid": None}
+    assert run_processes(str(tmp_path), state) == []
+    # The same record does match when the directory is this process's cwd.
+    assert run_processes(os.getcwd(), state) == [os.getpid()]
+
+
+def test_run_processes_does_not_match_a_group_whose_cwd_differs(tmp_path: Path) -> None:
+    state = {"supervisor_pid": None, "pgid": os.getpgrp()}
+    assert run_processes(str(tmp_path), state) == []
+    assert os.getpid() in run_processes(os.getcwd(), state)
+
+
+def test_run_processes_with_empty_state(tmp_path: Path) -> None:
+    assert run_processes(os.getcwd(), {}) == []
+
+
+def test_run_processes_finds_the_run_but_not_a_group_member_elsewhere(launched: Launched) -> None:
+    found = run_processes(str(launched.worker_dir), launched.state)
+    assert found == sorted([launched.proc.pid, launched.pids["job"], launched.pids["child"]])
+    assert launched.pids["stray"] not in found
+    # The stray one is in the group all the same: only its cwd keeps it out.
+    assert os.getpgid(launched.pids["stray"]) == launched.state["pgid"]
+
+
+def test_run_processes_follows_symlinked_worker_dir(launched: Launched, tmp_path: Path) -> None:
+    link = tmp_path / "link-to-worker"
+    link.symlink_to(launched.worker_dir)
+    assert run_processes(str(link), launched.state) == run_processes(str(launched.worker_dir), launched.state)
+
+
+# --- stop_worker ---------------------------------------------------------------------
+
+
+def test_stop_worker_kills_the_supervisor_job_and_children(launched: Launched) -> None:
+    expected = sorted([launched.proc.pid, launched.pids["job"], launched.pids["child"]])
+    start = time.monotonic()
+    stopped = stop_worker(str(launched.worker_dir), 1.0)
+    elapsed = time.monotonic() - start
+    assert stopped == expected
+    assert launched.proc.wait(timeout=10) is not None
+    assert run_processes(str(launched.worker_dir), launched.state) == []
+    assert wait_group_gone(launched.state["pgid"]), f"process group {launched.state['pgid']} survived"
+    # SIGTERM was ignored: stop_worker had to wait for the grace period, not much more.
+    assert 1.0 <= elapsed < 6, f"took {elapsed:.1f} s"
+    # The supervisor outlived its job long enough to record the exit itself.
+    exit_ = json.loads((launched.worker_dir / "exit.json").read_text())
+    assert exit_["reason"] == "stopped by signal SIGTERM"
+    assert exit_["returncode"] == 137
+    # A second stop finds nothing left.
+    assert stop_worker(str(launched.worker_dir), 1.0) == []
+
+
+def test_stop_worker_without_state_does_nothing(tmp_path: Path) -> None:
+    assert stop_worker(str(tmp_path), 0.1) == []
+
+
+def test_stop_worker_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
+    """A state.json whose pids now belong to another process (here: this test)."""
+    (tmp_path / "state.json").write_text(
+        json.dumps({"supervisor_pid": os.getpid(), "pid": os.getpid(), "pgid": os.getpgrp()})
+    )
+    assert stop_worker(str(tmp_path), 0.1) == []
+
+
+# --- tf_worker_status.worker_state ----------------------------------------------------
+
+
+def entry(path: Path, index: int = 0, job_id: str | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = {"index": str(index), "dir": str(path)}
+    if job_id is not None:
+        result["job_id"] = job_id
+    return result
+
+
+def write_log(path: Path, epochs: int, trailing_noise: int = 2) -> list[str]:
+    lines = ["2025-01-14 10:02:11: I tensorflow/core/util/port.cc:153] oneDNN", "worker=0 cluster_workers=2 replicas=2"]
+    for epoch in range(1, epochs + 1):
+        lines += [f"Epoch {epoch}/{epochs}", f"worker=0 epoch={epoch} loss=0.{9 - epoch} binary_accuracy=0.{epoch}"]
+    lines += [f"INFO:tensorflow:noise {i}" for i in range(trailing_noise)]
+    (path / "worker.log").write_text("\n".join(lines) + "\n\n")
+    return lines
+
+
+def test_status_starting_without_files(tmp_path: Path) -> None:
+    info = worker_state(entry(tmp_path, 2), EPOCH, 8)
+    assert info == {
+        "index": 2,
+        "dir": str(tmp_path),
+        "pid": None,
+        "state": "starting",
+        "returncode": None,
+        "reason": None,
+        "last_line": None,
+        "log_tail": [],
+    }
+
+
+def test_status_running_with_state(tmp_path: Path) -> None:
+    (tmp_path / "state.json").write_text(json.dumps({"pid": 4321, "pgid": 4321, "supervisor_pid": 4320}))
+    write_log(tmp_path, 1)
+    info = worker_state(entry(tmp_path), EPOCH, 8)
+    assert info["state"] == "running"
+    assert info["pid"] == 4321
+    assert info["returncode"] is None
+    assert info["last_line"] == "worker=0 epoch=1 loss=0.8 binary_accuracy=0.1"
+
+
+@pytest.mark.parametrize(("returncode", "reason"), [(0, "exited"), (3, "exited"), (143, "job deadline of 60 s passed")])
+def test_status_exited_with_returncode(tmp_path: Path, returncode: int, reason: str) -> None:
+    (tmp_path / "state.json").write_text(json.dumps({"pid": 4321}))
+    (tmp_path / "exit.json").write_text(json.dumps({"returncode": returncode, "reason": reason}))
+    info = worker_state(entry(tmp_path), EPOCH, 8)
+    assert (info["state"], info["returncode"], info["reason"]) == ("exited", returncode, reason)
+
+
+def test_status_last_line_is_the_latest_epoch_line(tmp_path: Path) -> None:
+    lines = write_log(tmp_path, 5, trailing_noise=3)
+    info = worker_state(entry(tmp_path), EPOCH, 8)
+    assert info["last_line"] == "worker=0 epoch=5 loss=0.4 binary_accuracy=0.5"
+    assert info["log_tail"] == lines[-8:]
+
+
+@pytest.mark.parametrize("tail_lines", [1, 3])
+def test_status_log_tail_length(tmp_path: Path, tail_lines: int) -> None:
+    lines = write_log(tmp_path, 3)
+    info = worker_state(entry(tmp_path), EPOCH, tail_lines)
+    assert info["log_tail"] == lines[-tail_lines:]
+    # The progress line is found even when it is not among the lines returned.
+    assert info["last_line"] == "worker=0 epoch=3 loss=0.6 binary_accuracy=0.3"
+
+
+def test_status_of_a_launch_that_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    (home / ".ansible_async").mkdir(parents=True)
+    (home / ".ansible_async" / "j1.2").write_text(
+        json.dumps({"finished": 1, "failed": True, "rc": 2, "msg": "No such file or directory: tf_supervisor.py"})
+    )
+    monkeypatch.setenv("HOME", str(home))
+    wdir = tmp_path / "worker-0"
+    wdir.mkdir()
+    info = worker_state(entry(wdir, job_id="j1.2"), EPOCH, 8)
+    assert info["state"] == "exited"
+    assert info["returncode"] == -1
+    assert info["reason"] == "the worker could not be launched: No such file or directory: tf_supervisor.py"
+    # A launch still in progress is only starting.
+    (home / ".ansible_async" / "j1.2").write_text(json.dumps({"started": 1, "finished": 0}))
+    assert worker_state(entry(wdir, job_id="j1.2"), EPOCH, 8)["state"] == "starting"
