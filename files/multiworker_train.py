@@ -10,6 +10,13 @@ contract that the runbook's verifier reads:
 
 The chief (worker 0) writes ``multiworker-complete.txt`` into its working directory,
 which the runbook sets to the worker's own run directory.
+
+Resume: with a backup directory (``--backup-dir``, or ``TF_RUNBOOK_CHECKPOINT_DIR`` set by
+the runbook) the job backs up its training state after every epoch with Keras
+``BackupAndRestore`` and, when restarted, resumes after the last completed epoch and prints
+``worker=I resumed_from_epoch=E``. Every worker keeps its own backup (its replica of the
+synchronously trained state), so no shared storage is needed when a restarted worker runs
+on the same host.
 """
 
 from __future__ import annotations
@@ -35,6 +42,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps-per-epoch", type=int, default=4)
     parser.add_argument("--per-worker-batch", type=int, default=16)
+    parser.add_argument(
+        "--backup-dir",
+        default=os.environ.get("TF_RUNBOOK_CHECKPOINT_DIR", ""),
+        help="back up after every epoch and resume from there (default: $TF_RUNBOOK_CHECKPOINT_DIR)",
+    )
     args = parser.parse_args(argv)
     for name in ("epochs", "steps_per_epoch", "per_worker_batch"):
         if getattr(args, name) < 1:
@@ -89,8 +101,30 @@ def main(argv: list[str] | None = None) -> int:
         optimizer = tf.keras.optimizers.Adam(learning_rate=0.03)
         loss_object = tf.keras.losses.BinaryCrossentropy(reduction="none")
         train_accuracy = tf.keras.metrics.BinaryAccuracy(name="binary_accuracy")
+        # Attaches the optimizer to the model, so that backups hold its state too.
+        model.compile(optimizer=optimizer)
 
-    dist_iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    initial_epoch = 0
+    backup = None
+    if args.backup_dir:
+        backup = tf.keras.callbacks.BackupAndRestore(
+            os.path.join(args.backup_dir, f"worker-{index}"), delete_checkpoint=False
+        )
+        backup.set_model(model)
+        with strategy.scope():
+            # Restores the weights and the optimizer state, and the epoch count.
+            backup.on_train_begin()
+        initial_epoch = int(getattr(model, "_initial_epoch", None) or 0)
+        if initial_epoch:
+            print(f"worker={index} resumed_from_epoch={initial_epoch}", flush=True)
+
+    # A resumed run sees the batches it would have seen had it not been interrupted.
+    skip_batches = initial_epoch * args.steps_per_epoch
+
+    def resumed_dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return dataset_fn(input_context).skip(skip_batches)
+
+    dist_iterator = iter(strategy.distribute_datasets_from_function(resumed_dataset_fn))
 
     @tf.function
     def train_step(iterator):  # type: ignore[no-untyped-def]
@@ -108,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         per_replica_losses = strategy.run(step_fn, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
 
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(initial_epoch + 1, args.epochs + 1):
         train_accuracy.reset_state()
         total_loss = 0.0
         for _ in range(args.steps_per_epoch):
@@ -119,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             f"binary_accuracy={float(train_accuracy.result()):.4f}",
             flush=True,
         )
+        if backup is not None:
+            backup.on_epoch_end(epoch - 1)
 
     if task["type"] == "worker" and index == 0:
         Path(MARKER_NAME).write_text("chief worker completed training\n", encoding="utf-8")

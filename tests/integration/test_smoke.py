@@ -221,3 +221,42 @@ def test_stop_playbook_ends_a_run_the_controller_abandoned(dirs: dict[str, Path]
     again = run_playbook("playbooks/stop.yml", *extra(dirs, tf_run_id="abandoned"))
     assert again.returncode == 0 and "changed: [localhost]" not in again.stdout
     assert tree_digest(run) == before
+
+
+def test_a_restart_resumes_from_the_last_completed_epoch(dirs: dict[str, Path]) -> None:
+    """tf_restart_attempts: 1 and a worker killed during epoch 2 of 4: the run completes."""
+    args = extra(
+        dirs, tf_run_id="resume", tf_restart_attempts=1,
+        tf_train_args=["--epochs=4", "--steps-per-epoch=400"],
+    )
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    controller = subprocess.Popen(
+        [str(PLAYBOOK_BIN), "train.yml", "--limit", "localhost", *args],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    first = dirs["base"] / "runs" / "resume" / "worker-1"
+    deadline = time.monotonic() + 300
+    while "epoch=1 " not in ((first / "worker.log").read_text() if (first / "worker.log").exists() else ""):
+        assert time.monotonic() < deadline and controller.poll() is None, "epoch 1 never finished"
+        time.sleep(0.2)
+    os.kill(json.loads((first / "state.json").read_text())["pid"], 9)
+    stdout, _ = controller.communicate(timeout=600)
+    assert controller.returncode == 0, stdout[-4000:]
+
+    summary = json.loads((dirs["runs"] / "resume" / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["attempt"] == 1
+    assert [a["ok"] for a in summary["attempts"]] == [False, True]
+    killed = [w for w in summary["attempts"][0]["workers"] if w["index"] == 1][0]
+    assert killed["exit_status"] == 137
+    # The final attempt resumed after the epoch the first one completed.
+    for index in (0, 1):
+        log = (dirs["runs"] / "resume" / "localhost" / "retry-1" / f"worker-{index}" / "worker.log").read_text()
+        resumed = [line for line in log.splitlines() if "resumed_from_epoch=" in line]
+        assert resumed, log[-2000:]
+        epoch = int(resumed[0].rsplit("=", 1)[1])
+        assert epoch >= 1
+        assert epoch_lines(log)[0].startswith(f"epoch={epoch + 1} ")
+        assert epoch_lines(log)[-1].startswith("epoch=4 ")
+    # The first attempt's files are kept next to the final one's.
+    assert (dirs["runs"] / "resume" / "localhost" / "worker-1" / "worker.log").is_file()
+    assert (dirs["base"] / "runs" / "resume" / "retry-1" / "worker-0" / "multiworker-complete.txt").is_file()

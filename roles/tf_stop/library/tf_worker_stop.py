@@ -15,7 +15,7 @@ DOCUMENTATION = r"""
 module: tf_worker_stop
 short_description: Stop every live process of one training run on this host
 description:
-  - For each C(worker-*) directory of the run, reads C(state.json) written by the
+  - For each C(worker-*) directory of the run (and C(retry-*/worker-*) of its restarts), reads C(state.json) written by the
     supervisor and finds the supervisor and the training process group. A process is
     only signalled when its working directory is that worker's directory, so a reused
     PID of an unrelated process is never touched, and nothing is ever found by name.
@@ -137,7 +137,9 @@ def main() -> None:
         supports_check_mode=True,
     )
     run_dir = os.path.abspath(os.path.expanduser(module.params["run_dir"]))
-    worker_dirs = sorted(glob.glob(os.path.join(run_dir, "worker-*")))
+    worker_dirs = sorted(
+        glob.glob(os.path.join(run_dir, "worker-*")) + glob.glob(os.path.join(run_dir, "retry-*", "worker-*"))
+    )
     stopped = []
     for worker_dir in worker_dirs:
         state = _read_json(os.path.join(worker_dir, "state.json"))

@@ -209,11 +209,33 @@ def _read_json(path: str) -> dict | None:
 WORKER_DIR = re.compile(r"^worker-(\d+)$")
 
 
-def load_run(run_dir: str, marker_name: str) -> list[dict[str, Any]]:
-    """Every worker found under ``run_dir/<host>/worker-<index>``."""
+RETRY_DIR = re.compile(r"^retry-(\d+)$")
+
+
+def attempts_in(run_dir: str) -> list[int]:
+    """Attempts present in a collected run: 0 (``worker-*``), n (``retry-<n>/``)."""
+    found = set()
+    for host in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
+        host_dir = os.path.join(run_dir, host)
+        if not os.path.isdir(host_dir):
+            continue
+        for name in os.listdir(host_dir):
+            if WORKER_DIR.match(name):
+                found.add(0)
+            match = RETRY_DIR.match(name)
+            if match:
+                found.add(int(match.group(1)))
+    return sorted(found)
+
+
+def load_run(run_dir: str, marker_name: str, attempt: int = 0) -> list[dict[str, Any]]:
+    """Every worker of one attempt: ``run_dir/<host>/worker-<index>`` for the first,
+    ``run_dir/<host>/retry-<attempt>/worker-<index>`` for a restart."""
     workers = []
     for host in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
         host_dir = os.path.join(run_dir, host)
+        if attempt:
+            host_dir = os.path.join(host_dir, f"retry-{attempt}")
         if not os.path.isdir(host_dir):
             continue
         for name in sorted(os.listdir(host_dir)):
@@ -284,8 +306,28 @@ def failure_reason(workers: list[dict[str, Any]], checks: list[dict[str, Any]], 
     return None
 
 
+def attempt_record(attempt: int, workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """How one attempt ended, worker by worker."""
+    return {
+        "attempt": attempt,
+        "ok": bool(workers) and all((w["exit"] or {}).get("returncode") == 0 for w in workers),
+        "workers": [
+            {
+                "index": w["index"],
+                "host": w["host"],
+                "exit_status": (w["exit"] or {}).get("returncode"),
+                "exit_reason": (w["exit"] or {}).get("reason"),
+            }
+            for w in workers
+        ],
+    }
+
+
 def summarize(run_id: str, run_dir: str, marker_name: str, expected_size: int, context: dict) -> dict[str, Any]:
-    workers = load_run(run_dir, marker_name)
+    attempts = attempts_in(run_dir) or [0]
+    final = attempts[-1]
+    # The verdict covers the final attempt; the earlier ones are listed with their ends.
+    workers = load_run(run_dir, marker_name, final)
     cluster = cluster_of(workers)
     size = expected_size or len(cluster) or len(workers)
     verdict = judge(workers, size, marker_name)
@@ -309,6 +351,10 @@ def summarize(run_id: str, run_dir: str, marker_name: str, expected_size: int, c
         "metrics": verdict["metrics"],
         "checks": verdict["checks"],
         "reason": failure_reason(workers, verdict["checks"], context) if status == "failed" else None,
+        "attempt": final,
+        "attempts": [
+            attempt_record(n, workers if n == final else load_run(run_dir, marker_name, n)) for n in attempts
+        ],
         "context": context,
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -316,6 +362,12 @@ def summarize(run_id: str, run_dir: str, marker_name: str, expected_size: int, c
 
 def table(summary: dict[str, Any]) -> list[str]:
     lines = [f"run {summary['run_id']}: {summary['status'].upper()}"]
+    for attempt in summary.get("attempts", [])[:-1]:
+        failed = [w for w in attempt["workers"] if w["exit_status"] != 0]
+        shown = "; ".join(f"worker {w['index']} ({w['host']}) {w['exit_status']}: {w['exit_reason']}" for w in failed)
+        lines.append(f"attempt {attempt['attempt']} failed: {shown}")
+    if summary.get("attempt"):
+        lines.append(f"verdict of attempt {summary['attempt']}:")
     lines.append(f"{'worker':>6}  {'host':<20} {'endpoint':<24} exit")
     for w in summary["workers"]:
         lines.append(f"{w['index']:>6}  {w['host']:<20} {str(w['endpoint']):<24} {w['exit_status']}")

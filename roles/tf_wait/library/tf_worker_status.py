@@ -17,8 +17,8 @@ description:
   - Reads C(state.json), C(exit.json) and C(worker.log) of each worker directory and
     returns one entry per worker with its state, exit status and latest progress line.
   - Waits up to O(wait) seconds for any of them to change (a new log line that matches
-    O(progress_pattern), an exit), so that a retry loop around it shows progress as it
-    happens instead of polling blindly.
+    O(progress_pattern), an exit), so that the action of the same name, which calls it
+    in a loop from the controller, shows progress as it happens instead of polling blindly.
   - Read-only; supports check mode.
 options:
   workers:

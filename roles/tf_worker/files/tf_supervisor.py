@@ -13,7 +13,9 @@ Started by the launch phase through an Ansible async task. It:
   peer and ignores SIGTERM while doing so;
 - on SIGTERM/SIGINT, or a passed deadline, stops the whole process group: SIGTERM, then
   SIGKILL after a grace period;
-- writes ``exit.json`` (return code, signal, reason, times) last, atomically.
+- writes ``exit.json`` (return code, signal, reason, times) last, atomically;
+- tells the job its attempt number and checkpoint directory through the environment
+  (``TF_RUNBOOK_ATTEMPT``, ``TF_RUNBOOK_CHECKPOINT_DIR``).
 
 Standard library only: it runs under the worker's interpreter before anything else.
 """
@@ -115,6 +117,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--startup-pattern", default="")
     parser.add_argument("--job-timeout", type=float, default=0, help="0: none")
     parser.add_argument("--grace", type=float, default=5.0)
+    parser.add_argument("--attempt", type=int, default=0, help="restart attempt, 0 first")
+    parser.add_argument("--checkpoint-dir", default="", help="where the job may back up")
     parser.add_argument("job_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.job_args and args.job_args[0] == "--":
@@ -134,6 +138,11 @@ def supervise(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env["TF_CONFIG"] = config_text.strip()
     env["PYTHONUNBUFFERED"] = "1"
+    # The runbook's side of the resume contract: which attempt this is, and a directory
+    # that outlives attempts, for jobs that back up and restore their training state.
+    env["TF_RUNBOOK_ATTEMPT"] = str(args.attempt)
+    if args.checkpoint_dir:
+        env["TF_RUNBOOK_CHECKPOINT_DIR"] = args.checkpoint_dir
 
     stop_reason: list[str] = []
 

@@ -32,6 +32,10 @@ options:
     type: list
     elements: int
     required: true
+  attempt:
+    description: Restart attempt; 0 is the first launch.
+    type: int
+    default: 0
 """
 
 RETURN = r"""
@@ -43,6 +47,9 @@ run_dir:
   type: str
 job_dir:
   description: Where the job's files go.
+  type: str
+checkpoint_dir:
+  description: The run's default checkpoint directory, shared by its attempts.
   type: str
 worker_dirs:
   description: Worker index (as a string) to its directory.
@@ -58,6 +65,7 @@ def main() -> None:
             "base_dir": {"type": "str", "required": True},
             "run_id": {"type": "str", "required": True},
             "indices": {"type": "list", "elements": "int", "required": True},
+            "attempt": {"type": "int", "default": 0},
         },
         supports_check_mode=True,
     )
@@ -67,7 +75,12 @@ def main() -> None:
     base_dir = os.path.abspath(os.path.expanduser(module.params["base_dir"]))
     run_dir = os.path.join(base_dir, "runs", run_id)
     job_dir = os.path.join(run_dir, "job")
-    worker_dirs = {str(i): os.path.join(run_dir, f"worker-{i}") for i in module.params["indices"]}
+    checkpoint_dir = os.path.join(run_dir, "checkpoints")
+    attempt = module.params["attempt"]
+    if attempt < 0:
+        module.fail_json(msg=f"attempt {attempt} is negative")
+    attempt_dir = run_dir if attempt == 0 else os.path.join(run_dir, f"retry-{attempt}")
+    worker_dirs = {str(i): os.path.join(attempt_dir, f"worker-{i}") for i in module.params["indices"]}
 
     for index, path in worker_dirs.items():
         for record in LAUNCH_RECORDS:
@@ -80,10 +93,18 @@ def main() -> None:
                     run_dir=run_dir,
                 )
 
-    wanted = [base_dir, os.path.join(base_dir, "runs"), run_dir, job_dir, *worker_dirs.values()]
-    private = {run_dir, job_dir, *worker_dirs.values()}
+    wanted = [
+        base_dir,
+        os.path.join(base_dir, "runs"),
+        run_dir,
+        job_dir,
+        checkpoint_dir,
+        attempt_dir,
+        *worker_dirs.values(),
+    ]
+    private = {run_dir, job_dir, checkpoint_dir, attempt_dir, *worker_dirs.values()}
     changed = False
-    for path in wanted:
+    for path in dict.fromkeys(wanted):
         mode = 0o700 if path in private else None
         if not os.path.isdir(path):
             changed = True
@@ -105,6 +126,7 @@ def main() -> None:
         base_dir=base_dir,
         run_dir=run_dir,
         job_dir=job_dir,
+        checkpoint_dir=checkpoint_dir,
         worker_dirs=worker_dirs,
     )
 

@@ -1,0 +1,122 @@
+"""Wait for one host's workers, print their progress, and react to other hosts' failures.
+
+The module of the same name runs on the worker host and reports its workers once (after
+waiting briefly for news). This action runs on the controller and repeats it until the
+host's workers have exited, one of them failed, the deadline passed, or another host
+reported a failure. Hosts tell each other about a failure through a flag file on the
+controller: a per-host retry loop alone cannot see that a peer failed, and TensorFlow
+itself would keep a worker waiting for a missing peer for up to an hour.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from ansible.errors import AnsibleConnectionFailure
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+DOCUMENTATION = r"""
+action: tf_worker_status
+short_description: Wait for this host's workers on the controller side
+options:
+  flag_file:
+    description: Controller path of the run's failure flag for this attempt. The first
+      host that sees a failure writes it; every host stops waiting once it exists.
+    type: path
+    required: true
+  rounds:
+    description: Upper bound of module calls (a backstop to the deadline).
+    type: int
+    default: 100000
+  (all other options): passed to the tf_worker_status module.
+"""
+
+
+def progress_lines(host: str, result: dict[str, Any], elapsed: float) -> list[str]:
+    """One line per worker: state and its latest progress line."""
+    lines = []
+    for worker in result.get("workers", []):
+        state = worker.get("state", "?")
+        if state == "exited":
+            rc = worker.get("returncode")
+            state = "finished" if rc == 0 else f"FAILED rc={rc} ({worker.get('reason')})"
+        latest = worker.get("last_line") or "(no epoch yet)"
+        lines.append(f"  [{elapsed:5.0f}s] {host} worker-{worker.get('index')}: {state}  {latest}")
+    return lines
+
+
+def read_flag(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def write_flag(path: str, data: dict[str, Any]) -> None:
+    """Create the flag once; the first failure wins."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+
+
+class ActionModule(ActionBase):
+    """Controller-side loop around the tf_worker_status module."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(
+        ("flag_file", "rounds", "workers", "wait", "deadline", "progress_pattern", "tail_lines")
+    )
+
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        flag_file = args.pop("flag_file")
+        rounds = int(args.pop("rounds", 100000))
+        host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
+        started = time.monotonic()
+        last_shown: list[str] = []
+        status: dict[str, Any] = {}
+        for _ in range(rounds):
+            try:
+                status = self._execute_module(
+                    module_name="tf_worker_status", module_args=args, task_vars=task_vars
+                )
+            except AnsibleConnectionFailure as exc:
+                write_flag(flag_file, {"host": host, "reason": f"host {host} unreachable: {exc}"})
+                raise
+            if status.get("failed"):
+                return {**result, **status}
+            # Print only news: the same lines with another elapsed time are not news.
+            lines = progress_lines(host, status, time.monotonic() - started)
+            news = [line.split("]", 1)[1] for line in lines]
+            if news != last_shown:
+                for line in lines:
+                    display.display(line)
+                last_shown = news
+            if status.get("failed_workers"):
+                write_flag(
+                    flag_file,
+                    {"host": host, "workers": status["failed_workers"], "reason": "worker failed"},
+                )
+                break
+            if status.get("done") or status.get("deadline_passed"):
+                break
+            peer = read_flag(flag_file)
+            if peer is not None and peer.get("host") != host:
+                status["peer_failed"] = peer
+                display.display(f"  {host}: stops waiting, {peer.get('host')} reported: {peer.get('reason')}")
+                break
+        result.update(status)
+        result["changed"] = False
+        return result
