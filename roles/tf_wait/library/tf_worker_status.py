@@ -91,9 +91,14 @@ def _async_failure(job_id: str | None) -> str | None:
     if not job_id:
         return None
     result = _read_json(os.path.join(os.path.expanduser("~/.ansible_async"), job_id))
-    if not result or not result.get("finished") or not result.get("failed", result.get("rc", 0) != 0):
+    # While the job runs the file holds {"started": 1, "finished": 0}; the module's final
+    # result replaces it, with no "finished" key of its own.
+    if not result or result.get("finished") == 0 or not (result.get("failed") or result.get("rc", 0) != 0):
         return None
-    return str(result.get("msg") or result.get("stderr") or "launch failed").strip()[-500:]
+    cmd = result.get("cmd")
+    argv0 = cmd[0] if isinstance(cmd, list) and cmd else str(cmd or "").split(" ", 1)[0]
+    detail = str(result.get("stderr") or result.get("msg") or "launch failed").strip()
+    return (f"{argv0}: {detail}" if argv0 else detail)[-500:]
 
 
 def worker_state(entry: dict, progress: re.Pattern, tail_lines: int) -> dict:
