@@ -13,10 +13,11 @@ which the runbook sets to the worker's own run directory.
 
 Resume: with a backup directory (``--backup-dir``, or ``TF_RUNBOOK_CHECKPOINT_DIR`` set by
 the runbook) the job backs up its training state after every epoch with Keras
-``BackupAndRestore`` and, when restarted, resumes after the last completed epoch and prints
-``worker=I resumed_from_epoch=E``. Every worker keeps its own backup (its replica of the
-synchronously trained state), so no shared storage is needed when a restarted worker runs
-on the same host.
+``BackupAndRestore``, printing ``worker=I checkpoint_saved=E`` once a backup is complete;
+when restarted, all workers resume after the last epoch that every one of them backed up
+and print ``worker=I resumed_from_epoch=E``. Every worker keeps its own backup (its replica
+of the synchronously trained state), so no shared storage is needed when a restarted worker
+runs on the same host.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 from pathlib import Path
 
 # Quiet TensorFlow's C++ logging and keep GPUs out of a CPU job; both must be set before
@@ -42,6 +44,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps-per-epoch", type=int, default=4)
     parser.add_argument("--per-worker-batch", type=int, default=16)
+    parser.add_argument(
+        "--seed", type=int, default=7, help="seed for the initial weights (the same on every worker)"
+    )
     parser.add_argument(
         "--backup-dir",
         default=os.environ.get("TF_RUNBOOK_CHECKPOINT_DIR", ""),
@@ -63,9 +68,73 @@ def make_data() -> tuple[np.ndarray, np.ndarray]:
     return features, labels
 
 
+class EpochBackups:
+    """One worker's backups: a Keras ``BackupAndRestore`` directory per completed epoch.
+
+    A worker can be killed while it writes a backup, which leaves a truncated weights file.
+    So each epoch goes into a directory of its own, and only once it is complete does
+    ``latest`` (replaced atomically) name it. The previous epoch's directory is kept as
+    well: workers back up one after another, so when a run is stopped one worker may
+    have committed one epoch more than another, and all must resume from the same one.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = Path(root)
+        self.pointer = self.root / "latest"
+
+    def latest(self) -> int:
+        """The last epoch whose backup is complete, 0 when there is none."""
+        try:
+            return int(self.pointer.read_text(encoding="utf-8").strip())
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def _epoch_dir(self, epoch: int) -> Path:
+        return self.root / f"epoch-{epoch}"
+
+    def restore(self, model: tf.keras.Model, epoch: int) -> None:
+        callback = tf.keras.callbacks.BackupAndRestore(str(self._epoch_dir(epoch)), delete_checkpoint=False)
+        callback.set_model(model)
+        callback.on_train_begin()
+        restored = int(getattr(model, "_initial_epoch", None) or 0)
+        if restored != epoch:
+            raise RuntimeError(f"backup {self._epoch_dir(epoch)} holds epoch {restored}, not {epoch}")
+
+    def save(self, model: tf.keras.Model, epoch: int) -> None:
+        target = self._epoch_dir(epoch)
+        if target.exists():
+            shutil.rmtree(target)  # an earlier attempt's partial write
+        callback = tf.keras.callbacks.BackupAndRestore(str(target), delete_checkpoint=False)
+        callback.set_model(model)
+        callback.on_epoch_end(epoch - 1)
+        pending = self.root / "latest.tmp"
+        with open(pending, "w", encoding="utf-8") as handle:
+            handle.write(f"{epoch}\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(pending, self.pointer)
+        for old in self.root.glob("epoch-*"):
+            suffix = old.name.removeprefix("epoch-")
+            if suffix.isdigit() and int(suffix) < epoch - 1:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def agree_on_resume_epoch(strategy: tf.distribute.Strategy, local_latest: int) -> int:
+    """The epoch every worker resumes after: the oldest of their latest complete backups."""
+
+    @tf.function
+    def gather_latest() -> tf.Tensor:
+        per_replica = strategy.run(lambda: tf.constant([local_latest], dtype=tf.int64))
+        return strategy.gather(per_replica, axis=0)
+
+    return int(tf.reduce_min(gather_latest()).numpy())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tf.get_logger().setLevel("ERROR")
+    # Same seed, same run: a resumed run can be compared with an uninterrupted one.
+    tf.keras.utils.set_random_seed(args.seed)
 
     tf_config = json.loads(os.environ["TF_CONFIG"])
     task = tf_config["task"]
@@ -104,18 +173,14 @@ def main(argv: list[str] | None = None) -> int:
         # Attaches the optimizer to the model, so that backups hold its state too.
         model.compile(optimizer=optimizer)
 
+    backup = EpochBackups(os.path.join(args.backup_dir, f"worker-{index}")) if args.backup_dir else None
     initial_epoch = 0
-    backup = None
-    if args.backup_dir:
-        backup = tf.keras.callbacks.BackupAndRestore(
-            os.path.join(args.backup_dir, f"worker-{index}"), delete_checkpoint=False
-        )
-        backup.set_model(model)
-        with strategy.scope():
-            # Restores the weights and the optimizer state, and the epoch count.
-            backup.on_train_begin()
-        initial_epoch = int(getattr(model, "_initial_epoch", None) or 0)
+    if backup is not None:
+        initial_epoch = agree_on_resume_epoch(strategy, backup.latest())
         if initial_epoch:
+            with strategy.scope():
+                # Restores the weights and the optimizer state.
+                backup.restore(model, initial_epoch)
             print(f"worker={index} resumed_from_epoch={initial_epoch}", flush=True)
 
     # A resumed run sees the batches it would have seen had it not been interrupted.
@@ -154,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         if backup is not None:
-            backup.on_epoch_end(epoch - 1)
+            backup.save(model, epoch)
+            print(f"worker={index} checkpoint_saved={epoch}", flush=True)
 
     if task["type"] == "worker" and index == 0:
         Path(MARKER_NAME).write_text("chief worker completed training\n", encoding="utf-8")

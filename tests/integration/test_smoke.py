@@ -223,12 +223,31 @@ def test_stop_playbook_ends_a_run_the_controller_abandoned(dirs: dict[str, Path]
     assert tree_digest(run) == before
 
 
-def test_a_restart_resumes_from_the_last_completed_epoch(dirs: dict[str, Path]) -> None:
-    """tf_restart_attempts: 1 and a worker killed during epoch 2 of 4: the run completes."""
-    args = extra(
-        dirs, tf_run_id="resume", tf_restart_attempts=1,
-        tf_train_args=["--epochs=4", "--steps-per-epoch=400"],
-    )
+def uninterrupted_epochs(tmp: Path, train_args: list[str]) -> list[str]:
+    """The epoch lines of the same job run once, by hand, with no interruption."""
+    ports = [2290, 2291]
+    cluster = [f"127.0.0.1:{port}" for port in ports]
+    procs = []
+    for index in range(2):
+        workdir = tmp / f"reference-{index}"
+        workdir.mkdir(parents=True)
+        config = {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}}
+        procs.append(subprocess.Popen(
+            [sys.executable, str(REPO / "files" / "multiworker_train.py"), *train_args],
+            cwd=workdir, env=dict(os.environ, TF_CONFIG=json.dumps(config)),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        ))
+    outputs = [proc.communicate(timeout=300)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs[1][-2000:]
+    assert epoch_lines(outputs[0]) == epoch_lines(outputs[1])
+    return epoch_lines(outputs[0])
+
+
+def test_a_restart_resumes_from_the_last_completed_epoch(dirs: dict[str, Path], tmp_path: Path) -> None:
+    """tf_restart_attempts: 1 and a worker killed during epoch 2 of 4: the run completes,
+    and the resumed epochs are exactly those of an uninterrupted run."""
+    train_args = ["--epochs=4", "--steps-per-epoch=400"]
+    args = extra(dirs, tf_run_id="resume", tf_restart_attempts=1, tf_train_args=train_args)
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     controller = subprocess.Popen(
         [str(PLAYBOOK_BIN), "train.yml", "--limit", "localhost", *args],
@@ -236,27 +255,31 @@ def test_a_restart_resumes_from_the_last_completed_epoch(dirs: dict[str, Path]) 
     )
     first = dirs["base"] / "runs" / "resume" / "worker-1"
     deadline = time.monotonic() + 300
-    while "epoch=1 " not in ((first / "worker.log").read_text() if (first / "worker.log").exists() else ""):
-        assert time.monotonic() < deadline and controller.poll() is None, "epoch 1 never finished"
-        time.sleep(0.2)
+    # Killed once its backup of epoch 1 is complete, that is during epoch 2.
+    while "checkpoint_saved=1" not in ((first / "worker.log").read_text() if (first / "worker.log").exists() else ""):
+        assert time.monotonic() < deadline and controller.poll() is None, "epoch 1 was never backed up"
+        time.sleep(0.1)
     os.kill(json.loads((first / "state.json").read_text())["pid"], 9)
     stdout, _ = controller.communicate(timeout=600)
     assert controller.returncode == 0, stdout[-4000:]
+    assert "epoch=2 " not in (first / "worker.log").read_text(), "killed too late: epoch 2 had finished"
 
     summary = json.loads((dirs["runs"] / "resume" / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["attempt"] == 1
     assert [a["ok"] for a in summary["attempts"]] == [False, True]
     killed = [w for w in summary["attempts"][0]["workers"] if w["index"] == 1][0]
     assert killed["exit_status"] == 137
-    # The final attempt resumed after the epoch the first one completed.
+    reference = uninterrupted_epochs(tmp_path, train_args)
+    assert len(reference) == 4
+    # The final attempt resumed after the epoch the first one completed, and trained on
+    # to the same numbers as a run that was never interrupted.
     for index in (0, 1):
         log = (dirs["runs"] / "resume" / "localhost" / "retry-1" / f"worker-{index}" / "worker.log").read_text()
         resumed = [line for line in log.splitlines() if "resumed_from_epoch=" in line]
         assert resumed, log[-2000:]
         epoch = int(resumed[0].rsplit("=", 1)[1])
-        assert epoch >= 1
-        assert epoch_lines(log)[0].startswith(f"epoch={epoch + 1} ")
-        assert epoch_lines(log)[-1].startswith("epoch=4 ")
+        assert 1 <= epoch < 4
+        assert epoch_lines(log) == reference[epoch:], (epoch_lines(log), reference)
     # The first attempt's files are kept next to the final one's.
     assert (dirs["runs"] / "resume" / "localhost" / "worker-1" / "worker.log").is_file()
     assert (dirs["base"] / "runs" / "resume" / "retry-1" / "worker-0" / "multiworker-complete.txt").is_file()
