@@ -62,11 +62,13 @@ def test_a_worker_that_cannot_start_stops_the_others(
     make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
 ) -> None:
     hosts = make_ns_hosts(count=3)
+    # The preflight refuses a missing interpreter before launch (test_preflight.py); with
+    # that check off, this is the safety net for a worker that fails to start anyway.
     out = run_with_fault(
         hosts,
         tmp_path,
         "nostart",
-        common(worker_python),
+        common(worker_python, tf_preflight_versions_check=False),
         lambda: None,
         hostvars={"node2": {"tf_worker_python": "/nonexistent/bin/python3"}},
     )

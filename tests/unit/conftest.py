@@ -37,6 +37,9 @@ MODULES: dict[str, Path] = {
     "tf_worker_stop": ROLES / "tf_stop" / "library" / "tf_worker_stop.py",
     "tf_worker_status": ROLES / "tf_wait" / "library" / "tf_worker_status.py",
     "tf_supervisor": SUPERVISOR,
+    "tf_preflight": ROLES / "tf_preflight" / "filter_plugins" / "tf_preflight.py",
+    "tf_preflight_probe": ROLES / "tf_preflight" / "library" / "tf_preflight_probe.py",
+    "tf_firewall": ROLES / "tf_firewall" / "library" / "tf_firewall.py",
 }
 
 

@@ -1,0 +1,158 @@
+"""Turn what the preflight probes saw on each host into the problems that refuse a run.
+
+Each function returns a list of messages, one per problem, each naming the host and the
+value; an empty list means the run may go on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from ansible.errors import AnsibleFilterError
+except ImportError:  # pragma: no cover - lets the unit tests run without ansible
+    class AnsibleFilterError(Exception):  # type: ignore[no-redef]
+        """Stand-in when ansible is not importable."""
+
+
+DOCUMENTATION = r"""
+name: tf_preflight_host_problems
+short_description: Problems the host probes of a TensorFlow run found
+description:
+  - C(tf_preflight_host_problems) takes the C(host) probe of every worker host and the
+    cluster spec; C(tf_preflight_unreachable) the C(connect) probes; C(tf_preflight_versions)
+    each host's interpreter versions; C(tf_preflight_script_problems) the training script.
+options:
+  _input:
+    description: Probe results by host name.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Refuse the run on any problem
+  ansible.builtin.fail:
+    msg: "{{ probes | tf_preflight_host_problems(tf_cluster_spec, 1024) | join('; ') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: One message per problem.
+  type: list
+  elements: str
+"""
+
+
+def _worker_at(spec: dict[str, Any], host: str, port: int) -> str:
+    for worker in spec.get("workers", []):
+        if worker["host"] == host and int(worker["port"]) == int(port):
+            return f"worker {worker['index']}'s "
+    return ""
+
+
+def tf_preflight_host_problems(
+    probes: dict[str, dict[str, Any]], spec: dict[str, Any], min_free_mb: int, run_id: str = ""
+) -> list[str]:
+    """Taken ports, too little disk, a run id already launched, and GPU counts that differ."""
+    if not isinstance(probes, dict):
+        raise AnsibleFilterError(f"expected probe results by host, got {type(probes).__name__}")
+    problems = []
+    for host, probe in probes.items():
+        for busy in probe.get("busy_ports", []):
+            if busy.get("pid"):
+                owner = f"by pid {busy['pid']} ({busy.get('process') or 'unknown'})"
+            else:
+                owner = "by a process this user cannot see"
+            problems.append(
+                f"host {host}: {_worker_at(spec, host, busy['port'])}port {busy['port']} is already in use "
+                f"{owner}: {busy.get('error', '')}".rstrip(": ")
+            )
+        free = int(probe.get("free_mb", 0))
+        if free < int(min_free_mb):
+            problems.append(
+                f"host {host}: only {free} MB free under {probe.get('base_dir', 'tf_worker_base_dir')}, "
+                f"below tf_preflight_min_free_mb={min_free_mb}"
+            )
+        if probe.get("run_launched"):
+            problems.append(
+                f"host {host}: run id {run_id!r} was already launched there ({probe['run_launched']}); "
+                "its files are kept: give a new -e tf_run_id or leave it empty"
+            )
+    gpus = {host: int(probe.get("gpus", 0)) for host, probe in probes.items()}
+    if any(gpus.values()) and len(set(gpus.values())) > 1:
+        listing = ", ".join(f"{host}={count}" for host, count in gpus.items())
+        problems.append(f"hosts show different numbers of GPUs: {listing}")
+    return problems
+
+
+def tf_preflight_unreachable(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One message per worker endpoint some host could not reach."""
+    problems = []
+    for host, failures in results.items():
+        for failure in failures or []:
+            problems.append(
+                f"host {host} cannot reach worker {failure['index']} on host {failure['host']} "
+                f"at {failure['address']}:{failure['port']}: {failure['reason']}"
+            )
+    return problems
+
+
+def _python_key(version: str, match: str) -> str:
+    parts = str(version).split(".")
+    return ".".join(parts[:2]) if match == "minor" else str(version)
+
+
+def tf_preflight_versions(versions: dict[str, dict[str, Any]], python_match: str = "minor") -> list[str]:
+    """Python (by ``python_match``: minor or exact), TensorFlow and numpy must agree."""
+    if python_match not in ("minor", "exact"):
+        raise AnsibleFilterError(f"tf_preflight_python_match must be minor or exact, got {python_match!r}")
+    problems = []
+    for host, found in versions.items():
+        if (found or {}).get("error"):
+            problems.append(f"host {host}: worker interpreter {found['error']}")
+    versions = {host: found for host, found in versions.items() if not (found or {}).get("error")}
+    for name in ("python", "tensorflow", "numpy"):
+        seen = {host: (found or {}).get(name) or "missing" for host, found in versions.items()}
+        keys = {
+            host: _python_key(value, python_match) if name == "python" and value != "missing" else value
+            for host, value in seen.items()
+        }
+        missing = [host for host, value in seen.items() if value == "missing"]
+        for host in missing:
+            problems.append(f"host {host}: {name} is not installed for the worker interpreter")
+        if len(set(keys.values())) > 1:
+            listing = ", ".join(f"{host}={value}" for host, value in seen.items())
+            problems.append(f"{name} versions differ across hosts: {listing}")
+    return problems
+
+
+def tf_preflight_script_problems(path: str) -> list[str]:
+    """The training script must be a readable file on the controller and, when it is
+    Python, compile."""
+    try:
+        with open(path, "rb") as handle:
+            source = handle.read()
+    except IsADirectoryError:
+        return [f"tf_train_script {path}: is a directory, not a script"]
+    except OSError as exc:
+        return [f"tf_train_script {path}: cannot be read on the controller: {exc.strerror}"]
+    if str(path).endswith(".py"):
+        try:
+            compile(source, str(path), "exec")
+        except SyntaxError as exc:
+            return [f"tf_train_script {path}: line {exc.lineno}: {exc.msg}"]
+        except ValueError as exc:
+            return [f"tf_train_script {path}: {exc}"]
+    return []
+
+
+class FilterModule:
+    """Ansible entry point."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "tf_preflight_host_problems": tf_preflight_host_problems,
+            "tf_preflight_unreachable": tf_preflight_unreachable,
+            "tf_preflight_versions": tf_preflight_versions,
+            "tf_preflight_script_problems": tf_preflight_script_problems,
+        }

@@ -1,0 +1,357 @@
+#!/usr/bin/python
+"""Look at a worker host before anything of a run is launched there.
+
+Four modes, all read-only for the host's runs:
+
+* ``host``: which of this host's worker ports are taken (and by which process, when it
+  can be seen), the free disk space under the base directory, whether the run id was
+  already launched here, and how many GPUs the host shows.
+* ``listen``: hold short-lived listeners on this host's worker ports (run as an async
+  task), until every expected peer has said hello, a ``stop`` arrives or the lifetime ends.
+* ``connect``: from this host, open a connection to every worker endpoint of the cluster,
+  as TensorFlow will, and report those that cannot be reached and why.
+* ``stop``: tell this host's listeners to end and wait until the ports are free again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import shutil
+import socket
+import subprocess
+import time
+from typing import Any
+
+DOCUMENTATION = r"""
+module: tf_preflight_probe
+short_description: Probe a worker host before a TensorFlow run is launched
+description:
+  - C(host) mode reports taken ports with their owning process, free disk space, a run id
+    already launched, and the number of GPUs.
+  - C(listen), C(connect) and C(stop) check that every worker can reach every other
+    worker's port, with short-lived listeners in place of TensorFlow.
+options:
+  mode:
+    type: str
+    required: true
+    choices: [host, listen, connect, stop]
+  ports:
+    description: This host's worker ports.
+    type: list
+    elements: int
+    default: []
+  base_dir:
+    description: The host's base directory for runs (C(host) mode).
+    type: str
+  run_id:
+    description: The run about to be launched (C(host) mode).
+    type: str
+  endpoints:
+    description: Every worker of the cluster, as C(index), C(host), C(address), C(port) (C(connect) mode).
+    type: list
+    elements: dict
+    default: []
+  me:
+    description: This host's inventory name, sent to each listener (C(connect) mode).
+    type: str
+    default: ""
+  peers:
+    description: Inventory names a listener waits to hear from before it ends (C(listen) mode).
+    type: list
+    elements: str
+    default: []
+  timeout:
+    description: Seconds to keep trying one endpoint (C(connect)) or to live (C(listen)).
+    type: float
+    default: 10
+"""
+
+RETURN = r"""
+busy_ports:
+  description: C(host) mode; each taken port with C(port), C(pid) and C(process) when seen.
+  type: list
+free_mb:
+  description: C(host) mode; free space under the base directory (its nearest existing parent).
+  type: int
+run_launched:
+  description: C(host) mode; a record that shows the run id was already launched here.
+  type: str
+gpus:
+  description: C(host) mode; GPUs the host shows.
+  type: int
+failures:
+  description: C(connect) mode; each endpoint that could not be reached, with C(reason).
+  type: list
+"""
+
+LAUNCH_RECORDS = ("state.json", "exit.json")
+STOP = b"stop\n"
+
+
+def bind_error(port: int) -> int:
+    """0 when ``port`` can be bound on every interface, as TensorFlow binds it, else errno."""
+    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # no IPv6 on this host: the IPv4 bind below decides
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind((address, port))
+            return 0
+        except OSError as exc:
+            if exc.errno != errno.EAFNOSUPPORT and exc.errno != errno.EADDRNOTAVAIL:
+                return exc.errno or errno.EADDRINUSE
+        finally:
+            sock.close()
+    return 0
+
+
+def listening_inodes(port: int, proc: str = "/proc") -> set[str]:
+    """Socket inodes of TCP listeners on ``port``, from /proc/net/tcp and tcp6."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(os.path.join(proc, "net", table), encoding="ascii") as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10:
+                continue
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                inodes.add(inode)
+    return inodes
+
+
+def port_owner(port: int, proc: str = "/proc") -> dict[str, Any]:
+    """The pid and process name holding ``port``, where this user may see them.
+
+    Only the process name (``comm``) is reported, never its command line, which may hold
+    secrets.
+    """
+    wanted = {f"socket:[{inode}]" for inode in listening_inodes(port, proc)}
+    if not wanted:
+        return {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        fd_dir = os.path.join(proc, entry, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue  # another user's process, or gone
+        links = set()
+        for fd in fds:
+            try:
+                links.add(os.readlink(os.path.join(fd_dir, fd)))
+            except OSError:
+                continue  # closed meanwhile
+        if wanted.intersection(links):
+            try:
+                with open(os.path.join(proc, entry, "comm"), encoding="utf-8", errors="replace") as handle:
+                    name = handle.read().strip()
+            except OSError:
+                name = ""
+            return {"pid": int(entry), "process": name}
+    return {}
+
+
+def nearest_existing(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def launched_record(base_dir: str, run_id: str) -> str:
+    """A record that shows ``run_id`` was already launched under ``base_dir``, or ''."""
+    run_dir = os.path.join(base_dir, "runs", run_id)
+    if not os.path.isdir(run_dir):
+        return ""
+    for root, dirs, files in os.walk(run_dir):
+        dirs[:] = [d for d in dirs if d.startswith(("worker-", "retry-"))]
+        for record in LAUNCH_RECORDS:
+            if record in files:
+                return os.path.join(root, record)
+    return ""
+
+
+def count_gpus(proc: str = "/proc") -> int:
+    """GPUs the host shows: NVIDIA's driver lists one directory per GPU."""
+    listing = os.path.join(proc, "driver", "nvidia", "gpus")
+    if os.path.isdir(listing):
+        return len(os.listdir(listing))
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return 0
+        return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    return 0
+
+
+def probe_host(ports: list[int], base_dir: str, run_id: str, proc: str = "/proc") -> dict[str, Any]:
+    base = os.path.expanduser(base_dir)
+    busy = []
+    for port in ports:
+        err = bind_error(port)
+        if err:
+            busy.append({"port": port, "error": os.strerror(err), **port_owner(port, proc)})
+    usage = shutil.disk_usage(nearest_existing(base))
+    return {
+        "busy_ports": busy,
+        "free_mb": usage.free // (1024 * 1024),
+        "base_dir": os.path.abspath(base),
+        "run_launched": launched_record(os.path.abspath(base), run_id),
+        "gpus": count_gpus(proc),
+    }
+
+
+def _open_listeners(ports: list[int]) -> dict[socket.socket, int]:
+    listeners = {}
+    for port in ports:
+        try:
+            sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            address = "::"
+        except OSError:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            address = "0.0.0.0"
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+        sock.listen(64)
+        listeners[sock] = port
+    return listeners
+
+
+def listen(ports: list[int], peers: list[str], lifetime: float) -> dict[str, Any]:
+    """Accept hellos on every port until each peer reached each port, or ``stop``."""
+    listeners = _open_listeners(ports)
+    heard: dict[int, set[str]] = {port: set() for port in ports}
+    expected = set(peers)
+    deadline = time.monotonic() + lifetime
+    stopped = False
+    try:
+        while time.monotonic() < deadline and not stopped:
+            if expected and all(expected <= names for names in heard.values()):
+                break
+            ready, _, _ = select.select(list(listeners), [], [], 0.2)
+            for sock in ready:
+                conn, _ = sock.accept()
+                with conn:
+                    conn.settimeout(2)
+                    try:
+                        data = conn.recv(256)
+                        # Let the peer close first, so that TIME_WAIT stays on its side and
+                        # not on the worker port that TensorFlow binds next.
+                        while conn.recv(256):
+                            pass
+                    except OSError:
+                        continue
+                    if data == STOP:
+                        stopped = True
+                    elif data.startswith(b"hello "):
+                        heard[listeners[sock]].add(data[6:].decode("utf-8", "replace").strip())
+    finally:
+        for sock in listeners:
+            sock.close()
+    return {"heard": {str(port): sorted(names) for port, names in heard.items()}, "stopped": stopped}
+
+
+def reach(endpoint: dict[str, Any], me: str, timeout: float) -> str:
+    """'' when ``endpoint`` accepts a connection within ``timeout`` seconds, else why not."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return last
+        try:
+            with socket.create_connection((endpoint["address"], int(endpoint["port"])), timeout=left) as conn:
+                conn.sendall(f"hello {me}\n".encode())
+                return ""
+        except socket.timeout:
+            return f"no answer within {timeout:g} s (a firewall dropping the packets?)"
+        except socket.gaierror as exc:
+            return f"address {endpoint['address']!r} does not resolve: {exc.strerror}"
+        except OSError as exc:
+            # Refused: the listener may not be up yet; keep trying until the deadline.
+            last = f"{exc.strerror or exc} (a firewall rejecting the connection, or the address is not that host's?)"
+            time.sleep(0.2)
+
+
+def connect_all(endpoints: list[dict[str, Any]], me: str, timeout: float) -> list[dict[str, Any]]:
+    failures = []
+    for endpoint in endpoints:
+        reason = reach(endpoint, me, timeout)
+        if reason:
+            failures.append({**endpoint, "reason": reason})
+    return failures
+
+
+def stop_listeners(ports: list[int], wait: float) -> list[int]:
+    """Send ``stop`` to this host's listeners; return the ports still taken after ``wait``."""
+    for port in ports:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+                conn.sendall(STOP)
+        except OSError:
+            pass  # nothing listens: already ended
+    deadline = time.monotonic() + wait
+    busy = list(ports)
+    while busy and time.monotonic() < deadline:
+        busy = [port for port in busy if bind_error(port)]
+        if busy:
+            time.sleep(0.1)
+    return busy
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={
+            "mode": {"type": "str", "required": True, "choices": ["host", "listen", "connect", "stop"]},
+            "ports": {"type": "list", "elements": "int", "default": []},
+            "base_dir": {"type": "str"},
+            "run_id": {"type": "str"},
+            "endpoints": {"type": "list", "elements": "dict", "default": []},
+            "me": {"type": "str", "default": ""},
+            "peers": {"type": "list", "elements": "str", "default": []},
+            "timeout": {"type": "float", "default": 10},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    mode = params["mode"]
+    if mode == "host":
+        if not params["base_dir"] or not params["run_id"]:
+            module.fail_json(msg="host mode needs base_dir and run_id")
+        module.exit_json(changed=False, **probe_host(params["ports"], params["base_dir"], params["run_id"]))
+    elif mode == "listen":
+        try:
+            module.exit_json(changed=False, **listen(params["ports"], params["peers"], params["timeout"]))
+        except OSError as exc:
+            module.fail_json(msg=f"cannot listen on {params['ports']}: {exc}")
+    elif mode == "connect":
+        module.exit_json(changed=False, failures=connect_all(params["endpoints"], params["me"], params["timeout"]))
+    else:
+        still = stop_listeners(params["ports"], params["timeout"])
+        if still:
+            module.fail_json(msg=f"ports {still} are still taken after the probe listeners were told to stop")
+        module.exit_json(changed=False)
+
+
+if __name__ == "__main__":
+    main()

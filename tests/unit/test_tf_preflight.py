@@ -1,0 +1,229 @@
+"""Preflight: what the host probes see, and the problems that refuse a run."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import tf_firewall
+import tf_preflight
+import tf_preflight_probe as probe
+
+SPEC = {
+    "workers": [
+        {"index": 0, "host": "a", "address": "10.0.0.1", "port": 2222},
+        {"index": 1, "host": "b", "address": "10.0.0.2", "port": 2222},
+        {"index": 2, "host": "b", "address": "10.0.0.2", "port": 2223},
+    ]
+}
+
+
+def clean(**overrides: object) -> dict[str, object]:
+    return {"busy_ports": [], "free_mb": 50_000, "base_dir": "/srv/tf", "run_launched": "", "gpus": 0, **overrides}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# -- problems from the host probes ---------------------------------------------------
+
+
+def test_clean_hosts_have_no_problems() -> None:
+    assert tf_preflight.tf_preflight_host_problems({"a": clean(), "b": clean()}, SPEC, 1024, "r1") == []
+
+
+def test_a_taken_port_names_host_worker_port_and_process() -> None:
+    probes = {"a": clean(), "b": clean(busy_ports=[{"port": 2223, "pid": 4242, "process": "python3", "error": "Address in use"}])}
+    [problem] = tf_preflight.tf_preflight_host_problems(probes, SPEC, 1024, "r1")
+    assert problem.startswith("host b: worker 2's port 2223 is already in use by pid 4242 (python3)")
+
+
+def test_a_taken_port_whose_owner_is_hidden_says_so() -> None:
+    probes = {"a": clean(busy_ports=[{"port": 2222, "error": "Address in use"}]), "b": clean()}
+    [problem] = tf_preflight.tf_preflight_host_problems(probes, SPEC, 1024, "r1")
+    assert "host a: worker 0's port 2222" in problem and "a process this user cannot see" in problem
+
+
+def test_too_little_disk_names_host_path_and_both_sizes() -> None:
+    [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(free_mb=300), "b": clean()}, SPEC, 1024, "r1")
+    assert problem == "host a: only 300 MB free under /srv/tf, below tf_preflight_min_free_mb=1024"
+
+
+def test_a_run_id_launched_before_names_the_record() -> None:
+    probes = {"a": clean(), "b": clean(run_launched="/srv/tf/runs/r1/worker-1/state.json")}
+    [problem] = tf_preflight.tf_preflight_host_problems(probes, SPEC, 1024, "r1")
+    assert "host b: run id 'r1' was already launched there (/srv/tf/runs/r1/worker-1/state.json)" in problem
+
+
+def test_gpu_counts_that_differ_are_listed_per_host() -> None:
+    [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(gpus=2), "b": clean(gpus=1)}, SPEC, 1024, "r1")
+    assert problem == "hosts show different numbers of GPUs: a=2, b=1"
+
+
+def test_equal_gpu_counts_and_no_gpus_pass() -> None:
+    assert tf_preflight.tf_preflight_host_problems({"a": clean(gpus=4), "b": clean(gpus=4)}, SPEC, 1024, "r") == []
+    assert tf_preflight.tf_preflight_host_problems({"a": clean(), "b": clean()}, SPEC, 1024, "r") == []
+
+
+def test_unreachable_endpoints_name_both_hosts_and_the_reason() -> None:
+    results = {"a": [{"index": 2, "host": "b", "address": "10.0.0.2", "port": 2223, "reason": "no answer within 5 s"}], "b": []}
+    assert tf_preflight.tf_preflight_unreachable(results) == [
+        "host a cannot reach worker 2 on host b at 10.0.0.2:2223: no answer within 5 s"
+    ]
+
+
+def test_versions_that_agree_pass_and_python_patch_levels_may_differ() -> None:
+    versions = {
+        "a": {"python": "3.11.2", "tensorflow": "2.21.0", "numpy": "2.3.5"},
+        "b": {"python": "3.11.9", "tensorflow": "2.21.0", "numpy": "2.3.5"},
+    }
+    assert tf_preflight.tf_preflight_versions(versions, "minor") == []
+    assert tf_preflight.tf_preflight_versions(versions, "exact") == [
+        "python versions differ across hosts: a=3.11.2, b=3.11.9"
+    ]
+
+
+@pytest.mark.parametrize("name", ["python", "tensorflow", "numpy"])
+def test_each_version_drift_is_named_with_every_hosts_value(name: str) -> None:
+    base = {"python": "3.11.2", "tensorflow": "2.21.0", "numpy": "2.3.5"}
+    other = dict(base, **{name: {"python": "3.12.1", "tensorflow": "2.20.0", "numpy": "1.26.4"}[name]})
+    [problem] = tf_preflight.tf_preflight_versions({"a": base, "b": other})
+    assert problem == f"{name} versions differ across hosts: a={base[name]}, b={other[name]}"
+
+
+def test_an_interpreter_that_does_not_run_or_lacks_tensorflow_is_named() -> None:
+    versions = {
+        "a": {"python": "3.11.2", "tensorflow": None, "numpy": "2.3.5"},
+        "b": {"error": "/opt/py/bin/python does not run: No such file"},
+    }
+    problems = tf_preflight.tf_preflight_versions(versions)
+    assert "host b: worker interpreter /opt/py/bin/python does not run: No such file" in problems
+    assert "host a: tensorflow is not installed for the worker interpreter" in problems
+
+
+def test_script_checks(tmp_path: Path) -> None:
+    good = tmp_path / "train.py"
+    good.write_text("print('ok')\n")
+    bad = tmp_path / "broken.py"
+    bad.write_text("def broken(:\n    pass\n")
+    assert tf_preflight.tf_preflight_script_problems(str(good)) == []
+    [missing] = tf_preflight.tf_preflight_script_problems(str(tmp_path / "nope.py"))
+    assert missing == f"tf_train_script {tmp_path}/nope.py: cannot be read on the controller: No such file or directory"
+    [syntax] = tf_preflight.tf_preflight_script_problems(str(bad))
+    assert syntax.startswith(f"tf_train_script {bad}: line 1:")
+    [directory] = tf_preflight.tf_preflight_script_problems(str(tmp_path))
+    assert "is a directory" in directory
+
+
+# -- the host probe --------------------------------------------------------------------
+
+
+def test_a_free_port_binds_and_a_listening_one_names_its_owner() -> None:
+    port = free_port()
+    assert probe.bind_error(port) == 0
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        assert probe.bind_error(port) != 0
+        owner = probe.port_owner(port)
+    assert owner["pid"] == os.getpid()
+    assert owner["process"] == Path(f"/proc/{os.getpid()}/comm").read_text().strip()
+
+
+def test_probe_host_reports_busy_ports_disk_and_earlier_launches(tmp_path: Path) -> None:
+    port, other = free_port(), free_port()
+    (tmp_path / "runs" / "r1" / "retry-1" / "worker-3").mkdir(parents=True)
+    (tmp_path / "runs" / "r1" / "retry-1" / "worker-3" / "exit.json").write_text("{}")
+    (tmp_path / "runs" / "r2" / "worker-0").mkdir(parents=True)  # created, never launched
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", port))
+        sock.listen()
+        seen = probe.probe_host([port, other], str(tmp_path / "not" / "yet"), "r1")
+    assert [b["port"] for b in seen["busy_ports"]] == [port]
+    assert seen["free_mb"] > 0
+    assert seen["run_launched"] == ""  # that base dir does not exist yet
+    assert probe.probe_host([], str(tmp_path), "r1")["run_launched"].endswith("retry-1/worker-3/exit.json")
+    assert probe.probe_host([], str(tmp_path), "r2")["run_launched"] == ""
+
+
+def test_gpus_are_counted_from_the_drivers_listing(tmp_path: Path) -> None:
+    gpus = tmp_path / "driver" / "nvidia" / "gpus"
+    for bus in ("0000:17:00.0", "0000:65:00.0"):
+        (gpus / bus).mkdir(parents=True)
+    assert probe.count_gpus(str(tmp_path)) == 2
+
+
+def test_listeners_hear_every_peer_then_end_and_free_their_ports() -> None:
+    ports = [free_port(), free_port()]
+    result: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: result.update(probe.listen(ports, ["a", "b"], 20)))
+    thread.start()
+    endpoints = [{"index": i, "host": "h", "address": "127.0.0.1", "port": p} for i, p in enumerate(ports)]
+    assert probe.connect_all(endpoints, "a", 5) == []
+    assert probe.connect_all(endpoints, "b", 5) == []
+    thread.join(10)
+    assert not thread.is_alive()
+    assert result["heard"] == {str(p): ["a", "b"] for p in ports}
+    assert all(probe.bind_error(p) == 0 for p in ports)
+
+
+def test_stop_ends_listeners_that_still_wait() -> None:
+    ports = [free_port()]
+    thread = threading.Thread(target=lambda: probe.listen(ports, ["never"], 60))
+    thread.start()
+    assert probe.connect_all([{"index": 0, "host": "h", "address": "127.0.0.1", "port": ports[0]}], "a", 5) == []
+    assert probe.stop_listeners(ports, 10) == []
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_an_endpoint_nobody_listens_on_is_reported_with_the_reason() -> None:
+    port = free_port()
+    [failure] = probe.connect_all([{"index": 1, "host": "b", "address": "127.0.0.1", "port": port}], "a", 0.5)
+    assert failure["index"] == 1 and "refused" in failure["reason"].lower()
+
+
+def test_the_probe_module_runs_as_ansible_runs_it(tmp_path: Path) -> None:
+    """The module file itself, through AnsibleModule's JSON arguments."""
+    import json
+
+    args = {"ANSIBLE_MODULE_ARGS": {"mode": "host", "ports": [free_port()], "base_dir": str(tmp_path), "run_id": "x"}}
+    out = subprocess.run(
+        [sys.executable, str(Path(probe.__file__))], input=json.dumps(args), capture_output=True, text=True, check=False
+    )
+    result = json.loads(out.stdout)
+    assert result["busy_ports"] == [] and result["run_launched"] == "" and result["free_mb"] > 0
+
+
+# -- firewall rules ------------------------------------------------------------------
+
+
+def test_table_names_are_valid_nft_identifiers_and_differ_per_run() -> None:
+    names = {tf_firewall.table_name(r) for r in ("20261203T000000-ab12", "20261203T000000-ab13", "a.b-c")}
+    assert len(names) == 3
+    assert all(n.startswith("tf_runbook_") and n.replace("_", "").isalnum() for n in names)
+
+
+def test_ruleset_accepts_loopback_and_members_and_drops_the_rest() -> None:
+    v4, v6 = tf_firewall.resolve(["10.0.0.2", "10.0.0.1", "10.0.0.2", "[fd00::1]"])
+    assert v4 == ["10.0.0.1", "10.0.0.2"] and v6 == ["fd00::1"]
+    rules = tf_firewall.ruleset("tf_runbook_x", [2223, 2222], v4, v6)
+    lines = [line.strip() for line in rules.splitlines()]
+    assert 'iifname "lo" tcp dport { 2222, 2223 } accept' in lines
+    assert "ip saddr { 10.0.0.1, 10.0.0.2 } tcp dport { 2222, 2223 } accept" in lines
+    assert "ip6 saddr { fd00::1 } tcp dport { 2222, 2223 } accept" in lines
+    # The drop comes after every accept.
+    assert lines.index("tcp dport { 2222, 2223 } drop") > max(i for i, line in enumerate(lines) if line.endswith("accept"))
+
+
+def test_a_member_that_does_not_resolve_is_named() -> None:
+    with pytest.raises(ValueError, match="no-such-host.invalid"):
+        tf_firewall.resolve(["no-such-host.invalid"])
