@@ -40,6 +40,9 @@ MODULES: dict[str, Path] = {
     "tf_preflight": ROLES / "tf_preflight" / "filter_plugins" / "tf_preflight.py",
     "tf_preflight_probe": ROLES / "tf_preflight" / "library" / "tf_preflight_probe.py",
     "tf_firewall": ROLES / "tf_firewall" / "library" / "tf_firewall.py",
+    "tf_collect_bundle": ROLES / "tf_collect" / "library" / "tf_collect_bundle.py",
+    "tf_collect_unpack": ROLES / "tf_collect" / "action_plugins" / "tf_collect_bundle.py",
+    "tf_worker_files": ROLES / "tf_worker" / "library" / "tf_worker_files.py",
 }
 
 

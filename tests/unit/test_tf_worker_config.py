@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from typing import Any, Callable
@@ -10,7 +9,7 @@ from typing import Any, Callable
 import pytest
 
 from tf_cluster import tf_cluster_spec, tf_workers_on
-from tf_worker_config import AnsibleFilterError, tf_config, tf_config_check, tf_config_readback
+from tf_worker_config import AnsibleFilterError, tf_config, tf_config_check, tf_config_files, tf_config_readback
 
 HOSTS = [
     {"host": "node-a", "address": "10.0.0.1", "port": 2222, "slots": 2},
@@ -31,20 +30,15 @@ def as_written(spec: dict[str, Any], index: int) -> str:
     return json.dumps(tf_config(spec, index)) + "\n"
 
 
-def slurp(content: str, index: Any) -> dict[str, Any]:
-    """One result of Ansible's looped slurp."""
-    return {
-        "item": {"index": index, "endpoint": "ignored"},
-        "content": base64.b64encode(content.encode("utf-8")).decode("ascii"),
-        "encoding": "base64",
-        "source": f"/runs/r/worker-{index}/tf_config.json",
-    }
+def read_back(content: str, index: Any) -> dict[str, Any]:
+    """One TF_CONFIG as module tf_worker_files reads it back."""
+    return {"index": index, "content": content}
 
 
 def readbacks(spec: dict[str, Any], content: Content = as_written, skip: tuple[int, ...] = ()) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
     for name in dict.fromkeys(w["host"] for w in spec["workers"]):
-        results = [slurp(content(spec, w["index"]), w["index"]) for w in tf_workers_on(spec, name) if w["index"] not in skip]
+        results = [read_back(content(spec, w["index"]), w["index"]) for w in tf_workers_on(spec, name) if w["index"] not in skip]
         entries += tf_config_readback(results, name)
     return entries
 
@@ -76,13 +70,23 @@ def test_tf_config_index_out_of_range(spec: dict[str, Any], index: int) -> None:
         tf_config(spec, index)
 
 
-def test_readback_decodes_looped_slurp_results() -> None:
+def test_readback_tags_each_config_with_its_host() -> None:
     contents = {3: '{"x": "é"}', 4: "{}"}
-    results = [slurp(text, str(index)) for index, text in contents.items()]
+    results = [read_back(text, str(index)) for index, text in contents.items()]
     assert tf_config_readback(results, "node-b") == [
         {"host": "node-b", "index": 3, "content": '{"x": "é"}'},
         {"host": "node-b", "index": 4, "content": "{}"},
     ]
+
+
+def test_config_files_put_each_local_workers_tf_config_in_its_directory(spec: dict[str, Any]) -> None:
+    local = [w for w in spec["workers"] if w["host"] == spec["workers"][-1]["host"]]
+    dirs = {str(w["index"]): f"/runs/r/worker-{w['index']}" for w in spec["workers"]}
+    files = tf_config_files(local, spec, dirs)
+    assert [f["path"] for f in files] == [f"/runs/r/worker-{w['index']}/tf_config.json" for w in local]
+    for entry, worker in zip(files, local):
+        assert entry["index"] == worker["index"]
+        assert entry["content"] == as_written(spec, worker["index"])
 
 
 def test_check_passes_for_correct_files(spec: dict[str, Any]) -> None:
@@ -157,7 +161,7 @@ def test_check_names_the_host_of_a_missing_worker(spec: dict[str, Any]) -> None:
 def test_check_rejects_worker_outside_the_cluster(spec: dict[str, Any]) -> None:
     """Indices must be exactly 0..N-1: a sixth TF_CONFIG for worker 5 is not in the spec."""
     extra = tf_config_readback(
-        [slurp(json.dumps({"cluster": spec["cluster"], "task": {"type": "worker", "index": 5}}), 5)], "node-c"
+        [read_back(json.dumps({"cluster": spec["cluster"], "task": {"type": "worker", "index": 5}}), 5)], "node-c"
     )
     with pytest.raises(AnsibleFilterError, match=r"host node-c worker-5"):
         tf_config_check(readbacks(spec) + extra, spec)

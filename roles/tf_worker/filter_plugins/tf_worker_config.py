@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 from typing import Any
@@ -47,13 +46,21 @@ def tf_config(spec: dict[str, Any], index: Any) -> dict[str, Any]:
     return {"cluster": spec["cluster"], "task": {"type": "worker", "index": index}}
 
 
-def tf_config_readback(results: list[dict[str, Any]], host: str) -> list[dict[str, Any]]:
-    """Turn the results of a looped ``slurp`` over this host's workers into check entries."""
-    entries = []
-    for result in results:
-        content = base64.b64decode(result["content"]).decode("utf-8")
-        entries.append({"host": host, "index": int(result["item"]["index"]), "content": content})
-    return entries
+def tf_config_files(local_workers: list[dict[str, Any]], spec: dict[str, Any], worker_dirs: dict[str, str]) -> list[dict[str, Any]]:
+    """The TF_CONFIG file of each worker on this host, as module tf_worker_files takes them."""
+    return [
+        {
+            "path": f"{worker_dirs[str(worker['index'])]}/tf_config.json",
+            "content": json.dumps(tf_config(spec, worker["index"])) + "\n",
+            "index": int(worker["index"]),
+        }
+        for worker in local_workers
+    ]
+
+
+def tf_config_readback(read_back: list[dict[str, Any]], host: str) -> list[dict[str, Any]]:
+    """Turn the TF_CONFIGs tf_worker_files read back on this host into check entries."""
+    return [{"host": host, "index": int(item["index"]), "content": item["content"]} for item in read_back]
 
 
 def tf_config_check(readbacks: list[dict[str, Any]], spec: dict[str, Any]) -> dict[str, Any]:
@@ -119,6 +126,7 @@ class FilterModule:
         return {
             "tf_config": tf_config,
             "tf_config_readback": tf_config_readback,
+            "tf_config_files": tf_config_files,
             "tf_config_check": tf_config_check,
             "tf_pip_download_args": tf_pip_download_args,
         }

@@ -1,0 +1,86 @@
+"""Collect one host's files of a run with a single transfer.
+
+The module of the same name packs the run's worker files on the host; this action fetches
+the archive and unpacks it on the controller under ``dest``, keeping each file's path
+below the run directory. Fetching file by file costs a round trip (and a module run) per
+file and host; this costs one per host.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import tempfile
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+DOCUMENTATION = r"""
+action: tf_collect_bundle
+short_description: Fetch a run's worker files from a host in one archive
+options:
+  dest:
+    description: Controller directory that receives the files (created when missing).
+    type: path
+    required: true
+  (all other options): passed to the tf_collect_bundle module.
+"""
+
+
+def safe_members(archive: tarfile.TarFile, files: list[str]) -> list[tarfile.TarInfo]:
+    """Only the regular files the module said it packed, with relative, clean paths."""
+    wanted = set(files)
+    members = []
+    for member in archive.getmembers():
+        name = os.path.normpath(member.name)
+        if member.isfile() and name in wanted and not os.path.isabs(name) and not name.startswith(".."):
+            members.append(member)
+    return members
+
+
+def unpack(archive_path: str, dest: str, files: list[str]) -> list[str]:
+    """Write the archive's files under ``dest``; return those whose content changed."""
+    changed = []
+    with tarfile.open(archive_path, "r:gz") as archive:
+        for member in safe_members(archive, files):
+            source = archive.extractfile(member)
+            if source is None:
+                continue
+            data = source.read()
+            target = os.path.join(dest, os.path.normpath(member.name))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            try:
+                with open(target, "rb") as handle:
+                    if handle.read() == data:
+                        continue
+            except FileNotFoundError:
+                pass
+            with open(target, "wb") as handle:
+                handle.write(data)
+            changed.append(member.name)
+    return changed
+
+
+class ActionModule(ActionBase):
+    """Pack on the host, fetch once, unpack on the controller."""
+
+    _requires_connection = True
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        dest = args.pop("dest", None)
+        if not dest:
+            return {**result, "failed": True, "msg": "dest is required"}
+        packed = self._execute_module(module_name="tf_collect_bundle", module_args=args, task_vars=task_vars)
+        if packed.get("failed"):
+            return {**result, **packed}
+        files = packed.get("files", [])
+        if not packed.get("bundle"):
+            return {**result, "changed": False, "files": files, "dest": dest}
+        with tempfile.TemporaryDirectory(prefix="tf-collect-") as scratch:
+            local = os.path.join(scratch, "bundle.tar.gz")
+            self._connection.fetch_file(packed["bundle"], local)
+            os.makedirs(dest, exist_ok=True)
+            changed = unpack(local, dest, files)
+        return {**result, "changed": bool(changed), "files": files, "updated": changed, "dest": dest}
