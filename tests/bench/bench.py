@@ -189,7 +189,11 @@ def part_faults(tmp: Path) -> dict[str, float]:
         return lambda: wait_for_log(hosts, 0, f"{run}/{run_id}/worker-0/state.json", "pid")
 
     scenario("killed-worker", 2, kill)
-    scenario("never-starts", 2, never_starts, hostvars={"node1": {"tf_worker_python": "/nonexistent/python3"}})
+    # The preflight refuses a missing interpreter before launch; with that check off, this
+    # measures the runtime safety net for a worker that fails to start.
+    scenario("never-starts", 2, never_starts,
+             hostvars={"node1": {"tf_worker_python": "/nonexistent/python3", "tf_preflight_versions_check": False},
+                       "node0": {"tf_preflight_versions_check": False}})
     scenario("cut-network", 2, lose("cut_network"))
     scenario("powered-off", 2, lose("power_off"))
     return results

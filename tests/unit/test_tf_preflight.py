@@ -103,10 +103,17 @@ def test_an_interpreter_that_does_not_run_or_lacks_tensorflow_is_named() -> None
     versions = {
         "a": {"python": "3.11.2", "tensorflow": None, "numpy": "2.3.5"},
         "b": {"error": "/opt/py/bin/python does not run: No such file"},
+        "c": {"python": "3.11.2", "tensorflow": "2.21.0", "numpy": "2.3.5"},
     }
     problems = tf_preflight.tf_preflight_versions(versions)
     assert "host b: worker interpreter /opt/py/bin/python does not run: No such file" in problems
-    assert "host a: tensorflow is not installed for the worker interpreter" in problems
+    assert "tensorflow versions differ across hosts: a=missing, c=2.21.0" in problems
+
+
+def test_a_package_no_host_has_is_not_drift() -> None:
+    """A job without TensorFlow (the runbook runs any script) on hosts without it."""
+    versions = {host: {"python": "3.11.2", "tensorflow": None, "numpy": None} for host in ("a", "b")}
+    assert tf_preflight.tf_preflight_versions(versions) == []
 
 
 def test_script_checks(tmp_path: Path) -> None:

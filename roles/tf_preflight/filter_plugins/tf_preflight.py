@@ -103,7 +103,8 @@ def _python_key(version: str, match: str) -> str:
 
 
 def tf_preflight_versions(versions: dict[str, dict[str, Any]], python_match: str = "minor") -> list[str]:
-    """Python (by ``python_match``: minor or exact), TensorFlow and numpy must agree."""
+    """Python (by ``python_match``: minor or exact), TensorFlow and numpy must agree; a
+    package installed on some hosts and missing on others counts as a difference."""
     if python_match not in ("minor", "exact"):
         raise AnsibleFilterError(f"tf_preflight_python_match must be minor or exact, got {python_match!r}")
     problems = []
@@ -117,9 +118,7 @@ def tf_preflight_versions(versions: dict[str, dict[str, Any]], python_match: str
             host: _python_key(value, python_match) if name == "python" and value != "missing" else value
             for host, value in seen.items()
         }
-        missing = [host for host, value in seen.items() if value == "missing"]
-        for host in missing:
-            problems.append(f"host {host}: {name} is not installed for the worker interpreter")
+        # A package no host has is not drift: the runbook runs any script, TensorFlow or not.
         if len(set(keys.values())) > 1:
             listing = ", ".join(f"{host}={value}" for host, value in seen.items())
             problems.append(f"{name} versions differ across hosts: {listing}")
