@@ -234,3 +234,28 @@ def test_ruleset_accepts_loopback_and_members_and_drops_the_rest() -> None:
 def test_a_member_that_does_not_resolve_is_named() -> None:
     with pytest.raises(ValueError, match="no-such-host.invalid"):
         tf_firewall.resolve(["no-such-host.invalid"])
+
+
+def test_the_host_probe_can_leave_listeners_served_by_a_detached_process() -> None:
+    ports = [free_port(), free_port()]
+    pid = probe.start_listener(ports, ["a"], 30)
+    try:
+        assert pid > 0 and pid != os.getpid()
+        # Bound before start_listener returned: the first connection succeeds at once.
+        assert all(probe.bind_error(p) != 0 for p in ports)
+        endpoints = [{"index": i, "host": "h", "address": "127.0.0.1", "port": p} for i, p in enumerate(ports)]
+        assert probe.connect_all(endpoints, "a", 0.5) == []
+        # Every peer said hello on every port: the server ends and frees the ports.
+        assert probe.stop_listeners(ports, 10) == []
+    finally:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_stop_frees_ports_of_a_detached_listener_still_waiting_for_peers() -> None:
+    ports = [free_port()]
+    probe.start_listener(ports, ["never-comes"], 60)
+    assert probe.bind_error(ports[0]) != 0
+    assert probe.stop_listeners(ports, 10) == []

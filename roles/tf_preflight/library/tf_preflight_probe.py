@@ -5,7 +5,8 @@ Four modes, all read-only for the host's runs:
 
 * ``host``: which of this host's worker ports are taken (and by which process, when it
   can be seen), the free disk space under the base directory, whether the run id was
-  already launched here, and how many GPUs the host shows.
+  already launched here, and how many GPUs the host shows; with ``listen``, it then
+  holds short-lived listeners on the ports from a detached process.
 * ``listen``: hold short-lived listeners on this host's worker ports (run as an async
   task), until every expected peer has said hello, a ``stop`` arrives or the lifetime ends.
 * ``connect``: from this host, open a connection to every worker endpoint of the cluster,
@@ -63,9 +64,16 @@ options:
     elements: str
     default: []
   timeout:
-    description: Seconds to keep trying one endpoint (C(connect)) or to live (C(listen)).
+    description: Seconds to keep trying one endpoint (C(connect)) or for a listener to live
+      (C(listen), and C(host) with O(listen)).
     type: float
     default: 10
+  listen:
+    description: In C(host) mode, once the ports are seen free, bind a listener on each and
+      serve them from a detached process (as C(listen) mode does) until every peer said
+      hello, a C(stop) arrives or O(timeout) passes.
+    type: bool
+    default: false
 """
 
 RETURN = r"""
@@ -237,8 +245,11 @@ def _open_listeners(ports: list[int]) -> dict[socket.socket, int]:
 
 def listen(ports: list[int], peers: list[str], lifetime: float) -> dict[str, Any]:
     """Accept hellos on every port until each peer reached each port, or ``stop``."""
-    listeners = _open_listeners(ports)
-    heard: dict[int, set[str]] = {port: set() for port in ports}
+    return serve(_open_listeners(ports), peers, lifetime)
+
+
+def serve(listeners: dict[socket.socket, int], peers: list[str], lifetime: float) -> dict[str, Any]:
+    heard: dict[int, set[str]] = {port: set() for port in listeners.values()}
     expected = set(peers)
     deadline = time.monotonic() + lifetime
     stopped = False
@@ -267,6 +278,42 @@ def listen(ports: list[int], peers: list[str], lifetime: float) -> dict[str, Any
         for sock in listeners:
             sock.close()
     return {"heard": {str(port): sorted(names) for port, names in heard.items()}, "stopped": stopped}
+
+
+def start_listener(ports: list[int], peers: list[str], lifetime: float) -> int:
+    """Bind the listeners now, serve them from a detached process; return its pid.
+
+    Binding before returning means that every listener is up once the task is done on
+    every host, so the connect probes never race it. The server process leaves the
+    module's session and output, so that the module returns at once.
+    """
+    listeners = _open_listeners(ports)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # first child: detach, fork the server, report its pid, leave
+        try:
+            os.close(read_end)
+            os.setsid()
+            server = os.fork()
+            if server == 0:
+                os.close(write_end)
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                try:
+                    serve(listeners, peers, lifetime)
+                finally:
+                    os._exit(0)
+            os.write(write_end, str(server).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_end) as handle:
+        server_pid = int(handle.read() or 0)
+    for sock in listeners:
+        sock.close()
+    return server_pid
 
 
 def reach(endpoint: dict[str, Any], me: str, timeout: float) -> str:
@@ -330,6 +377,7 @@ def main() -> None:
             "me": {"type": "str", "default": ""},
             "peers": {"type": "list", "elements": "str", "default": []},
             "timeout": {"type": "float", "default": 10},
+            "listen": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -338,7 +386,15 @@ def main() -> None:
     if mode == "host":
         if not params["base_dir"] or not params["run_id"]:
             module.fail_json(msg="host mode needs base_dir and run_id")
-        module.exit_json(changed=False, **probe_host(params["ports"], params["base_dir"], params["run_id"]))
+        seen = probe_host(params["ports"], params["base_dir"], params["run_id"])
+        seen["listener_pid"] = 0
+        # Listen only on a clean host: with a port taken, the run is refused anyway.
+        if params["listen"] and params["ports"] and not seen["busy_ports"] and not module.check_mode:
+            try:
+                seen["listener_pid"] = start_listener(params["ports"], params["peers"], params["timeout"])
+            except OSError as exc:
+                module.fail_json(msg=f"cannot listen on {params['ports']}: {exc}", **seen)
+        module.exit_json(changed=False, **seen)
     elif mode == "listen":
         try:
             module.exit_json(changed=False, **listen(params["ports"], params["peers"], params["timeout"]))
