@@ -59,7 +59,8 @@ def play(playbook: str, args: list[str], extra: dict[str, Any]) -> tuple[float, 
     )
     elapsed = time.monotonic() - started
     if result.returncode != 0:
-        raise RuntimeError(f"{playbook} {args} failed:\n{result.stdout[-3000:]}")
+        errors = [line for line in result.stdout.splitlines() if "fatal" in line or "refused" in line or "[ERROR]" in line]
+        raise RuntimeError(f"{playbook} {args} failed:\n" + "\n".join(errors[:20]) + "\n" + result.stdout[-1500:])
     return elapsed, result
 
 
@@ -128,12 +129,19 @@ def part_hosts(sizes: list[int], reps: int, tmp: Path, trivial: bool) -> dict[in
     for size in sizes:
         workdir = tmp / f"{'orch' if trivial else 'hosts'}-{size}"
         samples: list[dict[str, float]] = []
+        failures: list[str] = []
         with NamespaceHosts(size, workdir / "ns") as hosts:
             inventory = hosts.write_inventory(workdir / "inventory.yml", groupvars=groupvars)
             for rep in range(reps):
                 run_id = f"bench-{size}-{rep}"
                 wall_start = time.time()
-                play("train.yml", ["-i", str(inventory)], {"tf_run_id": run_id, "tf_runs_dir": str(workdir / "runs")})
+                try:
+                    play("train.yml", ["-i", str(inventory)], {"tf_run_id": run_id, "tf_runs_dir": str(workdir / "runs")})
+                except RuntimeError as exc:
+                    # A failed run is a finding, not a reason to lose the other numbers.
+                    failures.append(str(exc).splitlines()[0])
+                    print(f"  N={size} rep {rep} FAILED:\n{exc}", flush=True)
+                    continue
                 wall_end = time.time()
                 # The hosts' homes are private: read the records through the host's root.
                 records = [h.private_path("/home") for h in hosts.hosts]
@@ -144,7 +152,12 @@ def part_hosts(sizes: list[int], reps: int, tmp: Path, trivial: bool) -> dict[in
                         target.parent.mkdir(parents=True, exist_ok=True)
                         target.write_bytes(state.read_bytes())
                 samples.append(run_timings(merged, run_id, wall_start, wall_end))
+        if not samples:
+            print(f"  N={size}: every run failed", flush=True)
+            continue
         table[size] = {key: median([s[key] for s in samples]) for key in samples[0]}
+        table[size]["runs"] = len(samples)
+        table[size]["failed"] = len(failures)
         print(f"  N={size}: " + ", ".join(f"{k}={v:.2f}" for k, v in table[size].items()), flush=True)
     return table
 
@@ -163,12 +176,17 @@ def part_faults(tmp: Path) -> dict[str, float]:
 
     def scenario(name: str, count: int, inject: Callable[[NamespaceHosts, str], Callable[[], None]], hostvars: dict[str, Any] | None = None) -> None:
         workdir = tmp / f"fault-{name}"
-        with NamespaceHosts(count, workdir / "ns") as hosts:
-            out = run_with_fault(hosts, workdir, name, common, inject(hosts, name), hostvars=hostvars)
-            if out.returncode == 0:
-                raise RuntimeError(f"fault {name}: the playbook did not fail")
-            results[name] = out.fault_to_exit
-            print(f"  {name}: {out.fault_to_exit:.1f} s from fault to playbook exit", flush=True)
+        try:
+            with NamespaceHosts(count, workdir / "ns") as hosts:
+                out = run_with_fault(hosts, workdir, name, common, inject(hosts, name), hostvars=hostvars)
+        except Exception as exc:  # noqa: BLE001 - one broken scenario must not hide the others
+            print(f"  {name}: scenario broke: {exc}", flush=True)
+            return
+        if out.returncode == 0:
+            print(f"  {name}: the playbook did not fail", flush=True)
+            return
+        results[name] = out.fault_to_exit
+        print(f"  {name}: {out.fault_to_exit:.1f} s from fault to playbook exit", flush=True)
 
     def kill(hosts: NamespaceHosts, run_id: str) -> Callable[[], None]:
         def inject() -> None:
@@ -220,9 +238,9 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
                   f"| ratio | **{s['ratio']:.2f}x** | target <= 1.5x (stretch 1.25x) |"]
     for key, title in (("hosts", "Namespace hosts, default TensorFlow job"), ("orch", "Orchestration alone, trivial job")):
         if key in data:
-            lines += ["", f"## {title}", "", "| N | end to end s | first start s | start skew s | last exit to verdict s | job s | overhead s |", "|---|---|---|---|---|---|---|"]
+            lines += ["", f"## {title}", "", "| N | end to end s | first start s | start skew s | last exit to verdict s | job s | overhead s | runs ok / failed |", "|---|---|---|---|---|---|---|---|"]
             for n, row in sorted(data[key].items(), key=lambda kv: int(kv[0])):
-                lines.append(f"| {n} | {row['e2e']:.2f} | {row['first_start']:.2f} | {row['skew']:.2f} | {row['exit_to_verdict']:.2f} | {row['job']:.2f} | {row['overhead']:.2f} |")
+                lines.append(f"| {n} | {row['e2e']:.2f} | {row['first_start']:.2f} | {row['skew']:.2f} | {row['exit_to_verdict']:.2f} | {row['job']:.2f} | {row['overhead']:.2f} | {row.get('runs', '?')} / {row.get('failed', 0)} |")
             rows = {int(k): v for k, v in data[key].items()}
             base = rows.get(2)
             if base:
@@ -252,15 +270,23 @@ def main() -> int:
             print("smoke vs hand launch ...", flush=True)
             data["smoke"] = part_smoke(args.reps, tmp)
             print(f"  ratio {data['smoke']['ratio']:.2f}", flush=True)
+        def save() -> None:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.with_suffix(".json").write_text(json.dumps(data, indent=2, default=str))
+
+        save()
         if "hosts" in parts:
             print("namespace hosts ...", flush=True)
             data["hosts"] = part_hosts([int(n) for n in args.sizes.split(",")], args.reps, tmp, trivial=False)
+            save()
         if "orch" in parts:
             print("orchestration alone ...", flush=True)
             data["orch"] = part_hosts([int(n) for n in args.orch_sizes.split(",")], args.reps, tmp, trivial=True)
+            save()
         if "faults" in parts:
             print("faults ...", flush=True)
             data["faults"] = part_faults(tmp)
+            save()
     (args.out.with_suffix(".json")).write_text(json.dumps(data, indent=2, default=str))
     write_report(args.out, data, args.reps, "python tests/bench/bench.py " + " ".join(sys.argv[1:]))
     print(f"wrote {args.out}")

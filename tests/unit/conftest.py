@@ -42,7 +42,7 @@ MODULES: dict[str, Path] = {
     "tf_firewall": ROLES / "tf_firewall" / "library" / "tf_firewall.py",
     "tf_collect_bundle": ROLES / "tf_collect" / "library" / "tf_collect_bundle.py",
     "tf_collect_unpack": ROLES / "tf_collect" / "action_plugins" / "tf_collect_bundle.py",
-    "tf_worker_files": ROLES / "tf_worker" / "library" / "tf_worker_files.py",
+    "tf_run_dir": ROLES / "tf_worker" / "library" / "tf_run_dir.py",
 }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import tf_collect_bundle as bundle
 import tf_collect_unpack as unpack
-import tf_worker_files
+import tf_run_dir
 
 PATTERNS = ["worker.log", "exit.json", "state.json", "tf_config.json", "multiworker-complete.txt"]
 
@@ -88,36 +88,41 @@ def test_the_bundle_module_runs_as_ansible_runs_it(tmp_path: Path) -> None:
     assert missing["files"] == [] and missing["bundle"] == ""
 
 
-def test_worker_files_writes_once_reads_back_and_is_idempotent(tmp_path: Path) -> None:
-    (tmp_path / "worker-0").mkdir()
-    files = [
-        {"path": str(tmp_path / "train.py"), "content": "print('{{ not a template }}')\n"},
-        {"path": str(tmp_path / "worker-0" / "tf_config.json"), "content": '{"task": {"index": 0}}\n', "index": 0},
-    ]
-    first = run_module(tf_worker_files.__file__, {"files": files})
+def run_dir_args(base: Path, **more: object) -> dict[str, object]:
+    return {"base_dir": str(base), "run_id": "r1", "indices": [0], **more}
+
+
+def test_run_dir_writes_job_and_configs_once_reads_back_and_is_idempotent(tmp_path: Path) -> None:
+    args = run_dir_args(
+        tmp_path,
+        job_files=[{"name": "train.py", "content": "print('{{ not a template }}')\n"}],
+        configs=[{"index": 0, "content": '{"task": {"index": 0}}\n'}],
+    )
+    first = run_module(tf_run_dir.__file__, args)
+    job = tmp_path / "runs" / "r1" / "job" / "train.py"
     assert first["changed"] is True and len(first["written"]) == 2
     assert first["read_back"] == [{"index": 0, "content": '{"task": {"index": 0}}\n'}]
-    assert (tmp_path / "train.py").read_text() == "print('{{ not a template }}')\n"
-    assert oct((tmp_path / "train.py").stat().st_mode & 0o777) == "0o600"
-    again = run_module(tf_worker_files.__file__, {"files": files})
+    assert job.read_text() == "print('{{ not a template }}')\n"
+    assert oct(job.stat().st_mode & 0o777) == "0o600"
+    again = run_module(tf_run_dir.__file__, args)
     assert again["changed"] is False and again["written"] == []
     # A file changed on the host is put back, and check mode only reports it.
-    (tmp_path / "train.py").write_text("tampered")
-    checked = run_module(tf_worker_files.__file__, {"files": files}, check_mode=True)
-    assert checked["changed"] is True and (tmp_path / "train.py").read_text() == "tampered"
-    fixed = run_module(tf_worker_files.__file__, {"files": files})
-    assert fixed["written"] == [str(tmp_path / "train.py")]
+    job.write_text("tampered")
+    checked = run_module(tf_run_dir.__file__, args, check_mode=True)
+    assert checked["changed"] is True and job.read_text() == "tampered"
+    fixed = run_module(tf_run_dir.__file__, args)
+    assert fixed["written"] == [str(job)]
 
 
-def test_worker_files_refuses_relative_paths_and_missing_directories(tmp_path: Path) -> None:
-    relative = run_module(tf_worker_files.__file__, {"files": [{"path": "x.txt", "content": ""}]})
-    assert relative["failed"] and "absolute path" in relative["msg"]
-    missing = run_module(tf_worker_files.__file__, {"files": [{"path": str(tmp_path / "no" / "x"), "content": ""}]})
-    assert missing["failed"] and "does not exist" in missing["msg"]
+def test_run_dir_refuses_unsafe_job_names_and_configs_of_other_hosts_workers(tmp_path: Path) -> None:
+    unsafe = run_module(tf_run_dir.__file__, run_dir_args(tmp_path, job_files=[{"name": "../x.py", "content": ""}]))
+    assert unsafe["failed"] and "'../x.py' is not one path component" in unsafe["msg"]
+    other = run_module(tf_run_dir.__file__, run_dir_args(tmp_path, configs=[{"index": 3, "content": "{}"}]))
+    assert other["failed"] and "worker 3, which does not run on this host" in other["msg"]
 
 
-def test_worker_files_in_check_mode_on_a_fresh_host_reports_without_failing(tmp_path: Path) -> None:
-    target = str(tmp_path / "not-yet" / "train.py")
-    result = run_module(tf_worker_files.__file__, {"files": [{"path": target, "content": "x"}]}, check_mode=True)
-    assert result["changed"] is True and result["written"] == [target]
-    assert not (tmp_path / "not-yet").exists()
+def test_run_dir_in_check_mode_on_a_fresh_host_reports_without_writing(tmp_path: Path) -> None:
+    args = run_dir_args(tmp_path / "fresh", job_files=[{"name": "train.py", "content": "x"}])
+    result = run_module(tf_run_dir.__file__, args, check_mode=True)
+    assert result["changed"] is True and result["written"][0].endswith("runs/r1/job/train.py")
+    assert not (tmp_path / "fresh").exists()

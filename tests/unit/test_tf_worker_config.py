@@ -31,7 +31,7 @@ def as_written(spec: dict[str, Any], index: int) -> str:
 
 
 def read_back(content: str, index: Any) -> dict[str, Any]:
-    """One TF_CONFIG as module tf_worker_files reads it back."""
+    """One TF_CONFIG as module tf_run_dir reads it back."""
     return {"index": index, "content": content}
 
 
@@ -79,13 +79,11 @@ def test_readback_tags_each_config_with_its_host() -> None:
     ]
 
 
-def test_config_files_put_each_local_workers_tf_config_in_its_directory(spec: dict[str, Any]) -> None:
+def test_config_files_hold_each_local_workers_tf_config(spec: dict[str, Any]) -> None:
     local = [w for w in spec["workers"] if w["host"] == spec["workers"][-1]["host"]]
-    dirs = {str(w["index"]): f"/runs/r/worker-{w['index']}" for w in spec["workers"]}
-    files = tf_config_files(local, spec, dirs)
-    assert [f["path"] for f in files] == [f"/runs/r/worker-{w['index']}/tf_config.json" for w in local]
+    files = tf_config_files(local, spec)
+    assert [f["index"] for f in files] == [w["index"] for w in local]
     for entry, worker in zip(files, local):
-        assert entry["index"] == worker["index"]
         assert entry["content"] == as_written(spec, worker["index"])
 
 

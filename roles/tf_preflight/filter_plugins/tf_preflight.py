@@ -97,6 +97,11 @@ def tf_preflight_unreachable(results: dict[str, list[dict[str, Any]]]) -> list[s
     return problems
 
 
+def tf_preflight_probe_versions(probes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The interpreter versions each host probe read, by host."""
+    return {host: probe.get("versions") or {"error": "no versions were read"} for host, probe in probes.items()}
+
+
 def _python_key(version: str, match: str) -> str:
     parts = str(version).split(".")
     return ".".join(parts[:2]) if match == "minor" else str(version)
@@ -153,5 +158,6 @@ class FilterModule:
             "tf_preflight_host_problems": tf_preflight_host_problems,
             "tf_preflight_unreachable": tf_preflight_unreachable,
             "tf_preflight_versions": tf_preflight_versions,
+            "tf_preflight_probe_versions": tf_preflight_probe_versions,
             "tf_preflight_script_problems": tf_preflight_script_problems,
         }

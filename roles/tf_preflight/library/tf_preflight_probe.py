@@ -17,6 +17,7 @@ Four modes, all read-only for the host's runs:
 from __future__ import annotations
 
 import errno
+import json
 import os
 import select
 import shutil
@@ -68,6 +69,15 @@ options:
       (C(listen), and C(host) with O(listen)).
     type: float
     default: 10
+  python:
+    description: In C(host) mode, a worker interpreter to ask for its versions with
+      O(versions_code) (empty; no versions are read).
+    type: str
+    default: ""
+  versions_code:
+    description: Python code that prints the interpreter's versions as JSON.
+    type: str
+    default: ""
   listen:
     description: In C(host) mode, once the ports are seen free, bind a listener on each and
       serve them from a detached process (as C(listen) mode does) until every peer said
@@ -89,6 +99,9 @@ run_launched:
 gpus:
   description: C(host) mode; GPUs the host shows.
   type: int
+versions:
+  description: C(host) mode with O(python); what O(versions_code) printed, or C(error).
+  type: dict
 failures:
   description: C(connect) mode; each endpoint that could not be reached, with C(reason).
   type: list
@@ -224,6 +237,20 @@ def probe_host(ports: list[int], base_dir: str, run_id: str, proc: str = "/proc"
         "run_launched": launched_record(os.path.abspath(base), run_id),
         "gpus": count_gpus(proc),
     }
+
+
+def interpreter_versions(python: str, code: str) -> dict[str, Any]:
+    """What ``code`` prints under the worker interpreter ``python``, or why it did not run."""
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"error": f"{python} does not run: {exc}"}
+    if out.returncode != 0:
+        return {"error": f"{python} does not run: {(out.stderr or out.stdout).strip()[-300:]}"}
+    try:
+        return dict(json.loads(out.stdout))
+    except ValueError:
+        return {"error": f"{python} printed no versions: {out.stdout.strip()[-300:]}"}
 
 
 def _open_listeners(ports: list[int]) -> dict[socket.socket, int]:
@@ -378,6 +405,8 @@ def main() -> None:
             "peers": {"type": "list", "elements": "str", "default": []},
             "timeout": {"type": "float", "default": 10},
             "listen": {"type": "bool", "default": False},
+            "python": {"type": "str", "default": ""},
+            "versions_code": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -387,6 +416,8 @@ def main() -> None:
         if not params["base_dir"] or not params["run_id"]:
             module.fail_json(msg="host mode needs base_dir and run_id")
         seen = probe_host(params["ports"], params["base_dir"], params["run_id"])
+        if params["python"]:
+            seen["versions"] = interpreter_versions(params["python"], params["versions_code"])
         seen["listener_pid"] = 0
         # Listen only on a clean host: with a port taken, the run is refused anyway.
         if params["listen"] and params["ports"] and not seen["busy_ports"] and not module.check_mode:

@@ -46,20 +46,16 @@ def tf_config(spec: dict[str, Any], index: Any) -> dict[str, Any]:
     return {"cluster": spec["cluster"], "task": {"type": "worker", "index": index}}
 
 
-def tf_config_files(local_workers: list[dict[str, Any]], spec: dict[str, Any], worker_dirs: dict[str, str]) -> list[dict[str, Any]]:
-    """The TF_CONFIG file of each worker on this host, as module tf_worker_files takes them."""
+def tf_config_files(local_workers: list[dict[str, Any]], spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The TF_CONFIG of each worker on this host, as module tf_run_dir takes them."""
     return [
-        {
-            "path": f"{worker_dirs[str(worker['index'])]}/tf_config.json",
-            "content": json.dumps(tf_config(spec, worker["index"])) + "\n",
-            "index": int(worker["index"]),
-        }
+        {"index": int(worker["index"]), "content": json.dumps(tf_config(spec, worker["index"])) + "\n"}
         for worker in local_workers
     ]
 
 
 def tf_config_readback(read_back: list[dict[str, Any]], host: str) -> list[dict[str, Any]]:
-    """Turn the TF_CONFIGs tf_worker_files read back on this host into check entries."""
+    """Turn the TF_CONFIGs tf_run_dir read back on this host into check entries."""
     return [{"host": host, "index": int(item["index"]), "content": item["content"]} for item in read_back]
 
 

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -36,6 +38,18 @@ options:
     description: Restart attempt; 0 is the first launch.
     type: int
     default: 0
+  job_files:
+    description: Files of the job, each C(name) and C(content), written (mode 0600) into
+      the job directory when missing or different.
+    type: list
+    elements: dict
+    default: []
+  configs:
+    description: Each worker's TF_CONFIG, C(index) and C(content), written to
+      C(tf_config.json) in its directory when missing or different, then read back.
+    type: list
+    elements: dict
+    default: []
 """
 
 RETURN = r"""
@@ -54,9 +68,69 @@ checkpoint_dir:
 worker_dirs:
   description: Worker index (as a string) to its directory.
   type: dict
+written:
+  description: Files that were (or in check mode would be) written.
+  type: list
+read_back:
+  description: Each TF_CONFIG as read from disk after writing, with C(index) and C(content).
+  type: list
 """
 
 LAUNCH_RECORDS = ("state.json", "exit.json")
+
+
+def write_if_changed(path: str, content: str, check: bool, mode: int = 0o600) -> bool:
+    """Write ``content`` atomically when the file is missing or differs; True if it did."""
+    data = content.encode("utf-8")
+    try:
+        with open(path, "rb") as handle:
+            if handle.read() == data and (os.stat(path).st_mode & 0o7777) == mode:
+                return False
+    except FileNotFoundError:
+        pass
+    if check:
+        return True
+    fd, pending = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(pending, mode)
+        os.replace(pending, path)
+    except BaseException:
+        if os.path.exists(pending):
+            os.unlink(pending)
+        raise
+    return True
+
+
+def write_files(
+    job_dir: str, worker_dirs: dict[str, str], job_files: list[dict[str, Any]], configs: list[dict[str, Any]], check: bool
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Write the job files and TF_CONFIGs; read the TF_CONFIGs back from disk."""
+    targets = []
+    for entry in job_files:
+        name = str(entry.get("name", ""))
+        if not name or "/" in name or name in {".", ".."}:
+            raise ValueError(f"job file name {name!r} is not one path component")
+        targets.append((os.path.join(job_dir, name), str(entry.get("content", "")), None))
+    for entry in configs:
+        index = str(int(entry["index"]))
+        if index not in worker_dirs:
+            raise ValueError(f"TF_CONFIG for worker {index}, which does not run on this host")
+        targets.append((os.path.join(worker_dirs[index], "tf_config.json"), str(entry["content"]), int(index)))
+    written = []
+    for path, content, _ in targets:
+        if not os.path.isdir(os.path.dirname(path)):
+            # Only in check mode on a fresh host: the directory would have been made.
+            written.append(path)
+        elif write_if_changed(path, content, check):
+            written.append(path)
+    read_back = []
+    for path, _, index in targets:
+        if index is not None and os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                read_back.append({"index": index, "content": handle.read()})
+    return written, read_back
 
 
 def main() -> None:
@@ -66,6 +140,8 @@ def main() -> None:
             "run_id": {"type": "str", "required": True},
             "indices": {"type": "list", "elements": "int", "required": True},
             "attempt": {"type": "int", "default": 0},
+            "job_files": {"type": "list", "elements": "dict", "default": []},
+            "configs": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )
@@ -121,8 +197,16 @@ def main() -> None:
             # makedirs honours the umask; the run's directories must be private anyway.
             if (os.stat(path).st_mode & 0o777) != mode:
                 os.chmod(path, mode)
+    try:
+        written, read_back = write_files(
+            job_dir, worker_dirs, module.params["job_files"], module.params["configs"], module.check_mode
+        )
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"cannot write the run's files: {exc}")
     module.exit_json(
-        changed=changed,
+        changed=changed or bool(written),
+        written=written,
+        read_back=read_back,
         base_dir=base_dir,
         run_dir=run_dir,
         job_dir=job_dir,
