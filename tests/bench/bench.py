@@ -246,6 +246,8 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
             if base:
                 ratios = ", ".join(f"N={n}: {rows[n]['overhead'] / base['overhead']:.2f}x" for n in sorted(rows) if n != 2)
                 lines.append(f"\nOverhead relative to N=2: {ratios}.")
+    for note in data.get("notes", []):
+        lines += ["", note]
     if "faults" in data:
         lines += ["", "## Fault to playbook exit", "", "| fault | seconds |", "|---|---|"]
         for name, value in data["faults"].items():
@@ -261,9 +263,15 @@ def main() -> int:
     parser.add_argument("--sizes", default="2,4,8")
     parser.add_argument("--orch-sizes", default="2,8,16,32")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the parts and sizes of the last run's JSON that this run does not measure")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     data: dict[str, Any] = {"versions": versions()}
+    earlier: dict[str, Any] = {}
+    if args.merge and args.out.with_suffix(".json").exists():
+        earlier = json.loads(args.out.with_suffix(".json").read_text())
+        data = {**earlier, "versions": data["versions"]}
     with tempfile.TemporaryDirectory(prefix="tf-bench-") as tmp_name:
         tmp = Path(tmp_name)
         if "smoke" in parts:
@@ -281,7 +289,8 @@ def main() -> int:
             save()
         if "orch" in parts:
             print("orchestration alone ...", flush=True)
-            data["orch"] = part_hosts([int(n) for n in args.orch_sizes.split(",")], args.reps, tmp, trivial=True)
+            data["orch"] = {**earlier.get("orch", {}),
+                            **part_hosts([int(n) for n in args.orch_sizes.split(",")], args.reps, tmp, trivial=True)}
             save()
         if "faults" in parts:
             print("faults ...", flush=True)
