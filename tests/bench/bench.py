@@ -114,7 +114,8 @@ def part_smoke(reps: int, tmp: Path) -> dict[str, Any]:
 
 # -- parts 2 and 3: namespace hosts ----------------------------------------------------------
 
-def part_hosts(sizes: list[int], reps: int, tmp: Path, trivial: bool) -> dict[int, dict[str, float]]:
+def part_hosts(sizes: list[int], reps: int, tmp: Path, trivial: bool,
+               extra_vars: dict[str, Any] | None = None) -> dict[int, dict[str, float]]:
     from nshosts import NamespaceHosts
     from workerenv import shared_venv
 
@@ -125,6 +126,7 @@ def part_hosts(sizes: list[int], reps: int, tmp: Path, trivial: bool) -> dict[in
         groupvars = {"tf_worker_python": "/usr/bin/python3", "tf_train_script": str(job), "tf_startup_timeout": 0}
     else:
         groupvars = {"tf_worker_python": str(shared_venv())}
+    groupvars.update(extra_vars or {})
     table: dict[int, dict[str, float]] = {}
     for size in sizes:
         workdir = tmp / f"{'orch' if trivial else 'hosts'}-{size}"
@@ -263,6 +265,8 @@ def main() -> int:
     parser.add_argument("--sizes", default="2,4,8")
     parser.add_argument("--orch-sizes", default="2,8,16,32")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
+    parser.add_argument("--vars", type=json.loads, default={},
+                        help="JSON of inventory variables for every host (e.g. to turn a check off)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the parts and sizes of the last run's JSON that this run does not measure")
     args = parser.parse_args()
@@ -285,12 +289,14 @@ def main() -> int:
         save()
         if "hosts" in parts:
             print("namespace hosts ...", flush=True)
-            data["hosts"] = part_hosts([int(n) for n in args.sizes.split(",")], args.reps, tmp, trivial=False)
+            data["hosts"] = part_hosts([int(n) for n in args.sizes.split(",")], args.reps, tmp, trivial=False,
+                                      extra_vars=args.vars)
             save()
         if "orch" in parts:
             print("orchestration alone ...", flush=True)
             data["orch"] = {**earlier.get("orch", {}),
-                            **part_hosts([int(n) for n in args.orch_sizes.split(",")], args.reps, tmp, trivial=True)}
+                            **part_hosts([int(n) for n in args.orch_sizes.split(",")], args.reps, tmp, trivial=True,
+                                       extra_vars=args.vars)}
             save()
         if "faults" in parts:
             print("faults ...", flush=True)
