@@ -132,7 +132,7 @@ def part_hosts(sizes: list[int], reps: int, tmp: Path, trivial: bool,
         workdir = tmp / f"{'orch' if trivial else 'hosts'}-{size}"
         samples: list[dict[str, float]] = []
         failures: list[str] = []
-        with NamespaceHosts(size, workdir / "ns") as hosts:
+        with NamespaceHosts(size, workdir / "ns", static_neighbors=size >= 16) as hosts:
             inventory = hosts.write_inventory(workdir / "inventory.yml", groupvars=groupvars)
             for rep in range(reps):
                 run_id = f"bench-{size}-{rep}"

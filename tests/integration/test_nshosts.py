@@ -536,3 +536,16 @@ def test_cleanup_stale_after_killed_run(multihost_env: None, tmp_path: Path) -> 
         time.sleep(0.05)
     assert _leftovers(prefix, bridge, [], [int(sshd)], STATE_ROOT / prefix) == []
     assert list((tmp_path / "w").iterdir()) == []
+
+
+def test_static_neighbors_give_every_host_a_permanent_entry_for_each_peer(
+    make_ns_hosts: Callable[..., NamespaceHosts],
+) -> None:
+    hosts = make_ns_hosts(3, static_neighbors=True)
+    for h in hosts.hosts:
+        out = subprocess.run(["ip", "-n", h.namespace, "neigh", "show", "nud", "permanent"],
+                             capture_output=True, text=True, check=True).stdout
+        peers = {line.split()[0] for line in out.splitlines() if line.strip()}
+        assert peers == {p.address for p in hosts.hosts if p is not h}
+    rc, out, _ = hosts.run(0, f"python3 -c \"import socket; socket.create_connection(('{hosts.host(2).address}', 22), timeout=5); print('ok')\"")
+    assert rc == 0 and out.strip() == "ok"
