@@ -245,6 +245,13 @@ def earlier_on_hosts() -> Callable[[NamespaceHosts], Callable[[], None]]:
     return make
 
 
+def ensure_tool(path: str, package: str) -> None:
+    """Install a Debian package the test needs when its tool is missing (fresh CI machine)."""
+    if not Path(path).exists():
+        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", package], check=True,
+                       capture_output=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+
+
 def ns_play(hosts: NamespaceHosts, tmp: Path, *args: str, inventory: dict[str, Any] | None = None,
             **extra: Any) -> subprocess.CompletedProcess[str]:
     path = hosts.write_inventory(tmp / "inventory" / "hosts.yml", **(inventory or {}))
@@ -274,6 +281,7 @@ def test_a_worker_port_blocked_between_hosts_is_refused_before_launch(
     make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str,
     earlier_on_hosts: Callable[[NamespaceHosts], Callable[[], None]],
 ) -> None:
+    ensure_tool("/usr/sbin/nft", "nftables")
     hosts = make_ns_hosts(count=3)
     unchanged = earlier_on_hosts(hosts)
     node0, node2 = hosts.host(0), hosts.host(2)
@@ -333,9 +341,7 @@ def sudo_for(request: pytest.FixtureRequest) -> Iterator[Callable[[str], None]]:
     created = []
 
     def grant(user: str) -> None:
-        if not Path("/usr/bin/sudo").exists():
-            subprocess.run(["apt-get", "install", "-y", "-q", "sudo"], check=True, capture_output=True,
-                           env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        ensure_tool("/usr/bin/sudo", "sudo")
         path.write_text(f"{user} ALL=(root) NOPASSWD: ALL\n")
         path.chmod(0o440)
         created.append(path)
@@ -362,9 +368,7 @@ def test_the_firewall_keeps_worker_ports_to_the_cluster_while_it_trains(
     make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str,
     sudo_for: Callable[[str], None],
 ) -> None:
-    if not Path("/usr/sbin/nft").exists():
-        subprocess.run(["apt-get", "install", "-y", "-q", "nftables"], check=True, capture_output=True,
-                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    ensure_tool("/usr/sbin/nft", "nftables")
     hosts = make_ns_hosts(count=3)
     sudo_for(hosts.user)
     node0 = hosts.host(0)

@@ -259,3 +259,12 @@ def test_stop_frees_ports_of_a_detached_listener_still_waiting_for_peers() -> No
     probe.start_listener(ports, ["never-comes"], 60)
     assert probe.bind_error(ports[0]) != 0
     assert probe.stop_listeners(ports, 10) == []
+
+
+def test_interpreter_versions_come_from_the_interpreter_or_say_why_not() -> None:
+    code = "import json, platform; print(json.dumps({'python': platform.python_version()}))"
+    assert probe.interpreter_versions(sys.executable, code) == {"python": ".".join(map(str, sys.version_info[:3]))}
+    missing = probe.interpreter_versions("/nonexistent/bin/python3", code)
+    assert missing["error"].startswith("/nonexistent/bin/python3 does not run:")
+    broken = probe.interpreter_versions(sys.executable, "raise SystemExit('no numpy here')")
+    assert broken == {"error": f"{sys.executable} does not run: no numpy here"}

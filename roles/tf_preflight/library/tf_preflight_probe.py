@@ -12,6 +12,8 @@ Four modes, all read-only for the host's runs:
 * ``connect``: from this host, open a connection to every worker endpoint of the cluster,
   as TensorFlow will, and report those that cannot be reached and why.
 * ``stop``: tell this host's listeners to end and wait until the ports are free again.
+* ``versions``: what the worker interpreter reports of its Python, TensorFlow and numpy
+  (``host`` mode does the same when given ``python``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ options:
   mode:
     type: str
     required: true
-    choices: [host, listen, connect, stop]
+    choices: [host, listen, connect, stop, versions]
   ports:
     description: This host's worker ports.
     type: list
@@ -70,7 +72,7 @@ options:
     type: float
     default: 10
   python:
-    description: In C(host) mode, a worker interpreter to ask for its versions with
+    description: In C(host) and C(versions) modes, a worker interpreter to ask for its versions with
       O(versions_code) (empty; no versions are read).
     type: str
     default: ""
@@ -100,7 +102,7 @@ gpus:
   description: C(host) mode; GPUs the host shows.
   type: int
 versions:
-  description: C(host) mode with O(python); what O(versions_code) printed, or C(error).
+  description: C(versions) mode, or C(host) mode with O(python); what O(versions_code) printed, or C(error).
   type: dict
 failures:
   description: C(connect) mode; each endpoint that could not be reached, with C(reason).
@@ -396,7 +398,7 @@ def main() -> None:
 
     module = AnsibleModule(
         argument_spec={
-            "mode": {"type": "str", "required": True, "choices": ["host", "listen", "connect", "stop"]},
+            "mode": {"type": "str", "required": True, "choices": ["host", "listen", "connect", "stop", "versions"]},
             "ports": {"type": "list", "elements": "int", "default": []},
             "base_dir": {"type": "str"},
             "run_id": {"type": "str"},
@@ -426,6 +428,10 @@ def main() -> None:
             except OSError as exc:
                 module.fail_json(msg=f"cannot listen on {params['ports']}: {exc}", **seen)
         module.exit_json(changed=False, **seen)
+    elif mode == "versions":
+        if not params["python"]:
+            module.fail_json(msg="versions mode needs python")
+        module.exit_json(changed=False, versions=interpreter_versions(params["python"], params["versions_code"]))
     elif mode == "listen":
         try:
             module.exit_json(changed=False, **listen(params["ports"], params["peers"], params["timeout"]))
