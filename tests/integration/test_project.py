@@ -195,3 +195,12 @@ def test_a_project_directory_trains_with_its_env_and_gpus_and_brings_the_model_b
     rc, second_archive, _ = hosts.run(0, "stat -c '%n %i %Y' ~/tf-runbook/job-archives/*.tar.gz")
     assert second_archive == first_archive
     assert marker not in again.stdout + again.stderr
+
+    # Collected again with no room for artifacts: the logs come, the model and the
+    # TensorBoard logs stay on the host, and both the verdict output and summary.json say so.
+    capped = book.play("playbooks/collect.yml", *vault, extra={"tf_run_id": "project", "tf_collect_max_mb": 0})
+    assert capped.returncode == 0, capped.stdout[-4000:]
+    assert "not collected (over tf_collect_max_mb): node0: worker-0/model/model.keras (" in capped.stdout
+    left_out = book.summary("project")["context"]["left_out"]
+    assert sorted(left_out) == ["node0"]
+    assert "worker-0/model/model.keras" in [entry["path"] for entry in left_out["node0"]]
