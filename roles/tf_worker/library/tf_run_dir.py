@@ -318,8 +318,11 @@ def main() -> None:
         module.fail_json(msg=f"cannot write the run's files: {exc}")
     params = module.params
     try:
-        if params["job_archive"]:
-            written += unpack_job_archive(os.path.expanduser(params["job_archive"]), job_dir, module.check_mode)
+        archive = os.path.expanduser(params["job_archive"])
+        if archive and module.check_mode and not os.path.isfile(archive):
+            written.append(job_dir)  # check mode: the archive would have been sent first
+        elif archive:
+            written += unpack_job_archive(archive, job_dir, module.check_mode)
         for entry in job_env_files(
             worker_dirs, params["job_env"], params["visible_devices"], job_dir, params["pythonpath"]
         ):
