@@ -376,7 +376,17 @@ def table(summary: dict[str, Any]) -> list[str]:
         lines.append(f"epoch {epoch}: {shown}")
     for check in summary["checks"]:
         lines.append(f"[{'ok' if check['ok'] else 'FAIL':>4}] {check['name']}: {check['detail']}")
+    lines.extend(left_out_lines(summary.get("context", {}).get("left_out") or {}))
     return lines
+
+
+def left_out_lines(left_out: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per file that stayed on its host because of tf_collect_max_mb."""
+    return [
+        f"not collected (over tf_collect_max_mb): {host}: {entry['path']} ({entry['bytes']} bytes)"
+        for host, entries in sorted(left_out.items())
+        for entry in entries
+    ]
 
 
 def main() -> None:
