@@ -18,9 +18,13 @@ CHECKS = [
     "logs_collected",
     "exit_status",
     "worker_index",
+    "worker_set",
     "same_cluster",
     "cluster_seen",
     "metrics_agree",
+    "metrics_finite",
+    "epochs_once",
+    "epochs_complete",
     "training_complete",
     "chief_marker",
 ]
@@ -59,6 +63,7 @@ def worker_log(
     metrics: dict[int, dict[str, str]] | None = None,
     complete: bool = True,
     noise: bool = True,
+    total: int | None = 3,
 ) -> str:
     """A worker log as the training script prints it, with TensorFlow noise in between."""
     me = index if printed_index is None else printed_index
@@ -66,6 +71,7 @@ def worker_log(
     lines.append(
         f"worker={me} cluster_workers={size if cluster_workers is None else cluster_workers} "
         f"replicas={size if replicas is None else replicas} global_batch={16 * size}"
+        + ("" if total is None else f" epochs={total}")
     )
     for epoch, values in sorted((METRICS if metrics is None else metrics).items()):
         if noise:
@@ -105,7 +111,7 @@ def checks_of(verdict: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def only_failure(verdict: dict[str, Any], name: str) -> str:
     """Assert that ``name`` is the one failing check; return its detail."""
     checks = checks_of(verdict)
-    failing = sorted(n for n, c in checks.items() if not c["ok"])
+    failing = sorted(n for n, c in checks.items() if c["ok"] is False)
     assert failing == [name], {n: checks[n]["detail"] for n in failing}
     return checks[name]["detail"]
 
@@ -113,13 +119,29 @@ def only_failure(verdict: dict[str, Any], name: str) -> str:
 # --- parse_log ---------------------------------------------------------------------
 
 
+EMPTY_PARSE = {
+    "indices": set(),
+    "header": {},
+    "epochs": {},
+    "complete": False,
+    "counts": {},
+    "totals": set(),
+    "resumed": None,
+    "errors": [],
+}
+
+
 def test_parse_log_reads_the_metrics_contract() -> None:
     parsed = parse_log(worker_log(1))
     assert parsed == {
         "indices": {1},
-        "header": {"cluster_workers": "2", "replicas": "2", "global_batch": "32"},
+        "header": {"cluster_workers": "2", "replicas": "2", "global_batch": "32", "epochs": "3"},
         "epochs": METRICS,
         "complete": True,
+        "counts": {1: 1, 2: 1, 3: 1},
+        "totals": {3},
+        "resumed": None,
+        "errors": [],
     }
 
 
@@ -138,7 +160,7 @@ def test_parse_log_ignores_tensorflow_noise() -> None:
 )
 def test_parse_log_ignores_lines_not_starting_with_worker(line: str) -> None:
     parsed = parse_log(line + "\n")
-    assert parsed == {"indices": set(), "header": {}, "epochs": {}, "complete": False}
+    assert parsed == EMPTY_PARSE
 
 
 def test_parse_log_without_training_complete() -> None:
@@ -148,7 +170,7 @@ def test_parse_log_without_training_complete() -> None:
 
 
 def test_parse_log_of_empty_text() -> None:
-    assert parse_log("") == {"indices": set(), "header": {}, "epochs": {}, "complete": False}
+    assert parse_log("") == EMPTY_PARSE
 
 
 def test_parse_log_collects_every_printed_index() -> None:
@@ -254,9 +276,12 @@ def test_judge_tf_config_of_another_worker() -> None:
 def test_judge_worker_missing_one_epoch_line() -> None:
     metrics = {e: m for e, m in METRICS.items() if e != 2}
     verdict = judge([worker(0), worker(1, log=worker_log(1, metrics=metrics))], 2, MARKER)
-    detail = only_failure(verdict, "metrics_agree")
+    checks = checks_of(verdict)
+    assert sorted(n for n, c in checks.items() if c["ok"] is False) == ["epochs_once", "metrics_agree"]
+    detail = checks["metrics_agree"]["detail"]
     assert "epoch 2: worker 1 (node-b) printed no metrics" in detail
     assert "epoch 1" not in detail and "epoch 3" not in detail
+    assert checks["epochs_once"]["detail"] == "worker 1 (node-b): printed no epoch 2 (epochs 1..3)"
 
 
 def test_judge_no_epoch_metrics_at_all() -> None:
