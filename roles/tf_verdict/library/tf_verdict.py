@@ -177,7 +177,7 @@ def parse_keras(text: str) -> dict[str, Any]:
             metrics = {}
             for part in line.split(" - ")[1:]:
                 metric = KERAS_METRIC.match(part.strip())
-                if metric:
+                if metric and metric.group("name") != "ETA":  # a progress bar's time left
                     metrics[metric.group("name")] = metric.group("value")
             pending = metrics  # a progress bar's later line replaces its earlier one
     close()
