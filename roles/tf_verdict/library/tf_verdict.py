@@ -19,8 +19,12 @@ description:
   - Reads C(<run_dir>/<host>/worker-<index>/) as fetched by the tf_collect role
     (C(worker.log), C(exit.json), C(tf_config.json) and the chief's marker, if any) and
     runs the run's checks, each with the workers it concerns.
+  - Reads the metrics contract (C(worker=I ...) lines) or, for a job that prints none,
+    Keras' own C(model.fit(verbose=2)) epoch lines. A check the job's output does not
+    allow is reported as C(not checked) (C(ok) null), never as ok or failed.
   - Writes C(<run_dir>/summary.json) and returns the same data with a printable table.
-  - Runs on the controller; never fails itself, the caller decides.
+  - Runs on the controller; never fails itself, the caller decides. Whatever the run
+    directory holds, a summary.json is written.
 options:
   run_dir:
     description: The run's directory on the controller.
@@ -31,7 +35,11 @@ options:
     type: str
     required: true
   marker:
-    description: File name of the chief's completion marker.
+    description:
+      - What only the chief writes, as a path relative to its worker directory (the default
+        job's completion marker, or for example C(model/model.keras)).
+      - For a job that prints no C(worker=) lines, the default marker written by no worker
+        is reported as not checked.
     type: str
     default: multiworker-complete.txt
   expected_size:
@@ -51,6 +59,14 @@ summary:
   returned: always
 table:
   description: Lines of the verdict table.
+  type: list
+  returned: always
+failed_checks:
+  description: Each failed check as C(name: detail).
+  type: list
+  returned: always
+not_checked:
+  description: Each check the job's output did not allow, as C(name: detail).
   type: list
   returned: always
 """
