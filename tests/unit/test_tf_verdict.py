@@ -687,6 +687,8 @@ CRAFTED = [
             lambda d: pair(d, w0={"exit": {"returncode": "0", "reason": "exited", "finished_at": "soon"}},
                            w1={"exit": {"returncode": 1, "reason": "exited", "finished_at": "x"}}),
             "failed", ["exit_status"], ["exit status 0 (exited)", "exit status 1 (exited)"]),
+    crafted("return code false", lambda d: pair(d, w1={"exit": exit_of(returncode=False)}), "failed", ["exit_status"],
+            ["worker 1 (node-b): exit status False (exited)"]),
     crafted("binary log", lambda d: (pair(d), put(d, "node-a/worker-0/worker.log", b"\x00\xff\xfe" + worker_log(0).encode()
                                                   + b"\x1b[2J\x00\r\r\n")), "succeeded", []),
     crafted("a worker directory with nothing, far past the cluster",
@@ -834,3 +836,22 @@ def test_stopped_by_runbook_reads_the_exit_record(record: dict[str, Any], by: st
     from tf_verdict import stopped_by_runbook
 
     assert stopped_by_runbook(record) == by
+
+
+def test_module_says_so_when_summary_json_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tf_verdict
+    from ansible.module_utils import basic
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x", encoding="utf-8")
+    args = {"ANSIBLE_MODULE_ARGS": {"run_dir": str(blocker), "run_id": "r"}}
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps(args).encode())
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+    with pytest.raises(SystemExit) as exited:
+        tf_verdict.main()
+    assert exited.value.code == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["msg"].startswith(f"cannot write {blocker}/summary.json: ")
+    assert result["summary"]["status"] == "failed"

@@ -283,7 +283,7 @@ def judge(workers: list[dict[str, Any]], size: int, marker_name: str, attempt: i
         exit_ = w.get("exit")
         if not isinstance(exit_, dict):
             problems.append(f"{who(w)}: no exit status (still running or lost)")
-        elif exit_.get("returncode") != 0:
+        elif type(exit_.get("returncode")) is not int or exit_["returncode"] != 0:  # not false, not 0.0
             problems.append(f"{who(w)}: exit status {exit_.get('returncode')} ({exit_.get('reason')})")
         else:
             by = stopped_by_runbook(exit_)
@@ -795,7 +795,10 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - whatever the run holds, a summary.json is written
         summary = unreadable_summary(params["run_id"], f"{type(exc).__name__}: {exc}", params["context"])
     if not module.check_mode:
-        write_summary(params["run_dir"], summary)
+        try:
+            write_summary(params["run_dir"], summary)
+        except OSError as exc:
+            module.fail_json(msg=f"cannot write {params['run_dir']}/summary.json: {exc}", summary=summary)
     failed = [c for c in summary["checks"] if c["ok"] is False]
     module.exit_json(
         changed=not module.check_mode,
