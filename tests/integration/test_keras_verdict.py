@@ -45,6 +45,15 @@ def test_stock_keras_script_is_judged_from_its_epoch_lines(
         "tf_collect_files": COLLECT_FILES,
         "tf_verdict_marker": "model.keras",
     }
+    # A marker outside the worker directory could never be judged: refused before launch.
+    result = book.play("train.yml", extra={**settings, "tf_run_id": "outside", "tf_verdict_marker": "../model.keras"})
+    assert result.returncode != 0
+    assert (
+        'Preflight refused the run: host node0: tf_verdict_marker "../model.keras" must be a relative path '
+        "inside the worker directory"
+    ) in result.stdout, result.stdout[-3000:]
+    assert not book.exists(0, "~/tf-runbook/runs/outside") and not (book.runs / "outside").exists()
+
     result = book.play("train.yml", extra=settings)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
 

@@ -518,7 +518,7 @@ def marker_inside(marker_name: str) -> bool:
     """The chief's marker must be a relative path that stays inside the worker directory."""
     if not marker_name or os.path.isabs(marker_name):
         return False
-    return ".." not in marker_name.replace("\\", "/").split("/")
+    return ".." not in marker_name.split("/")
 
 
 def _read(path: str) -> str | None:
