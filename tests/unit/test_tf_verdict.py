@@ -855,3 +855,14 @@ def test_module_says_so_when_summary_json_cannot_be_written(
     result = json.loads(capsys.readouterr().out)
     assert result["msg"].startswith(f"cannot write {blocker}/summary.json: ")
     assert result["summary"]["status"] == "failed"
+
+
+def test_module_documentation_is_valid_yaml() -> None:
+    import tf_verdict
+    import yaml
+
+    assert set(yaml.safe_load(tf_verdict.DOCUMENTATION)["options"]) == {
+        "run_dir", "run_id", "marker", "expected_size", "context"
+    }
+    assert yaml.safe_load(tf_verdict.EXAMPLES)[0]["tf_verdict"]["marker"] == "model/model.keras"
+    assert set(yaml.safe_load(tf_verdict.RETURN)) == {"summary", "table", "failed_checks", "not_checked"}

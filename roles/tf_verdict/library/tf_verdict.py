@@ -52,6 +52,15 @@ options:
     default: {}
 """
 
+EXAMPLES = r"""
+- name: Judge a run whose chief saves its model as model/model.keras
+  tf_verdict:
+    run_dir: runs/20250114T100200Z-abc123
+    run_id: 20250114T100200Z-abc123
+    marker: model/model.keras
+    expected_size: 4
+"""
+
 RETURN = r"""
 summary:
   description: The content of summary.json.
@@ -62,11 +71,11 @@ table:
   type: list
   returned: always
 failed_checks:
-  description: Each failed check as C(name: detail).
+  description: Each failed check, as its name, a colon and its detail.
   type: list
   returned: always
 not_checked:
-  description: Each check the job's output did not allow, as C(name: detail).
+  description: Each check the job's output did not allow, as its name, a colon and its detail.
   type: list
   returned: always
 """
