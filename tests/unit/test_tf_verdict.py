@@ -671,6 +671,10 @@ CRAFTED = [
     crafted("5000-digit epoch and index",
             lambda d: pair(d, w0={"log": worker_log(0) + f"worker=0 epoch={'9' * 5000} loss=1\nworker={'9' * 5000} x=1\n"}),
             "failed", ["epochs_once"], ["is not an epoch number", "is not a small integer"]),
+    crafted("epoch 999999999 after epoch 1",
+            lambda d: pair(d, w0={"log": worker_log(0) + "worker=0 epoch=999999999 loss=1 binary_accuracy=1\n"}),
+            "failed", ["epochs_complete", "epochs_once", "metrics_agree"],
+            ["worker 0 (node-a): printed no epoch 4, 5, 6, 7, 8, 9, 10, 11, 12, 13 and 999999985 more (epochs 1..999999999)"]),
     crafted("exit.json holds a list", lambda d: (pair(d), put(d, "node-b/worker-1/exit.json", "[0]")),
             "failed", ["exit_status"], ["worker 1 (node-b): no exit status"]),
     crafted("tf_config.json holds a string", lambda d: (pair(d), put(d, "node-b/worker-1/tf_config.json", '"x"')),
@@ -866,3 +870,20 @@ def test_module_documentation_is_valid_yaml() -> None:
     }
     assert yaml.safe_load(tf_verdict.EXAMPLES)[0]["tf_verdict"]["marker"] == "model/model.keras"
     assert set(yaml.safe_load(tf_verdict.RETURN)) == {"summary", "table", "failed_checks", "not_checked"}
+
+
+@pytest.mark.parametrize(
+    ("first", "printed", "examples", "count"),
+    [
+        (1, [1, 2, 3], [], 0),
+        (1, [1, 3], [2], 1),
+        (1, [4], [1, 2, 3], 3),
+        (3, [3, 5, 9], [4, 6, 7, 8], 4),
+        (2, [1, 2, 4], [3], 1),
+        (1, [1, 10**9], list(range(2, 12)), 10**9 - 2),
+    ],
+)
+def test_skipped_epochs(first: int, printed: list[int], examples: list[int], count: int) -> None:
+    from tf_verdict import _skipped
+
+    assert _skipped(first, printed) == (examples, count)

@@ -250,6 +250,22 @@ def _not_checked(name: str, why: str) -> dict[str, Any]:
     return {"name": name, "ok": None, "result": NOT_CHECKED, "detail": f"not checked: {why}"}
 
 
+def _skipped(first: int, printed: list[int], shown: int = 10) -> tuple[list[int], int]:
+    """The first ``shown`` epochs missing from ``first`` to the last of ``printed`` (sorted),
+    and how many are missing; never builds the whole range (an epoch may be 999999999)."""
+    examples: list[int] = []
+    count = 0
+    expected = first
+    for epoch in printed:
+        if epoch < expected:
+            continue
+        gap = epoch - expected
+        examples += list(range(expected, min(epoch, expected + shown - len(examples))))
+        count += gap
+        expected = epoch + 1
+    return examples, count
+
+
 def _epoch_list(epochs: list[int]) -> str:
     return ", ".join(str(e) for e in epochs[:10]) + (f" and {len(epochs) - 10} more" if len(epochs) > 10 else "")
 
@@ -489,9 +505,10 @@ def _epoch_checks(
         outside = [e for e in printed if e < first]
         if outside:
             problems.append(f"{who(w)}: printed epoch {_epoch_list(outside)} before its first, {first}")
-        skipped = sorted(set(range(first, printed[-1] + 1)) - set(printed))
-        if skipped:
-            problems.append(f"{who(w)}: printed no epoch {_epoch_list(skipped)} (epochs {first}..{printed[-1]})")
+        skipped, count = _skipped(first, printed)
+        if count:
+            more = f" and {count - len(skipped)} more" if count > len(skipped) else ""
+            problems.append(f"{who(w)}: printed no epoch {_epoch_list(skipped)}{more} (epochs {first}..{printed[-1]})")
         lasts.append(printed[-1])
     span = f" up to {max(lasts)}" if lasts else ""
     checks.append(_check("epochs_once", problems, f"every worker printed each epoch once, none skipped{span}"))
