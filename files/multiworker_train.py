@@ -4,7 +4,7 @@
 Grown from the project's hand-run two-worker seed. Its stdout lines are the metrics
 contract that the runbook's verifier reads:
 
-    worker=I cluster_workers=N replicas=R global_batch=B
+    worker=I cluster_workers=N replicas=R global_batch=B epochs=T
     worker=I epoch=E name=value ...
     worker=I training_complete
 
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     print(
         f"worker={index} cluster_workers={len(workers)} "
-        f"replicas={strategy.num_replicas_in_sync} global_batch={global_batch}",
+        f"replicas={strategy.num_replicas_in_sync} global_batch={global_batch} epochs={args.epochs}",
         flush=True,
     )
 
