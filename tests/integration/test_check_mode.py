@@ -28,6 +28,8 @@ from test_preflight import (  # noqa: F401  (sudo_for is a fixture)
     sudo_for,
 )
 
+from test_smoke import extra, run_playbook
+
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
 
@@ -56,6 +58,16 @@ def phase(cluster: LocalCluster, playbook: str, *args: str, **extra: object) -> 
         [str(PLAYBOOK_BIN), playbook, "-i", str(cluster.inventory()), "-e", json.dumps(data), *args],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
+
+
+def test_the_smoke_inventory_under_check_ends_with_success_and_creates_nothing(tmp_path: Path) -> None:
+    """The report of issue 15: `train.yml --limit localhost --check` failed in the wait phase."""
+    dirs = {"base": tmp_path / "host", "runs": tmp_path / "runs"}
+    result = run_playbook("train.yml", "--check", *extra(dirs, tf_run_id="dry", tf_worker_port=2480))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "--check: run dry would start 2 worker(s)" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+    assert local_port_free(2480) and local_port_free(2481)
 
 
 def test_check_and_diff_on_local_hosts_preview_the_run_and_change_nothing(tmp_path: Path) -> None:
