@@ -43,6 +43,7 @@ MODULES: dict[str, Path] = {
     "tf_collect_bundle": ROLES / "tf_collect" / "library" / "tf_collect_bundle.py",
     "tf_collect_unpack": ROLES / "tf_collect" / "action_plugins" / "tf_collect_bundle.py",
     "tf_run_dir": ROLES / "tf_worker" / "library" / "tf_run_dir.py",
+    "tf_worker_status_action": ROLES / "tf_wait" / "action_plugins" / "tf_worker_status.py",
 }
 
 
