@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tf_firewall
@@ -268,3 +269,37 @@ def test_interpreter_versions_come_from_the_interpreter_or_say_why_not() -> None
     assert missing["error"].startswith("/nonexistent/bin/python3 does not run:")
     broken = probe.interpreter_versions(sys.executable, "raise SystemExit('no numpy here')")
     assert broken == {"error": f"{sys.executable} does not run: no numpy here"}
+
+
+# -- issue 11: run ids per controller, checkpoint directories --------------------------
+
+
+def test_a_run_id_already_used_on_the_controller_is_refused(tmp_path: Path) -> None:
+    """Point 1: the controller's runs/<id> counts, whichever hosts ran it."""
+    from tf_preflight import tf_preflight_controller_run
+
+    assert tf_preflight_controller_run("exp1", str(tmp_path)) == []
+    (tmp_path / "exp1").mkdir()
+    assert tf_preflight_controller_run("exp1", str(tmp_path)) == [
+        f"run id 'exp1' was already used on this controller ({tmp_path}/exp1 exists); its files are kept: "
+        "give a new -e tf_run_id or leave it empty"
+    ]
+    # A dangling link is taken as well: nothing is created through it.
+    (tmp_path / "exp2").symlink_to(tmp_path / "nowhere")
+    assert tf_preflight_controller_run("exp2", str(tmp_path))
+    assert tf_preflight_controller_run("exp3", str(tmp_path / "missing")) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "refused"),
+    [("", False), (None, False), ("/srv/ckpt", False), ("~/ckpt", False), ("~", False),
+     ("ckpt", True), ("./ckpt", True), ("~other", True)],
+)
+def test_a_relative_checkpoint_dir_is_refused_naming_the_host(path: Any, refused: bool) -> None:
+    from tf_preflight import tf_preflight_checkpoint_problems
+
+    problems = tf_preflight_checkpoint_problems({"w0": "", "w1": path})
+    assert bool(problems) is refused
+    if refused:
+        assert problems == [f"host w1: tf_checkpoint_dir {path!r} must be an absolute path or start with ~/ "
+                            "(empty: under the run's directory)"]

@@ -6,6 +6,7 @@ value; an empty list means the run may go on.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 try:
@@ -85,6 +86,35 @@ def tf_preflight_host_problems(
     return problems
 
 
+def tf_preflight_controller_run(run_id: str, runs_dir: str) -> list[str]:
+    """A run id is used once per controller: ``<runs_dir>/<run_id>`` must not exist yet.
+
+    The hosts only show the runs launched on them; this catches the reuse of an id with
+    other hosts (``--limit``), whose results would mix with the earlier run's under one
+    directory, and whose earlier failure flags would stop the new run."""
+    path = os.path.join(os.path.expanduser(str(runs_dir)), str(run_id))
+    if os.path.lexists(path):
+        return [
+            f"run id {run_id!r} was already used on this controller ({path} exists); its files are kept: "
+            "give a new -e tf_run_id or leave it empty"
+        ]
+    return []
+
+
+def tf_preflight_checkpoint_problems(dirs: dict[str, Any]) -> list[str]:
+    """``tf_checkpoint_dir`` of each host: empty (under the run), absolute, or ``~/...``; a
+    relative path would land in each worker's own directory and never be resumed from."""
+    problems = []
+    for host, path in dirs.items():
+        text = "" if path is None else str(path)
+        if text and not (text.startswith("/") or text == "~" or text.startswith("~/")):
+            problems.append(
+                f"host {host}: tf_checkpoint_dir {text!r} must be an absolute path or start with ~/ "
+                "(empty: under the run's directory)"
+            )
+    return problems
+
+
 def tf_preflight_unreachable(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     """One message per worker endpoint some host could not reach."""
     problems = []
@@ -157,6 +187,8 @@ class FilterModule:
         return {
             "tf_preflight_host_problems": tf_preflight_host_problems,
             "tf_preflight_unreachable": tf_preflight_unreachable,
+            "tf_preflight_controller_run": tf_preflight_controller_run,
+            "tf_preflight_checkpoint_problems": tf_preflight_checkpoint_problems,
             "tf_preflight_versions": tf_preflight_versions,
             "tf_preflight_probe_versions": tf_preflight_probe_versions,
             "tf_preflight_script_problems": tf_preflight_script_problems,
