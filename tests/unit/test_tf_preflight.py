@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -303,3 +304,105 @@ def test_a_relative_checkpoint_dir_is_refused_naming_the_host(path: Any, refused
     if refused:
         assert problems == [f"host w1: tf_checkpoint_dir {path!r} must be an absolute path or start with ~/ "
                             "(empty: under the run's directory)"]
+
+
+# -- issue 11, point 12: the probe knows its own listener ------------------------------
+
+
+class Recorder:
+    """An unrelated service on a port: accepts anything, records what it is sent."""
+
+    def __init__(self, banner: bytes = b"") -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.banner = banner
+        self.received = b""
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while self.sock.fileno() != -1:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1)
+                if self.banner:
+                    conn.sendall(self.banner)
+                try:
+                    while chunk := conn.recv(256):
+                        self.received += chunk
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(2)
+
+
+@pytest.mark.parametrize("banner", [b"", b"SSH-2.0-OpenSSH_9.6\r\n", b"tf-runbook-probe r1 b\n"])
+def test_an_unrelated_listener_at_a_wrong_address_does_not_pass_the_probe(banner: bytes) -> None:
+    """Any TCP accept used to count as the worker's port; now the answer must be the
+    probe of that very host for this run."""
+    other = Recorder(banner)
+    try:
+        endpoint = {"index": 0, "host": "a", "address": "127.0.0.1", "port": other.port}
+        [failure] = probe.connect_all([endpoint], "b", 1.0, run_id="r1")
+        assert failure["reason"].startswith("the port answered, but not as this run's probe on host a")
+        assert "is tf_worker_address right?" in failure["reason"]
+    finally:
+        other.close()
+
+
+def test_the_probe_of_the_right_host_and_run_passes_and_another_run_does_not() -> None:
+    port = free_port()
+    pid = probe.start_listener([port], ["never"], 30, probe.probe_token("r1", "a"))
+    try:
+        endpoint = {"index": 0, "host": "a", "address": "127.0.0.1", "port": port}
+        assert "not as this run's probe" in probe.connect_all([endpoint], "b", 1.0, run_id="r2")[0]["reason"]
+        assert probe.connect_all([endpoint], "b", 2.0, run_id="r1") == []
+        assert probe.stop_listeners([port], 10, probe.probe_token("r1", "a"), pid) == []
+    finally:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_stop_sends_nothing_to_a_process_that_is_not_the_probes_listener() -> None:
+    """A busy port (the run was refused for it) is someone else's: no 'stop' reaches it."""
+    own_port = free_port()
+    token = probe.probe_token("r1", "a")
+    pid = probe.start_listener([own_port], ["never"], 30, token)  # forks: before any thread
+    other = Recorder()
+    try:
+        # No listener of ours was started on that host: nothing is sent anywhere.
+        assert probe.stop_listeners([other.port], 2, token, 0) == []
+        # Ours is stopped; the other port is left alone and not waited for.
+        assert probe.stop_listeners([own_port, other.port], 10, token, pid) == []
+        assert probe.bind_error(own_port) == 0
+        time.sleep(0.3)
+        assert other.received == b""
+        assert probe.bind_error(other.port) != 0
+    finally:
+        other.close()
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_stop_for_another_run_does_not_end_the_listener() -> None:
+    port = free_port()
+    result: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: result.update(probe.listen([port], ["never"], 3, "tf-runbook-probe r1 a")))
+    thread.start()
+    time.sleep(0.3)
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+        conn.sendall(probe.stop_message("tf-runbook-probe r2 a"))
+    thread.join(10)
+    assert result["stopped"] is False  # it lived its lifetime out
