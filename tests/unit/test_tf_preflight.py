@@ -406,3 +406,34 @@ def test_a_stop_for_another_run_does_not_end_the_listener() -> None:
         conn.sendall(probe.stop_message("tf-runbook-probe r2 a"))
     thread.join(10)
     assert result["stopped"] is False  # it lived its lifetime out
+
+
+# -- issue 11, points 6 and 11: addresses as each host sees them -----------------------
+
+
+def test_hosts_resolve_every_worker_address_and_know_their_sources() -> None:
+    resolved = probe.resolve_addresses(["127.0.0.1", "localhost", "0:0::1", "no-such-host.invalid"])
+    assert resolved["127.0.0.1"] == ["127.0.0.1"] and resolved["0:0::1"] == ["::1"]
+    assert "127.0.0.1" in resolved["localhost"] and resolved["no-such-host.invalid"] == []
+    assert probe.source_addresses({"a": ["127.0.0.1"]}) == ["127.0.0.1"]
+
+
+def test_a_name_and_an_ip_of_one_machine_sharing_a_port_are_refused_as_a_host_sees_them() -> None:
+    spec = {"workers": [
+        {"index": 0, "host": "a", "address": "gpu-a", "port": 2222},
+        {"index": 1, "host": "b", "address": "10.0.0.2", "port": 2222},
+        {"index": 2, "host": "c", "address": "gpu-c", "port": 2222},
+        {"index": 3, "host": "c", "address": "gpu-c", "port": 2223},
+    ]}
+    probes = {
+        "a": {"resolved": {"gpu-a": ["10.0.0.1"], "10.0.0.2": ["10.0.0.2"], "gpu-c": ["10.0.0.2"]}},
+        "b": {"resolved": {"gpu-a": ["10.0.0.1"], "10.0.0.2": ["10.0.0.2"], "gpu-c": []}},
+        "c": {},
+    }
+    assert tf_preflight.tf_preflight_address_problems(probes, spec) == [
+        "host a resolves worker 1's address '10.0.0.2' (host b) and worker 2's 'gpu-c' (host c) to the same "
+        "10.0.0.2 port 2222; two workers cannot share an address and port",
+        "host b: worker address 'gpu-c' of host c does not resolve there",
+    ]
+    fine = {"a": {"resolved": {"gpu-a": ["10.0.0.1"], "10.0.0.2": ["10.0.0.2"], "gpu-c": ["10.0.0.3"]}}}
+    assert tf_preflight.tf_preflight_address_problems(fine, spec) == []

@@ -19,6 +19,7 @@ Four modes, all read-only for the host's runs:
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import os
 import select
@@ -74,6 +75,11 @@ options:
       (C(listen), and C(host) with O(listen)).
     type: float
     default: 10
+  addresses:
+    description: In C(host) mode, every worker address of the cluster, to resolve on this host.
+    type: list
+    elements: str
+    default: []
   python:
     description: In C(host) and C(versions) modes, a worker interpreter to ask for its versions with
       O(versions_code) (empty; no versions are read).
@@ -108,6 +114,12 @@ run_launched:
 gpus:
   description: C(host) mode; GPUs the host shows.
   type: int
+resolved:
+  description: C(host) mode; each of O(addresses) to the IP addresses it stands for here.
+  type: dict
+sources:
+  description: C(host) mode; the addresses this host's connections to O(addresses) come from.
+  type: list
 versions:
   description: C(versions) mode, or C(host) mode with O(python); what O(versions_code) printed, or C(error).
   type: dict
@@ -258,6 +270,42 @@ def probe_host(ports: list[int], base_dir: str, run_id: str, proc: str = "/proc"
         "run_launched": launched_record(os.path.abspath(base), run_id),
         "gpus": count_gpus(proc),
     }
+
+
+def resolve_addresses(addresses: list[str]) -> dict[str, list[str]]:
+    """What each worker address stands for on this host: its IP addresses (empty when a
+    name does not resolve here). IP literals stand for themselves."""
+    resolved = {}
+    for address in addresses:
+        try:
+            resolved[address] = [ipaddress.ip_address(address).compressed]
+            continue
+        except ValueError:
+            pass
+        try:
+            infos = socket.getaddrinfo(address, None, proto=socket.IPPROTO_TCP)
+        except (socket.gaierror, UnicodeError):
+            resolved[address] = []
+            continue
+        resolved[address] = sorted({ipaddress.ip_address(i[4][0].split("%", 1)[0]).compressed for i in infos})
+    return resolved
+
+
+def source_addresses(resolved: dict[str, list[str]]) -> list[str]:
+    """The addresses this host's connections to those IP addresses come from, as its
+    routing picks them (a connected UDP socket sends nothing). On a multi-homed host that
+    may not be the address it advertises, and a firewall must accept that one."""
+    sources = set()
+    for ips in resolved.values():
+        for ip in ips:
+            family = socket.AF_INET6 if ipaddress.ip_address(ip).version == 6 else socket.AF_INET
+            try:
+                with socket.socket(family, socket.SOCK_DGRAM) as sock:
+                    sock.connect((ip, 9))
+                    sources.add(ipaddress.ip_address(sock.getsockname()[0].split("%", 1)[0]).compressed)
+            except OSError:
+                continue  # no route from here: the reach probe names it
+    return sorted(sources, key=ipaddress.ip_address)
 
 
 def interpreter_versions(python: str, code: str) -> dict[str, Any]:
@@ -474,6 +522,7 @@ def main() -> None:
             "python": {"type": "str", "default": ""},
             "versions_code": {"type": "str", "default": ""},
             "listener_pid": {"type": "int", "default": None},
+            "addresses": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -483,6 +532,8 @@ def main() -> None:
         if not params["base_dir"] or not params["run_id"]:
             module.fail_json(msg="host mode needs base_dir and run_id")
         seen = probe_host(params["ports"], params["base_dir"], params["run_id"])
+        seen["resolved"] = resolve_addresses(params["addresses"])
+        seen["sources"] = source_addresses(seen["resolved"])
         if params["python"]:
             seen["versions"] = interpreter_versions(params["python"], params["versions_code"])
         seen["listener_pid"] = 0
