@@ -224,13 +224,33 @@ def test_table_names_are_valid_nft_identifiers_and_differ_per_run() -> None:
 def test_ruleset_accepts_loopback_and_members_and_drops_the_rest() -> None:
     v4, v6 = tf_firewall.resolve(["10.0.0.2", "10.0.0.1", "10.0.0.2", "[fd00::1]"])
     assert v4 == ["10.0.0.1", "10.0.0.2"] and v6 == ["fd00::1"]
-    rules = tf_firewall.ruleset("tf_runbook_x", [2223, 2222], v4, v6)
+    rules = tf_firewall.ruleset("tf_runbook_x", [2223, 2222], v4, v6, 1860)
     lines = [line.strip() for line in rules.splitlines()]
-    assert 'iifname "lo" tcp dport { 2222, 2223 } accept' in lines
-    assert "ip saddr { 10.0.0.1, 10.0.0.2 } tcp dport { 2222, 2223 } accept" in lines
-    assert "ip6 saddr { fd00::1 } tcp dport { 2222, 2223 } accept" in lines
+    # The guarded ports are set elements that time out: the table carries its own expiry.
+    assert "elements = { 2222 timeout 1860s, 2223 timeout 1860s }" in lines and "flags timeout" in lines
+    assert 'iifname "lo" tcp dport @ports accept' in lines
+    assert "ip saddr { 10.0.0.1, 10.0.0.2 } tcp dport @ports accept" in lines
+    assert "ip6 saddr { fd00::1 } tcp dport @ports accept" in lines
     # The drop comes after every accept.
-    assert lines.index("tcp dport { 2222, 2223 } drop") > max(i for i, line in enumerate(lines) if line.endswith("accept"))
+    assert lines.index("tcp dport @ports drop") > max(i for i, line in enumerate(lines) if line.endswith("accept"))
+    with pytest.raises(ValueError, match="positive expiry"):
+        tf_firewall.ruleset("tf_runbook_x", [2222], v4, v6, 0)
+
+
+def test_only_runbook_tables_whose_rules_all_expired_are_swept() -> None:
+    def port_set(*elements: int) -> dict[str, Any]:
+        found: dict[str, Any] = {"name": "ports", "family": "inet", "flags": ["timeout"]}
+        if elements:
+            found["elem"] = [{"elem": {"val": e, "timeout": 60, "expires": 30}} for e in elements]
+        return {"nftables": [{"metainfo": {}}, {"set": found}]}
+
+    listings = {
+        "tf_runbook_live": port_set(2222),
+        "tf_runbook_gone": port_set(),
+        "tf_runbook_old_format": None,
+        "someone_elses": port_set(),
+    }
+    assert tf_firewall.expired_tables(listings) == ["tf_runbook_gone"]
 
 
 def test_a_member_that_does_not_resolve_is_named() -> None:
