@@ -32,7 +32,9 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
+from typing import Callable
 
 # Quiet TensorFlow's C++ logging and keep GPUs out of a CPU job; both must be set before
 # TensorFlow is imported.
@@ -77,28 +79,71 @@ def make_data() -> tuple[np.ndarray, np.ndarray]:
     return features, labels
 
 
+def fsync_tree(path: Path) -> None:
+    """Make ``path`` durable: every file and directory under it, then its parent's entry."""
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(root))
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class EpochBackups:
     """One worker's backups: a Keras ``BackupAndRestore`` directory per completed epoch.
 
     A worker can be killed while it writes a backup, which leaves a truncated weights file.
-    So each epoch goes into a directory of its own, and only once it is complete does
-    ``latest`` (replaced atomically) name it. The previous epoch's directory is kept as
-    well: workers back up one after another, so when a run is stopped one worker may
-    have committed one epoch more than another, and all must resume from the same one.
+    So every backup goes into a new directory that nothing names yet; once it is written
+    and fsynced, ``latest`` is replaced (atomically, fsynced) to name it. ``latest`` holds
+    one ``<epoch> <directory>`` line for the newest backup and one for the epoch before:
+    workers back up one after another, so when a run is stopped one worker may have
+    committed one epoch more than another, and all must resume from the same one. A
+    directory is deleted only once ``latest`` no longer names it, so a kill at any point
+    leaves ``latest`` naming complete backups only.
     """
 
     def __init__(self, root: str) -> None:
-        self.root = Path(root)
+        self.root = Path(os.path.expanduser(root))
         self.pointer = self.root / "latest"
+
+    def entries(self) -> list[tuple[int, str]]:
+        """What ``latest`` names: (epoch, directory name), newest first."""
+        try:
+            text = self.pointer.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        found = []
+        for line in text.splitlines():
+            parts = line.split()
+            if not parts or not parts[0].isdigit():
+                continue
+            epoch = int(parts[0])
+            # A pointer of older versions holds the epoch alone; its directory is epoch-<E>.
+            name = parts[1] if len(parts) > 1 else f"epoch-{epoch}"
+            if "/" not in name and name not in {".", ".."}:
+                found.append((epoch, name))
+        return found
 
     def latest(self) -> int:
         """The last epoch whose backup is complete, 0 when there is none."""
-        try:
-            return int(self.pointer.read_text(encoding="utf-8").strip())
-        except (FileNotFoundError, ValueError):
-            return 0
+        entries = self.entries()
+        return entries[0][0] if entries else 0
 
     def _epoch_dir(self, epoch: int) -> Path:
+        for known, name in self.entries():
+            if known == epoch:
+                return self.root / name
         return self.root / f"epoch-{epoch}"
 
     def restore(self, model: tf.keras.Model, epoch: int) -> None:
@@ -110,21 +155,30 @@ class EpochBackups:
             raise RuntimeError(f"backup {self._epoch_dir(epoch)} holds epoch {restored}, not {epoch}")
 
     def save(self, model: tf.keras.Model, epoch: int) -> None:
-        target = self._epoch_dir(epoch)
-        if target.exists():
-            shutil.rmtree(target)  # an earlier attempt's partial write
-        callback = tf.keras.callbacks.BackupAndRestore(str(target), delete_checkpoint=False)
-        callback.set_model(model)
-        callback.on_epoch_end(epoch - 1)
+        def write(target: Path) -> None:
+            callback = tf.keras.callbacks.BackupAndRestore(str(target), delete_checkpoint=False)
+            callback.set_model(model)
+            callback.on_epoch_end(epoch - 1)
+
+        self.commit(epoch, write)
+
+    def commit(self, epoch: int, write: Callable[[Path], None]) -> None:
+        """Back up ``epoch`` with ``write`` into a new directory, then name it in ``latest``."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        target = self.root / f"epoch-{epoch}-{os.getpid()}-{time.time_ns()}"
+        write(target)
+        fsync_tree(target)
+        kept = [(epoch, target.name)] + [entry for entry in self.entries() if entry[0] == epoch - 1][:1]
         pending = self.root / "latest.tmp"
         with open(pending, "w", encoding="utf-8") as handle:
-            handle.write(f"{epoch}\n")
+            handle.write("".join(f"{known} {name}\n" for known, name in kept))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(pending, self.pointer)
+        fsync_dir(self.root)
+        named = {name for _, name in kept}
         for old in self.root.glob("epoch-*"):
-            suffix = old.name.removeprefix("epoch-")
-            if suffix.isdigit() and int(suffix) < epoch - 1:
+            if old.name not in named:
                 shutil.rmtree(old, ignore_errors=True)
 
 

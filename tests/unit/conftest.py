@@ -45,6 +45,7 @@ MODULES: dict[str, Path] = {
     "tf_run_dir": ROLES / "tf_worker" / "library" / "tf_run_dir.py",
     "tf_job_archive": ROLES / "tf_preflight" / "library" / "tf_job_archive.py",
     "tf_worker_job": ROLES / "tf_preflight" / "filter_plugins" / "tf_worker_job.py",
+    "tf_worker_status_action": ROLES / "tf_wait" / "action_plugins" / "tf_worker_status.py",
 }
 
 

@@ -249,3 +249,56 @@ def test_filter_module_exports_the_filters() -> None:
     filters = tf_cluster.FilterModule().filters()
     assert filters["tf_cluster_spec"] is tf_cluster_spec
     assert filters["tf_workers_on"] is tf_workers_on
+
+
+# -- issue 11, point 11: one endpoint, however it is written --------------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "endpoint"),
+    [
+        (host("a", "::1"), host("b", "0:0:0:0:0:0:0:1"), "[::1]:2222"),
+        (host("a", "Node1"), host("b", "node1"), "node1:2222"),
+        (host("a", "node1.example.org."), host("b", "NODE1.example.org"), "node1.example.org:2222"),
+        (host("a", "FD00::A"), host("b", "[fd00:0::a]"), "[fd00::a]:2222"),
+    ],
+)
+def test_one_address_written_two_ways_is_one_endpoint(first: dict[str, Any], second: dict[str, Any], endpoint: str) -> None:
+    with pytest.raises(AnsibleFilterError, match=rf"host b: endpoint {re.escape(endpoint)} is also used by host a"):
+        tf_cluster_spec([first, second])
+
+
+def test_a_name_and_its_ip_are_one_endpoint_once_resolved() -> None:
+    names = {"gpu-a.lan": ["10.0.0.1"], "gpu-b.lan": ["10.0.0.2", "fd00::2"]}
+    spec = [host("a", "gpu-a.lan"), host("b", "10.0.0.2"), host("c", "gpu-b.lan")]
+    with pytest.raises(
+        AnsibleFilterError,
+        match=re.escape("host c: endpoint gpu-b.lan:2222 is also used by host b ('10.0.0.2' and 'gpu-b.lan' are both 10.0.0.2)"),
+    ):
+        tf_cluster_spec(spec, resolver=lambda name: names.get(name, []))
+    # Unresolved (or resolving elsewhere) names are judged by their spelling alone.
+    assert tf_cluster_spec(spec[:2] + [host("c", "gpu-c.lan")], resolver=lambda name: names.get(name, []))["size"] == 3
+
+
+def test_the_controller_resolves_names_when_asked() -> None:
+    with pytest.raises(AnsibleFilterError, match="host b: endpoint 127.0.0.1:2222 is also used by host a"):
+        tf_cluster_spec([host("a", "localhost"), host("b", "127.0.0.1")], True)
+    assert tf_cluster_spec([host("a", "localhost"), host("b", "127.0.0.1")])["size"] == 2
+
+
+@pytest.mark.parametrize(
+    ("address", "kept"),
+    [("[::1]", "::1"), ("0:0:0:0:0:0:0:1", "::1"), ("Node1", "node1"), ("node1.", "node1"),
+     ("10.0.0.1", "10.0.0.1"), ("::ffff:10.0.0.1", "::ffff:a00:1"), ("gpu_a", "gpu_a")],
+)
+def test_addresses_are_normalized_in_the_spec_and_endpoints(address: str, kept: str) -> None:
+    spec = tf_cluster_spec([host("a", address)])
+    assert spec["workers"][0]["address"] == kept
+    assert spec["cluster"]["worker"] == [format_endpoint(kept, 2222)]
+
+
+@pytest.mark.parametrize("address", ["10.0.0.1:2222", "node1:2222", "[10.0.0.1]", "[node1]", "[fd00::zz]", "fd00::zz",
+                                     "node 1", "-node", "node!1"])
+def test_an_address_with_a_port_or_that_is_no_address_is_refused(address: str) -> None:
+    with pytest.raises(AnsibleFilterError, match=rf"host a: worker address {re.escape(repr(address))} is not a host name or IP address"):
+        tf_cluster_spec([host("a", address)])

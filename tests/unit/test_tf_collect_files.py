@@ -9,6 +9,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 import tf_collect_bundle as bundle
 import tf_collect_unpack as unpack
 import tf_run_dir
@@ -126,3 +128,56 @@ def test_run_dir_in_check_mode_on_a_fresh_host_reports_without_writing(tmp_path:
     result = run_module(tf_run_dir.__file__, args, check_mode=True)
     assert result["changed"] is True and result["written"][0].endswith("runs/r1/job/train.py")
     assert not (tmp_path / "fresh").exists()
+
+
+def test_run_dir_makes_an_existing_base_and_runs_directory_private(tmp_path: Path) -> None:
+    """Issue 11, point 4: an existing base directory or runs/ with a wider mode is 0700 after."""
+    base = tmp_path / "base"
+    (base / "runs").mkdir(parents=True)
+    base.chmod(0o755)
+    (base / "runs").chmod(0o777)
+    result = run_module(tf_run_dir.__file__, run_dir_args(base))
+    assert not result.get("failed"), result
+    assert oct(base.stat().st_mode & 0o777) == "0o700"
+    assert oct((base / "runs").stat().st_mode & 0o777) == "0o700"
+
+
+def test_run_dir_checkpoints_are_per_run_and_under_the_run_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point 2: no checkpoint directory is shared by two runs, and ``~`` is the user's home."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    default = run_module(tf_run_dir.__file__, run_dir_args(tmp_path / "b"))
+    assert default["checkpoint_dir"] == str(tmp_path / "b" / "runs" / "r1" / "checkpoints")
+    shared = tmp_path / "shared"
+    first = run_module(tf_run_dir.__file__, run_dir_args(tmp_path / "b", checkpoint_root=str(shared)))
+    second = run_module(tf_run_dir.__file__, {**run_dir_args(tmp_path / "b", checkpoint_root=str(shared) + "/"),
+                                              "run_id": "r2"})
+    assert first["checkpoint_dir"] == str(shared / "r1") and second["checkpoint_dir"] == str(shared / "r2")
+    assert (shared / "r1").is_dir() and oct((shared / "r1").stat().st_mode & 0o777) == "0o700"
+    home = run_module(tf_run_dir.__file__, run_dir_args(tmp_path / "b", checkpoint_root="~/ckpt"))
+    assert home["checkpoint_dir"] == str(tmp_path / "home" / "ckpt" / "r1")
+    assert os.path.isabs(home["checkpoint_dir"])
+
+
+def test_run_dir_refuses_a_relative_checkpoint_root(tmp_path: Path) -> None:
+    result = run_module(tf_run_dir.__file__, run_dir_args(tmp_path, checkpoint_root="ckpt"))
+    assert result["failed"] and "tf_checkpoint_dir 'ckpt' is not an absolute path" in result["msg"]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unpacked_results_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Point 4: logs and records on the controller are 0600 in 0700 directories."""
+    run = make_run(tmp_path)
+    files = bundle.run_files(str(run), PATTERNS)
+    archive = bundle.bundle(str(run), files)
+    dest = tmp_path / "controller" / "node0"
+    old = os.umask(0o022)
+    try:
+        unpack.unpack(archive, str(dest), files)
+    finally:
+        os.umask(old)
+    for rel in files:
+        assert oct((dest / rel).stat().st_mode & 0o777) == "0o600", rel
+        for parent in (dest / rel).relative_to(tmp_path / "controller").parents:
+            if parent != Path("."):
+                directory = tmp_path / "controller" / parent
+                assert oct(directory.stat().st_mode & 0o777) == "0o700", directory

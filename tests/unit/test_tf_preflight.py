@@ -7,7 +7,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tf_firewall
@@ -222,13 +224,33 @@ def test_table_names_are_valid_nft_identifiers_and_differ_per_run() -> None:
 def test_ruleset_accepts_loopback_and_members_and_drops_the_rest() -> None:
     v4, v6 = tf_firewall.resolve(["10.0.0.2", "10.0.0.1", "10.0.0.2", "[fd00::1]"])
     assert v4 == ["10.0.0.1", "10.0.0.2"] and v6 == ["fd00::1"]
-    rules = tf_firewall.ruleset("tf_runbook_x", [2223, 2222], v4, v6)
+    rules = tf_firewall.ruleset("tf_runbook_x", [2223, 2222], v4, v6, 1860)
     lines = [line.strip() for line in rules.splitlines()]
-    assert 'iifname "lo" tcp dport { 2222, 2223 } accept' in lines
-    assert "ip saddr { 10.0.0.1, 10.0.0.2 } tcp dport { 2222, 2223 } accept" in lines
-    assert "ip6 saddr { fd00::1 } tcp dport { 2222, 2223 } accept" in lines
+    # The guarded ports are set elements that time out: the table carries its own expiry.
+    assert "elements = { 2222 timeout 1860s, 2223 timeout 1860s }" in lines and "flags timeout" in lines
+    assert 'iifname "lo" tcp dport @ports accept' in lines
+    assert "ip saddr { 10.0.0.1, 10.0.0.2 } tcp dport @ports accept" in lines
+    assert "ip6 saddr { fd00::1 } tcp dport @ports accept" in lines
     # The drop comes after every accept.
-    assert lines.index("tcp dport { 2222, 2223 } drop") > max(i for i, line in enumerate(lines) if line.endswith("accept"))
+    assert lines.index("tcp dport @ports drop") > max(i for i, line in enumerate(lines) if line.endswith("accept"))
+    with pytest.raises(ValueError, match="positive expiry"):
+        tf_firewall.ruleset("tf_runbook_x", [2222], v4, v6, 0)
+
+
+def test_only_runbook_tables_whose_rules_all_expired_are_swept() -> None:
+    def port_set(*elements: int) -> dict[str, Any]:
+        found: dict[str, Any] = {"name": "ports", "family": "inet", "flags": ["timeout"]}
+        if elements:
+            found["elem"] = [{"elem": {"val": e, "timeout": 60, "expires": 30}} for e in elements]
+        return {"nftables": [{"metainfo": {}}, {"set": found}]}
+
+    listings = {
+        "tf_runbook_live": port_set(2222),
+        "tf_runbook_gone": port_set(),
+        "tf_runbook_old_format": None,
+        "someone_elses": port_set(),
+    }
+    assert tf_firewall.expired_tables(listings) == ["tf_runbook_gone"]
 
 
 def test_a_member_that_does_not_resolve_is_named() -> None:
@@ -268,3 +290,170 @@ def test_interpreter_versions_come_from_the_interpreter_or_say_why_not() -> None
     assert missing["error"].startswith("/nonexistent/bin/python3 does not run:")
     broken = probe.interpreter_versions(sys.executable, "raise SystemExit('no numpy here')")
     assert broken == {"error": f"{sys.executable} does not run: no numpy here"}
+
+
+# -- issue 11: run ids per controller, checkpoint directories --------------------------
+
+
+def test_a_run_id_already_used_on_the_controller_is_refused(tmp_path: Path) -> None:
+    """Point 1: the controller's runs/<id> counts, whichever hosts ran it."""
+    from tf_preflight import tf_preflight_controller_run
+
+    assert tf_preflight_controller_run("exp1", str(tmp_path)) == []
+    (tmp_path / "exp1").mkdir()
+    assert tf_preflight_controller_run("exp1", str(tmp_path)) == [
+        f"run id 'exp1' was already used on this controller ({tmp_path}/exp1 exists); its files are kept: "
+        "give a new -e tf_run_id or leave it empty"
+    ]
+    # A dangling link is taken as well: nothing is created through it.
+    (tmp_path / "exp2").symlink_to(tmp_path / "nowhere")
+    assert tf_preflight_controller_run("exp2", str(tmp_path))
+    assert tf_preflight_controller_run("exp3", str(tmp_path / "missing")) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "refused"),
+    [("", False), (None, False), ("/srv/ckpt", False), ("~/ckpt", False), ("~", False),
+     ("ckpt", True), ("./ckpt", True), ("~other", True)],
+)
+def test_a_relative_checkpoint_dir_is_refused_naming_the_host(path: Any, refused: bool) -> None:
+    from tf_preflight import tf_preflight_checkpoint_problems
+
+    problems = tf_preflight_checkpoint_problems({"w0": "", "w1": path})
+    assert bool(problems) is refused
+    if refused:
+        assert problems == [f"host w1: tf_checkpoint_dir {path!r} must be an absolute path or start with ~/ "
+                            "(empty: under the run's directory)"]
+
+
+# -- issue 11, point 12: the probe knows its own listener ------------------------------
+
+
+class Recorder:
+    """An unrelated service on a port: accepts anything, records what it is sent."""
+
+    def __init__(self, banner: bytes = b"") -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.banner = banner
+        self.received = b""
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while self.sock.fileno() != -1:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1)
+                if self.banner:
+                    conn.sendall(self.banner)
+                try:
+                    while chunk := conn.recv(256):
+                        self.received += chunk
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(2)
+
+
+@pytest.mark.parametrize("banner", [b"", b"SSH-2.0-OpenSSH_9.6\r\n", b"tf-runbook-probe r1 b\n"])
+def test_an_unrelated_listener_at_a_wrong_address_does_not_pass_the_probe(banner: bytes) -> None:
+    """Any TCP accept used to count as the worker's port; now the answer must be the
+    probe of that very host for this run."""
+    other = Recorder(banner)
+    try:
+        endpoint = {"index": 0, "host": "a", "address": "127.0.0.1", "port": other.port}
+        [failure] = probe.connect_all([endpoint], "b", 1.0, run_id="r1")
+        assert failure["reason"].startswith("the port answered, but not as this run's probe on host a")
+        assert "is tf_worker_address right?" in failure["reason"]
+    finally:
+        other.close()
+
+
+def test_the_probe_of_the_right_host_and_run_passes_and_another_run_does_not() -> None:
+    port = free_port()
+    pid = probe.start_listener([port], ["never"], 30, probe.probe_token("r1", "a"))
+    try:
+        endpoint = {"index": 0, "host": "a", "address": "127.0.0.1", "port": port}
+        assert "not as this run's probe" in probe.connect_all([endpoint], "b", 1.0, run_id="r2")[0]["reason"]
+        assert probe.connect_all([endpoint], "b", 2.0, run_id="r1") == []
+        assert probe.stop_listeners([port], 10, probe.probe_token("r1", "a"), pid) == []
+    finally:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_stop_sends_nothing_to_a_process_that_is_not_the_probes_listener() -> None:
+    """A busy port (the run was refused for it) is someone else's: no 'stop' reaches it."""
+    own_port = free_port()
+    token = probe.probe_token("r1", "a")
+    pid = probe.start_listener([own_port], ["never"], 30, token)  # forks: before any thread
+    other = Recorder()
+    try:
+        # No listener of ours was started on that host: nothing is sent anywhere.
+        assert probe.stop_listeners([other.port], 2, token, 0) == []
+        # Ours is stopped; the other port is left alone and not waited for.
+        assert probe.stop_listeners([own_port, other.port], 10, token, pid) == []
+        assert probe.bind_error(own_port) == 0
+        time.sleep(0.3)
+        assert other.received == b""
+        assert probe.bind_error(other.port) != 0
+    finally:
+        other.close()
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_stop_for_another_run_does_not_end_the_listener() -> None:
+    port = free_port()
+    result: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: result.update(probe.listen([port], ["never"], 3, "tf-runbook-probe r1 a")))
+    thread.start()
+    time.sleep(0.3)
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+        conn.sendall(probe.stop_message("tf-runbook-probe r2 a"))
+    thread.join(10)
+    assert result["stopped"] is False  # it lived its lifetime out
+
+
+# -- issue 11, points 6 and 11: addresses as each host sees them -----------------------
+
+
+def test_hosts_resolve_every_worker_address_and_know_their_sources() -> None:
+    resolved = probe.resolve_addresses(["127.0.0.1", "localhost", "0:0::1", "no-such-host.invalid"])
+    assert resolved["127.0.0.1"] == ["127.0.0.1"] and resolved["0:0::1"] == ["::1"]
+    assert "127.0.0.1" in resolved["localhost"] and resolved["no-such-host.invalid"] == []
+    assert probe.source_addresses({"a": ["127.0.0.1"]}) == ["127.0.0.1"]
+
+
+def test_a_name_and_an_ip_of_one_machine_sharing_a_port_are_refused_as_a_host_sees_them() -> None:
+    spec = {"workers": [
+        {"index": 0, "host": "a", "address": "gpu-a", "port": 2222},
+        {"index": 1, "host": "b", "address": "10.0.0.2", "port": 2222},
+        {"index": 2, "host": "c", "address": "gpu-c", "port": 2222},
+        {"index": 3, "host": "c", "address": "gpu-c", "port": 2223},
+    ]}
+    probes = {
+        "a": {"resolved": {"gpu-a": ["10.0.0.1"], "10.0.0.2": ["10.0.0.2"], "gpu-c": ["10.0.0.2"]}},
+        "b": {"resolved": {"gpu-a": ["10.0.0.1"], "10.0.0.2": ["10.0.0.2"], "gpu-c": []}},
+        "c": {},
+    }
+    assert tf_preflight.tf_preflight_address_problems(probes, spec) == [
+        "host a resolves worker 1's address '10.0.0.2' (host b) and worker 2's 'gpu-c' (host c) to the same "
+        "10.0.0.2 port 2222; two workers cannot share an address and port",
+        "host b: worker address 'gpu-c' of host c does not resolve there",
+    ]
+    fine = {"a": {"resolved": {"gpu-a": ["10.0.0.1"], "10.0.0.2": ["10.0.0.2"], "gpu-c": ["10.0.0.3"]}}}
+    assert tf_preflight.tf_preflight_address_problems(fine, spec) == []

@@ -9,8 +9,11 @@ still consistent.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
-from typing import Any
+import re
+import socket
+from typing import Any, Callable
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -49,6 +52,49 @@ _value:
 """
 
 MAX_PORT = 65535
+# A host name: labels of letters, digits, '-' and '_', separated by dots.
+HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*$")
+
+
+def normalize_address(value: Any, host: str) -> str:
+    """One spelling per address: IP literals in their canonical form (``0:0:0:0:0:0:0:1``
+    is ``::1``; brackets dropped), names in lower case without a trailing dot. Refuses a
+    value that is neither, such as an address with a port (``10.0.0.1:2222``)."""
+    text = str(value if value is not None else "").strip()
+    bad = f"host {host}: worker address {value!r} is not a host name or IP address"
+    if not text or any(c.isspace() for c in text) or "/" in text:
+        raise AnsibleFilterError(bad)
+    bracketed = text.startswith("[") and text.endswith("]")
+    literal = text[1:-1] if bracketed else text
+    try:
+        address = ipaddress.ip_address(literal)
+    except ValueError:
+        address = None
+    if address is not None and not (bracketed and address.version == 4):
+        return address.compressed
+    if ":" in text or bracketed:
+        raise AnsibleFilterError(
+            f"{bad}: an address with a port, or an IPv6 address that does not parse; give the "
+            "address alone (IPv6 with or without brackets) and the port as tf_worker_port"
+        )
+    name = text.lower().rstrip(".")
+    if not HOST_NAME.fullmatch(name):
+        raise AnsibleFilterError(bad)
+    return name
+
+
+def resolve_address(address: str) -> list[str]:
+    """The IP addresses ``address`` stands for on this machine (itself for an IP literal;
+    empty when a name does not resolve here)."""
+    try:
+        return [ipaddress.ip_address(address).compressed]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(address, None, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError):
+        return []
+    return sorted({ipaddress.ip_address(info[4][0].split("%", 1)[0]).compressed for info in infos})
 
 
 def _as_int(value: Any, what: str, host: str) -> int:
@@ -75,15 +121,23 @@ def cluster_checksum(cluster: dict[str, list[str]]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def tf_cluster_spec(hosts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Build the worker list from hosts in order; raise on any value TF would choke on."""
+def tf_cluster_spec(
+    hosts: list[dict[str, Any]], resolve: bool = False, resolver: Callable[[str], list[str]] | None = None
+) -> dict[str, Any]:
+    """Build the worker list from hosts in order; raise on any value TF would choke on.
+
+    Addresses are normalized first. With ``resolve``, names are also resolved (here, on
+    the controller) so that a name and its IP, or two names of one machine, are seen as
+    one endpoint; ``resolver`` stands in for the resolver in tests."""
+    lookup = resolver or resolve_address
+    identities: dict[str, set[str]] = {}
     if not isinstance(hosts, list) or not hosts:
         raise AnsibleFilterError(
             "no worker hosts in the play: the tf_workers group is empty or --limit "
             "excluded every worker"
         )
     workers: list[dict[str, Any]] = []
-    owners: dict[str, str] = {}
+    owners: dict[str, tuple[str, str]] = {}
     seen_hosts: set[str] = set()
     for entry in hosts:
         host = str(entry.get("host", "")).strip()
@@ -92,12 +146,9 @@ def tf_cluster_spec(hosts: list[dict[str, Any]]) -> dict[str, Any]:
         if host in seen_hosts:
             raise AnsibleFilterError(f"host {host}: listed twice in the worker list")
         seen_hosts.add(host)
-        address = str(entry.get("address") or "").strip()
-        if not address or any(c.isspace() for c in address) or "/" in address:
-            raise AnsibleFilterError(
-                f"host {host}: worker address {entry.get('address')!r} is not a host "
-                "name or IP address"
-            )
+        address = normalize_address(entry.get("address"), host)
+        if address not in identities:
+            identities[address] = {address, *(lookup(address) if resolve or resolver else [])}
         port = _as_int(entry.get("port"), "tf_worker_port", host)
         slots = _as_int(entry.get("slots"), "tf_worker_slots", host)
         if slots < 1:
@@ -109,12 +160,17 @@ def tf_cluster_spec(hosts: list[dict[str, Any]]) -> dict[str, Any]:
             )
         for slot in range(slots):
             endpoint = format_endpoint(address, port + slot)
-            if endpoint in owners:
-                raise AnsibleFilterError(
-                    f"host {host}: endpoint {endpoint} is also used by host "
-                    f"{owners[endpoint]}; two workers cannot share an address and port"
-                )
-            owners[endpoint] = host
+            for ident in sorted(identities[address]):
+                key = format_endpoint(ident, port + slot)
+                if key in owners:
+                    other_host, other_address = owners[key]
+                    same = "" if other_address == address else f" ({other_address!r} and {address!r} are both {ident})"
+                    raise AnsibleFilterError(
+                        f"host {host}: endpoint {endpoint} is also used by host "
+                        f"{other_host}{same}; two workers cannot share an address and port"
+                    )
+            for ident in identities[address]:
+                owners[format_endpoint(ident, port + slot)] = (host, address)
             workers.append(
                 {
                     "index": len(workers),

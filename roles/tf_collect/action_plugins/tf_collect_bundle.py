@@ -38,8 +38,26 @@ def safe_members(archive: tarfile.TarFile, files: list[str]) -> list[tarfile.Tar
     return members
 
 
+def private_dirs(path: str) -> None:
+    """Make ``path`` and every missing parent 0700 (makedirs gives the mode to the last only)."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for directory in reversed(missing):
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)
+
+
 def unpack(archive_path: str, dest: str, files: list[str]) -> list[str]:
-    """Write the archive's files under ``dest``; return those whose content changed."""
+    """Write the archive's files under ``dest``; return those whose content changed.
+
+    Directories are made 0700 and files written 0600, whatever the umask: a run's logs and
+    records (the job's arguments among them) are private on the controller as on the hosts.
+    """
     changed = []
     with tarfile.open(archive_path, "r:gz") as archive:
         for member in safe_members(archive, files):
@@ -48,14 +66,16 @@ def unpack(archive_path: str, dest: str, files: list[str]) -> list[str]:
                 continue
             data = source.read()
             target = os.path.join(dest, os.path.normpath(member.name))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
+            private_dirs(os.path.dirname(target))
             try:
                 with open(target, "rb") as handle:
                     if handle.read() == data:
                         continue
             except FileNotFoundError:
                 pass
-            with open(target, "wb") as handle:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
             changed.append(member.name)
     return changed
@@ -87,7 +107,7 @@ class ActionModule(ActionBase):
         with tempfile.TemporaryDirectory(prefix="tf-collect-") as scratch:
             local = os.path.join(scratch, "bundle.tar.gz")
             self._connection.fetch_file(packed["bundle"], local)
-            os.makedirs(dest, exist_ok=True)
+            private_dirs(dest)
             changed = unpack(local, dest, files)
         return {
             **result, "changed": bool(changed), "files": files, "left_out": left_out, "updated": changed, "dest": dest

@@ -5,12 +5,18 @@ TensorFlow's gRPC port has no authentication and listens on every interface. Whi
 lasts, its table accepts connections to the worker ports from loopback and from the
 cluster's members (and any extra sources the user names) and drops all others. Deleting
 the table removes every rule at once, so removal cannot leave half a rule set behind.
+
+The table carries its own expiry: the rules match the worker ports through a set whose
+elements time out (the job deadline plus a margin), so that a controller that dies, a
+Ctrl-C or a host that dropped out of the playbook cannot leave the ports closed for ever.
+An expired table matches nothing; the next run's firewall deletes it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
 import shutil
 import socket
 import subprocess
@@ -36,10 +42,16 @@ options:
     elements: int
     default: []
   members:
-    description: Addresses or host names allowed to connect (every worker host's address).
+    description: Addresses or host names allowed to connect (every worker host's address,
+      and the addresses the workers' connections come from).
     type: list
     elements: str
     default: []
+  expires:
+    description: Seconds after which the table's rules match nothing any more (C(present));
+      must be positive.
+    type: int
+    default: 0
 """
 
 RETURN = r"""
@@ -53,12 +65,18 @@ diff:
   description: In diff mode, the run's table as nft lists it now and the rules it would have.
   type: dict
   returned: diff mode, states present and absent
+expired:
+  description: Earlier runs' tables whose rules had expired, deleted now.
+  type: list
 """
+
+PREFIX = "tf_runbook_"
+PORT_SET = "ports"
 
 
 def table_name(run_id: str) -> str:
     """A valid nftables identifier for the run (run ids may hold characters it refuses)."""
-    return "tf_runbook_" + hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:12]
+    return PREFIX + hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:12]
 
 
 def resolve(members: list[str]) -> tuple[list[str], list[str]]:
@@ -80,11 +98,20 @@ def resolve(members: list[str]) -> tuple[list[str], list[str]]:
     return sorted(v4, key=ipaddress.ip_address), sorted(v6, key=ipaddress.ip_address)
 
 
-def ruleset(name: str, ports: list[int], v4: list[str], v6: list[str]) -> str:
-    """The nft script that (re)creates the run's table."""
-    port_set = "{ " + ", ".join(str(p) for p in sorted(set(ports))) + " }"
+def ruleset(name: str, ports: list[int], v4: list[str], v6: list[str], expires: int) -> str:
+    """The nft script that (re)creates the run's table; its rules match nothing once
+    ``expires`` seconds have passed (the guarded ports are set elements with a timeout)."""
+    if int(expires) <= 0:
+        raise ValueError(f"the table needs a positive expiry, got {expires!r}")
+    elements = ", ".join(f"{p} timeout {int(expires)}s" for p in sorted(set(ports)))
+    port_set = f"@{PORT_SET}"
     lines = [
         f"table inet {name} {{",
+        f"  set {PORT_SET} {{",
+        "    type inet_service",
+        "    flags timeout",
+        f"    elements = {{ {elements} }}",
+        "  }",
         "  chain input {",
         "    type filter hook input priority -10; policy accept;",
         f"    iifname \"lo\" tcp dport {port_set} accept",
@@ -95,6 +122,45 @@ def ruleset(name: str, ports: list[int], v4: list[str], v6: list[str]) -> str:
         lines.append(f"    ip6 saddr {{ {', '.join(v6)} }} tcp dport {port_set} accept")
     lines += [f"    tcp dport {port_set} drop", "  }", "}"]
     return "\n".join(lines) + "\n"
+
+
+def expired_tables(listings: dict[str, Any]) -> list[str]:
+    """Runbook tables whose port set has no element left (every rule expired), from
+    ``nft -j list set inet <table> ports`` output by table name (None: no such set)."""
+    expired = []
+    for name, listing in sorted(listings.items()):
+        if not name.startswith(PREFIX) or not listing:
+            continue
+        for item in listing.get("nftables", []):
+            found = item.get("set")
+            if found and found.get("name") == PORT_SET and not found.get("elem"):
+                expired.append(name)
+    return expired
+
+
+def sweep_expired(nft: str, keep: str) -> list[str]:
+    """Delete every runbook table whose rules expired, except ``keep``; return their names."""
+    out = _nft(nft, "-j", "list", "tables")
+    if out.returncode != 0:
+        return []
+    try:
+        tables = [item["table"]["name"] for item in json.loads(out.stdout).get("nftables", [])
+                  if "table" in item and item["table"].get("family") == "inet"]
+    except (ValueError, KeyError, TypeError):
+        return []
+    listings: dict[str, Any] = {}
+    for name in tables:
+        if name.startswith(PREFIX) and name != keep:
+            found = _nft(nft, "-j", "list", "set", "inet", name, PORT_SET)
+            try:
+                listings[name] = json.loads(found.stdout) if found.returncode == 0 else None
+            except ValueError:
+                listings[name] = None
+    deleted = []
+    for name in expired_tables(listings):
+        if _nft(nft, "delete", "table", "inet", name).returncode == 0:
+            deleted.append(name)
+    return deleted
 
 
 def _nft(nft: str, *args: str, script: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -116,6 +182,7 @@ def main() -> None:
             "run_id": {"type": "str", "required": True},
             "ports": {"type": "list", "elements": "int", "default": []},
             "members": {"type": "list", "elements": "str", "default": []},
+            "expires": {"type": "int", "default": 0},
         },
         supports_check_mode=True,
     )
@@ -138,11 +205,15 @@ def main() -> None:
     diff = {"before_header": f"nft table inet {name}", "after_header": f"nft table inet {name}",
             "before": before or "", "after": ""}
     if params["state"] == "absent":
+        expired = [] if module.check_mode else sweep_expired(nft, name)
         if before is not None and not module.check_mode:
             out = _nft(nft, "delete", "table", "inet", name)
             if out.returncode != 0:
                 module.fail_json(msg=f"cannot delete table {name}: {out.stderr.strip()}")
-        module.exit_json(changed=before is not None, table=name, **({"diff": diff} if module._diff else {}))
+        module.exit_json(
+            changed=before is not None or bool(expired), table=name, expired=expired,
+            **({"diff": diff} if module._diff else {})
+        )
 
     if not params["ports"]:
         module.fail_json(msg="state present needs the worker ports")
@@ -150,7 +221,9 @@ def main() -> None:
         v4, v6 = resolve(params["members"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    script = ruleset(name, params["ports"], v4, v6)
+    if params["expires"] <= 0:
+        module.fail_json(msg=f"state present needs a positive expires, got {params['expires']}")
+    script = ruleset(name, params["ports"], v4, v6, params["expires"])
     diff["after"] = script
     if module.check_mode:
         module.exit_json(
@@ -161,8 +234,10 @@ def main() -> None:
     out = _nft(nft, script=prefix + script)
     if out.returncode != 0:
         module.fail_json(msg=f"nft refused the rules: {out.stderr.strip()}", script=script)
+    expired = sweep_expired(nft, name)
     module.exit_json(
-        changed=listing(nft, name) != before, table=name, allowed=v4 + v6, **({"diff": diff} if module._diff else {})
+        changed=listing(nft, name) != before or bool(expired), table=name, allowed=v4 + v6, expired=expired,
+        expires=params["expires"], **({"diff": diff} if module._diff else {})
     )
 
 

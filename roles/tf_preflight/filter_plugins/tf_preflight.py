@@ -6,6 +6,7 @@ value; an empty list means the run may go on.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 try:
@@ -85,6 +86,69 @@ def tf_preflight_host_problems(
     return problems
 
 
+def tf_preflight_address_problems(probes: dict[str, dict[str, Any]], spec: dict[str, Any]) -> list[str]:
+    """Worker addresses as each host resolves them: a name that does not resolve on a
+    host, and two workers whose addresses stand for one IP address and share a port
+    (a name and its IP, two names of one machine), which the controller may not see."""
+    problems: list[str] = []
+    clashes: set[tuple[int, int]] = set()
+    workers = spec.get("workers", [])
+    for host, probe in probes.items():
+        resolved = probe.get("resolved") or {}
+        if not resolved:
+            continue
+        for address in sorted({w["address"] for w in workers}):
+            if address in resolved and not resolved[address]:
+                owners = sorted({w["host"] for w in workers if w["address"] == address})
+                problems.append(
+                    f"host {host}: worker address {address!r} of host {', '.join(owners)} does not resolve there"
+                )
+        owner: dict[tuple[str, int], dict[str, Any]] = {}
+        for worker in workers:
+            for ip in resolved.get(worker["address"]) or []:
+                key = (ip, int(worker["port"]))
+                first = owner.setdefault(key, worker)
+                pair = (int(first["index"]), int(worker["index"]))
+                if first is not worker and pair not in clashes:
+                    clashes.add(pair)
+                    problems.append(
+                        f"host {host} resolves worker {first['index']}'s address {first['address']!r} (host "
+                        f"{first['host']}) and worker {worker['index']}'s {worker['address']!r} (host "
+                        f"{worker['host']}) to the same {ip} port {worker['port']}; two workers cannot share "
+                        "an address and port"
+                    )
+    return problems
+
+
+def tf_preflight_controller_run(run_id: str, runs_dir: str) -> list[str]:
+    """A run id is used once per controller: ``<runs_dir>/<run_id>`` must not exist yet.
+
+    The hosts only show the runs launched on them; this catches the reuse of an id with
+    other hosts (``--limit``), whose results would mix with the earlier run's under one
+    directory, and whose earlier failure flags would stop the new run."""
+    path = os.path.join(os.path.expanduser(str(runs_dir)), str(run_id))
+    if os.path.lexists(path):
+        return [
+            f"run id {run_id!r} was already used on this controller ({path} exists); its files are kept: "
+            "give a new -e tf_run_id or leave it empty"
+        ]
+    return []
+
+
+def tf_preflight_checkpoint_problems(dirs: dict[str, Any]) -> list[str]:
+    """``tf_checkpoint_dir`` of each host: empty (under the run), absolute, or ``~/...``; a
+    relative path would land in each worker's own directory and never be resumed from."""
+    problems = []
+    for host, path in dirs.items():
+        text = "" if path is None else str(path)
+        if text and not (text.startswith("/") or text == "~" or text.startswith("~/")):
+            problems.append(
+                f"host {host}: tf_checkpoint_dir {text!r} must be an absolute path or start with ~/ "
+                "(empty: under the run's directory)"
+            )
+    return problems
+
+
 def tf_preflight_unreachable(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     """One message per worker endpoint some host could not reach."""
     problems = []
@@ -157,6 +221,9 @@ class FilterModule:
         return {
             "tf_preflight_host_problems": tf_preflight_host_problems,
             "tf_preflight_unreachable": tf_preflight_unreachable,
+            "tf_preflight_controller_run": tf_preflight_controller_run,
+            "tf_preflight_address_problems": tf_preflight_address_problems,
+            "tf_preflight_checkpoint_problems": tf_preflight_checkpoint_problems,
             "tf_preflight_versions": tf_preflight_versions,
             "tf_preflight_probe_versions": tf_preflight_probe_versions,
             "tf_preflight_script_problems": tf_preflight_script_problems,

@@ -19,6 +19,7 @@ Four modes, all read-only for the host's runs:
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import os
 import select
@@ -50,7 +51,8 @@ options:
     description: The host's base directory for runs (C(host) mode).
     type: str
   run_id:
-    description: The run about to be launched (C(host) mode).
+    description: The run about to be launched (C(host) mode). In C(connect) mode, each
+      endpoint must answer as that run's probe of its host.
     type: str
   endpoints:
     description: Every worker of the cluster, as C(index), C(host), C(address), C(port) (C(connect) mode).
@@ -58,7 +60,9 @@ options:
     elements: dict
     default: []
   me:
-    description: This host's inventory name, sent to each listener (C(connect) mode).
+    description: This host's inventory name, sent to each listener (C(connect) mode); with
+      O(run_id), what this host's listener answers and which stop it obeys (C(host),
+      C(listen), C(stop) modes).
     type: str
     default: ""
   peers:
@@ -71,6 +75,11 @@ options:
       (C(listen), and C(host) with O(listen)).
     type: float
     default: 10
+  addresses:
+    description: In C(host) mode, every worker address of the cluster, to resolve on this host.
+    type: list
+    elements: str
+    default: []
   python:
     description: In C(host) and C(versions) modes, a worker interpreter to ask for its versions with
       O(versions_code) (empty; no versions are read).
@@ -80,6 +89,10 @@ options:
     description: Python code that prints the interpreter's versions as JSON.
     type: str
     default: ""
+  listener_pid:
+    description: In C(stop) mode, the listener process the C(host) mode started (0; none):
+      only the ports it holds are told to stop. Unset; every port is.
+    type: int
   listen:
     description: In C(host) mode, once the ports are seen free, bind a listener on each and
       serve them from a detached process (as C(listen) mode does) until every peer said
@@ -101,6 +114,12 @@ run_launched:
 gpus:
   description: C(host) mode; GPUs the host shows.
   type: int
+resolved:
+  description: C(host) mode; each of O(addresses) to the IP addresses it stands for here.
+  type: dict
+sources:
+  description: C(host) mode; the addresses this host's connections to O(addresses) come from.
+  type: list
 versions:
   description: C(versions) mode, or C(host) mode with O(python); what O(versions_code) printed, or C(error).
   type: dict
@@ -111,6 +130,18 @@ failures:
 
 LAUNCH_RECORDS = ("state.json", "exit.json")
 STOP = b"stop\n"
+PROBE = "tf-runbook-probe"
+
+
+def probe_token(run_id: str, host: str) -> str:
+    """What the probe listener of ``host`` answers for run ``run_id``: a connector knows
+    from it that the listener that accepted is the probe of that host and run, not an
+    unrelated service at a wrong address, nor another host's probe."""
+    return f"{PROBE} {run_id} {host}"
+
+
+def stop_message(token: str) -> bytes:
+    return f"stop {token}".strip().encode() + b"\n"
 
 
 def bind_error(port: int) -> int:
@@ -241,6 +272,42 @@ def probe_host(ports: list[int], base_dir: str, run_id: str, proc: str = "/proc"
     }
 
 
+def resolve_addresses(addresses: list[str]) -> dict[str, list[str]]:
+    """What each worker address stands for on this host: its IP addresses (empty when a
+    name does not resolve here). IP literals stand for themselves."""
+    resolved = {}
+    for address in addresses:
+        try:
+            resolved[address] = [ipaddress.ip_address(address).compressed]
+            continue
+        except ValueError:
+            pass
+        try:
+            infos = socket.getaddrinfo(address, None, proto=socket.IPPROTO_TCP)
+        except (socket.gaierror, UnicodeError):
+            resolved[address] = []
+            continue
+        resolved[address] = sorted({ipaddress.ip_address(i[4][0].split("%", 1)[0]).compressed for i in infos})
+    return resolved
+
+
+def source_addresses(resolved: dict[str, list[str]]) -> list[str]:
+    """The addresses this host's connections to those IP addresses come from, as its
+    routing picks them (a connected UDP socket sends nothing). On a multi-homed host that
+    may not be the address it advertises, and a firewall must accept that one."""
+    sources = set()
+    for ips in resolved.values():
+        for ip in ips:
+            family = socket.AF_INET6 if ipaddress.ip_address(ip).version == 6 else socket.AF_INET
+            try:
+                with socket.socket(family, socket.SOCK_DGRAM) as sock:
+                    sock.connect((ip, 9))
+                    sources.add(ipaddress.ip_address(sock.getsockname()[0].split("%", 1)[0]).compressed)
+            except OSError:
+                continue  # no route from here: the reach probe names it
+    return sorted(sources, key=ipaddress.ip_address)
+
+
 def interpreter_versions(python: str, code: str) -> dict[str, Any]:
     """What ``code`` prints under the worker interpreter ``python``, or why it did not run."""
     try:
@@ -272,12 +339,13 @@ def _open_listeners(ports: list[int]) -> dict[socket.socket, int]:
     return listeners
 
 
-def listen(ports: list[int], peers: list[str], lifetime: float) -> dict[str, Any]:
+def listen(ports: list[int], peers: list[str], lifetime: float, token: str = "") -> dict[str, Any]:
     """Accept hellos on every port until each peer reached each port, or ``stop``."""
-    return serve(_open_listeners(ports), peers, lifetime)
+    return serve(_open_listeners(ports), peers, lifetime, token)
 
 
-def serve(listeners: dict[socket.socket, int], peers: list[str], lifetime: float) -> dict[str, Any]:
+def serve(listeners: dict[socket.socket, int], peers: list[str], lifetime: float, token: str = "") -> dict[str, Any]:
+    """Answer each hello with ``token``; end on a ``stop`` that carries the same token."""
     heard: dict[int, set[str]] = {port: set() for port in listeners.values()}
     expected = set(peers)
     deadline = time.monotonic() + lifetime
@@ -293,23 +361,30 @@ def serve(listeners: dict[socket.socket, int], peers: list[str], lifetime: float
                     conn.settimeout(2)
                     try:
                         data = conn.recv(256)
+                    except OSError:
+                        continue
+                    if data == stop_message(token):
+                        stopped = True
+                    elif data.startswith(b"hello "):
+                        heard[listeners[sock]].add(data[6:].decode("utf-8", "replace").strip())
+                        try:
+                            conn.sendall(f"{token or PROBE}\n".encode())
+                        except OSError:
+                            continue  # the peer did not wait for the answer
+                    try:
                         # Let the peer close first, so that TIME_WAIT stays on its side and
                         # not on the worker port that TensorFlow binds next.
                         while conn.recv(256):
                             pass
                     except OSError:
                         continue
-                    if data == STOP:
-                        stopped = True
-                    elif data.startswith(b"hello "):
-                        heard[listeners[sock]].add(data[6:].decode("utf-8", "replace").strip())
     finally:
         for sock in listeners:
             sock.close()
     return {"heard": {str(port): sorted(names) for port, names in heard.items()}, "stopped": stopped}
 
 
-def start_listener(ports: list[int], peers: list[str], lifetime: float) -> int:
+def start_listener(ports: list[int], peers: list[str], lifetime: float, token: str = "") -> int:
     """Bind the listeners now, serve them from a detached process; return its pid.
 
     Binding before returning means that every listener is up once the task is done on
@@ -330,7 +405,7 @@ def start_listener(ports: list[int], peers: list[str], lifetime: float) -> int:
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
                 try:
-                    serve(listeners, peers, lifetime)
+                    serve(listeners, peers, lifetime, token)
                 finally:
                     os._exit(0)
             os.write(write_end, str(server).encode())
@@ -345,8 +420,24 @@ def start_listener(ports: list[int], peers: list[str], lifetime: float) -> int:
     return server_pid
 
 
-def reach(endpoint: dict[str, Any], me: str, timeout: float) -> str:
-    """'' when ``endpoint`` accepts a connection within ``timeout`` seconds, else why not."""
+def read_line(conn: socket.socket, timeout: float) -> bytes:
+    """The first line the peer sends within ``timeout`` seconds (at most 256 bytes)."""
+    conn.settimeout(max(timeout, 0.1))
+    data = b""
+    try:
+        while b"\n" not in data and len(data) < 256:
+            chunk = conn.recv(256)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    return data.split(b"\n", 1)[0]
+
+
+def reach(endpoint: dict[str, Any], me: str, timeout: float, expect: str | None = None) -> str:
+    """'' when ``endpoint`` accepts a connection within ``timeout`` seconds and, with
+    ``expect``, answers it with that token; else why not."""
     deadline = time.monotonic() + timeout
     last = "no answer"
     while True:
@@ -356,7 +447,16 @@ def reach(endpoint: dict[str, Any], me: str, timeout: float) -> str:
         try:
             with socket.create_connection((endpoint["address"], int(endpoint["port"])), timeout=left) as conn:
                 conn.sendall(f"hello {me}\n".encode())
-                return ""
+                if expect is None:
+                    return ""
+                answer = read_line(conn, max(deadline - time.monotonic(), 2.0))
+                if answer.decode("utf-8", "replace") == expect:
+                    return ""
+                shown = answer.decode("utf-8", "replace")[:80].encode("unicode_escape").decode("ascii")
+                return (
+                    f"the port answered, but not as this run's probe on host {endpoint.get('host')} "
+                    f"(it said {shown!r}): another service listens at that address; is tf_worker_address right?"
+                )
         except socket.timeout:
             return f"no answer within {timeout:g} s (a firewall dropping the packets?)"
         except socket.gaierror as exc:
@@ -367,21 +467,33 @@ def reach(endpoint: dict[str, Any], me: str, timeout: float) -> str:
             time.sleep(0.2)
 
 
-def connect_all(endpoints: list[dict[str, Any]], me: str, timeout: float) -> list[dict[str, Any]]:
+def connect_all(
+    endpoints: list[dict[str, Any]], me: str, timeout: float, run_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Every endpoint that cannot be reached, or (with ``run_id``) that does not answer as
+    the probe of its host for that run."""
     failures = []
     for endpoint in endpoints:
-        reason = reach(endpoint, me, timeout)
+        expect = None if run_id is None else probe_token(run_id, str(endpoint.get("host")))
+        reason = reach(endpoint, me, timeout, expect)
         if reason:
             failures.append({**endpoint, "reason": reason})
     return failures
 
 
-def stop_listeners(ports: list[int], wait: float) -> list[int]:
-    """Send ``stop`` to this host's listeners; return the ports still taken after ``wait``."""
+def stop_listeners(ports: list[int], wait: float, token: str = "", pid: int | None = None) -> list[int]:
+    """Send ``stop`` to this host's listeners; return the ports still taken after ``wait``.
+
+    With ``pid`` (the probe's listener, 0 when none was started), only the ports that
+    process holds are told to stop and waited for: a port held by any other process (the
+    reason the run was refused, often) gets no byte from the probe.
+    """
+    if pid is not None:
+        ports = [port for port in ports if pid and port_owner(port).get("pid") == pid]
     for port in ports:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
-                conn.sendall(STOP)
+                conn.sendall(stop_message(token))
         except OSError:
             pass  # nothing listens: already ended
     deadline = time.monotonic() + wait
@@ -409,6 +521,8 @@ def main() -> None:
             "listen": {"type": "bool", "default": False},
             "python": {"type": "str", "default": ""},
             "versions_code": {"type": "str", "default": ""},
+            "listener_pid": {"type": "int", "default": None},
+            "addresses": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -418,13 +532,17 @@ def main() -> None:
         if not params["base_dir"] or not params["run_id"]:
             module.fail_json(msg="host mode needs base_dir and run_id")
         seen = probe_host(params["ports"], params["base_dir"], params["run_id"])
+        seen["resolved"] = resolve_addresses(params["addresses"])
+        seen["sources"] = source_addresses(seen["resolved"])
         if params["python"]:
             seen["versions"] = interpreter_versions(params["python"], params["versions_code"])
         seen["listener_pid"] = 0
         # Listen only on a clean host: with a port taken, the run is refused anyway.
         if params["listen"] and params["ports"] and not seen["busy_ports"] and not module.check_mode:
             try:
-                seen["listener_pid"] = start_listener(params["ports"], params["peers"], params["timeout"])
+                seen["listener_pid"] = start_listener(
+                    params["ports"], params["peers"], params["timeout"], probe_token(params["run_id"], params["me"])
+                )
             except OSError as exc:
                 module.fail_json(msg=f"cannot listen on {params['ports']}: {exc}", **seen)
         module.exit_json(changed=False, **seen)
@@ -434,13 +552,16 @@ def main() -> None:
         module.exit_json(changed=False, versions=interpreter_versions(params["python"], params["versions_code"]))
     elif mode == "listen":
         try:
-            module.exit_json(changed=False, **listen(params["ports"], params["peers"], params["timeout"]))
+            token = probe_token(params["run_id"], params["me"]) if params["run_id"] else ""
+            module.exit_json(changed=False, **listen(params["ports"], params["peers"], params["timeout"], token))
         except OSError as exc:
             module.fail_json(msg=f"cannot listen on {params['ports']}: {exc}")
     elif mode == "connect":
-        module.exit_json(changed=False, failures=connect_all(params["endpoints"], params["me"], params["timeout"]))
+        failures = connect_all(params["endpoints"], params["me"], params["timeout"], params["run_id"])
+        module.exit_json(changed=False, failures=failures)
     else:
-        still = stop_listeners(params["ports"], params["timeout"])
+        token = probe_token(params["run_id"], params["me"]) if params["run_id"] else ""
+        still = stop_listeners(params["ports"], params["timeout"], token, params["listener_pid"])
         if still:
             module.fail_json(msg=f"ports {still} are still taken after the probe listeners were told to stop")
         module.exit_json(changed=False)

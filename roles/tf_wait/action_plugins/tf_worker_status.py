@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Any
 
@@ -38,15 +39,38 @@ options:
 """
 
 
+# Control characters (C0, DEL, C1) of a worker's output; ESC among them starts the
+# terminal escape sequences that must not reach the operator's terminal raw.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: Any) -> str:
+    """``text`` safe to print on a terminal: every control character shown as an escape
+    (``\\x1b``), so that a worker's log line cannot move the cursor, recolour or retitle
+    the operator's terminal, or hide earlier output."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
+def deadline_passed(deadline: Any, now: float) -> bool:
+    """Whether ``deadline`` (controller epoch seconds; 0 or empty for none) has passed at
+    ``now`` (the controller's clock). Judged here, on the controller: the deadline is a
+    controller time, and a host's clock may be off by any amount."""
+    try:
+        value = float(deadline or 0)
+    except (TypeError, ValueError):
+        return False
+    return value > 0 and now > value
+
+
 def progress_lines(host: str, result: dict[str, Any], elapsed: float) -> list[str]:
-    """One line per worker: state and its latest progress line."""
+    """One line per worker: state and its latest progress line (control characters escaped)."""
     lines = []
     for worker in result.get("workers", []):
         state = worker.get("state", "?")
         if state == "exited":
             rc = worker.get("returncode")
-            state = "finished" if rc == 0 else f"FAILED rc={rc} ({worker.get('reason')})"
-        latest = worker.get("last_line") or "(no epoch yet)"
+            state = "finished" if rc == 0 else f"FAILED rc={rc} ({printable(worker.get('reason'))})"
+        latest = printable(worker.get("last_line") or "(no epoch yet)")
         lines.append(f"  [{elapsed:5.0f}s] {host} worker-{worker.get('index')}: {state}  {latest}")
     return lines
 
@@ -83,6 +107,9 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         flag_file = args.pop("flag_file")
         rounds = int(args.pop("rounds", 100000))
+        # The deadline is a controller time: it never goes to the host, whose clock may
+        # differ; the host only reports, and the deadline is judged here.
+        deadline = args.pop("deadline", 0)
         host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
         started = time.monotonic()
         last_shown: list[str] = []
@@ -97,6 +124,7 @@ class ActionModule(ActionBase):
                 raise
             if status.get("failed"):
                 return {**result, **status}
+            status["deadline_passed"] = deadline_passed(deadline, time.time())
             # Print only news: the same lines with another elapsed time are not news.
             lines = progress_lines(host, status, time.monotonic() - started)
             news = [line.split("]", 1)[1] for line in lines]
@@ -115,7 +143,9 @@ class ActionModule(ActionBase):
             peer = read_flag(flag_file)
             if peer is not None and peer.get("host") != host:
                 status["peer_failed"] = peer
-                display.display(f"  {host}: stops waiting, {peer.get('host')} reported: {peer.get('reason')}")
+                display.display(
+                    f"  {host}: stops waiting, {peer.get('host')} reported: {printable(peer.get('reason'))}"
+                )
                 break
         result.update(status)
         result["changed"] = False

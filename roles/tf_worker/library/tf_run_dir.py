@@ -18,7 +18,11 @@ short_description: Create the directories of one training run on this host
 description:
   - Expands O(base_dir) for the remote user (C(~) is that user's home), then makes
     C(<base_dir>/runs/<run_id>/job) and one C(worker-<index>) directory per worker, all
-    mode 0700 so that other users can neither read nor write them.
+    mode 0700 so that other users can neither read nor write them; O(base_dir) and its
+    C(runs) are made 0700 too, also when they existed with another mode.
+  - The run's checkpoint directory is C(<run>/checkpoints), or C(<checkpoint_root>/<run_id>)
+    when O(checkpoint_root) is set: one directory per run id even on a shared path, so
+    that no run resumes from, or overwrites, another run's backups.
   - Idempotent for a run that has not been launched yet. Fails, changing nothing, when a
     worker directory of this run already holds a launch record (C(state.json) or
     C(exit.json)): a run id is used once, and an earlier run's files are never touched.
@@ -39,6 +43,11 @@ options:
     type: list
     elements: int
     required: true
+  checkpoint_root:
+    description: Where the user keeps checkpoints (C(tf_checkpoint_dir)); C(~) is the
+      remote user's home; it must then be absolute. Empty; under the run.
+    type: str
+    default: ""
   attempt:
     description: Restart attempt; 0 is the first launch.
     type: int
@@ -91,7 +100,7 @@ job_dir:
   description: Where the job's files go.
   type: str
 checkpoint_dir:
-  description: The run's default checkpoint directory, shared by its attempts.
+  description: The run's checkpoint directory (absolute), shared by its attempts and by no other run.
   type: str
 worker_dirs:
   description: Worker index (as a string) to its directory.
@@ -197,6 +206,18 @@ def write_bytes_if_changed(path: str, data: bytes, check: bool, mode: int) -> bo
             os.unlink(pending)
         raise
     return True
+
+
+def checkpoint_dir_of(run_dir: str, run_id: str, root: str) -> str:
+    """The run's checkpoint directory: under the run, or ``<root>/<run_id>`` when the user
+    set a root (``~`` expanded for this user). Raises ValueError for a relative root,
+    which would otherwise land in each worker's working directory."""
+    if not root:
+        return os.path.join(run_dir, "checkpoints")
+    expanded = os.path.expanduser(root)
+    if not os.path.isabs(expanded):
+        raise ValueError(f"tf_checkpoint_dir {root!r} is not an absolute path (nor starts with ~)")
+    return os.path.join(os.path.normpath(expanded), run_id)
 
 
 def write_if_changed(path: str, content: str, check: bool, mode: int = 0o600) -> bool:
@@ -323,6 +344,7 @@ def main() -> None:
             "run_id": {"type": "str", "required": True},
             "indices": {"type": "list", "elements": "int", "required": True},
             "attempt": {"type": "int", "default": 0},
+            "checkpoint_root": {"type": "str", "default": ""},
             "job_files": {"type": "list", "elements": "dict", "default": []},
             "configs": {"type": "list", "elements": "dict", "default": []},
             "job_archive": {"type": "str", "default": ""},
@@ -339,7 +361,10 @@ def main() -> None:
     base_dir = os.path.abspath(os.path.expanduser(module.params["base_dir"]))
     run_dir = os.path.join(base_dir, "runs", run_id)
     job_dir = os.path.join(run_dir, "job")
-    checkpoint_dir = os.path.join(run_dir, "checkpoints")
+    try:
+        checkpoint_dir = checkpoint_dir_of(run_dir, run_id, module.params["checkpoint_root"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     attempt = module.params["attempt"]
     if attempt < 0:
         module.fail_json(msg=f"attempt {attempt} is negative")
@@ -362,11 +387,13 @@ def main() -> None:
         os.path.join(base_dir, "runs"),
         run_dir,
         job_dir,
-        checkpoint_dir,
         attempt_dir,
         *worker_dirs.values(),
+        checkpoint_dir,
     ]
-    private = {run_dir, job_dir, checkpoint_dir, attempt_dir, *worker_dirs.values()}
+    # The base directory and runs/ too: an existing one keeps no wider mode.
+    private = {base_dir, os.path.join(base_dir, "runs"), run_dir, job_dir, checkpoint_dir, attempt_dir,
+               *worker_dirs.values()}
     diff = None
     if module._diff:
         interpreter = module.params["interpreter"]
