@@ -161,7 +161,8 @@ def test_check_and_diff_on_namespace_hosts_with_the_firewall(
     assert output.count(f"TF_CONFIG cluster (2 workers): {a0}:2222, {a1}:2222") == 2, output[-4000:]
     for index in range(2):
         assert f"/tf-runbook/runs/dry/worker-{index}/tf_config.json: index {index}, port 2222" in output
-    assert f"+    ip saddr {{ {a0}, {a1} }} tcp dport {{ 2222 }} accept" in output
+    assert "+    elements = { 2222 timeout " in output
+    assert f"+    ip saddr {{ {a0}, {a1} }} tcp dport @ports accept" in output
     assert "--check: run dry would start 2 worker(s)" in output
     # Nothing on the hosts: no directory, no table, no process, the ports free again.
     for index in range(2):
