@@ -332,3 +332,125 @@ def test_stop_request(tmp_path: Path, request_: dict[str, Any] | None, expected:
     if request_ is not None:
         (tmp_path / "stop.json").write_text(json.dumps(request_))
     assert tf_supervisor.stop_request(tmp_path) == expected
+
+
+# --- 5, 6, 8: restarts, launch, ranges ---------------------------------------------------
+
+
+def _load(name: str, relative: str) -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / relative
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tf_attempts = _load("tf_attempts", "roles/tf_attempts/filter_plugins/tf_attempts.py")
+tf_ranges = _load("tf_ranges", "roles/tf/filter_plugins/tf_ranges.py")
+import tf_launch  # noqa: E402
+import tf_wait  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def failed_outcome(**more: Any) -> dict[str, Any]:
+    outcome = {
+        "ok": False, "lost_hosts": [], "deadline_hosts": [], "stopped_by_operator": False,
+        "failed_workers": [{"index": 1, "host": "h", "returncode": 137, "stopped_by": None}],
+    }  # fmt: skip
+    outcome.update(more)
+    return outcome
+
+
+@pytest.mark.parametrize(
+    ("outcome", "attempt", "attempts", "now", "deadline", "restart"),
+    [
+        (failed_outcome(), 0, 1, 100, 200, True),
+        (failed_outcome(), 0, 1, 100, 0, True),  # no deadline
+        (failed_outcome(), 1, 1, 100, 200, False),  # none left
+        (failed_outcome(), 0, 1, 200, 200, False),  # deadline passed
+        (failed_outcome(lost_hosts=["h"]), 0, 1, 100, 200, False),
+        (failed_outcome(deadline_hosts=["h"]), 0, 1, 100, 200, False),
+        (failed_outcome(stopped_by_operator=True), 0, 3, 100, 200, False),
+        (failed_outcome(failed_workers=[{"stopped_by": "operator", "returncode": 143}]), 0, 3, 100, 200, False),
+        ({**failed_outcome(), "ok": True}, 0, 3, 100, 200, False),
+    ],
+)
+def test_restart_decision(
+    outcome: dict[str, Any], attempt: int, attempts: int, now: int, deadline: int, restart: bool
+) -> None:
+    assert tf_attempts.tf_attempts_restart(outcome, attempt, attempts, now, deadline) is restart
+
+
+def test_an_operator_stop_seen_by_the_wait_is_not_restarted() -> None:
+    """The wait sees exit 143 with stopped_by operator: the outcome says so, no restart."""
+    hostvars = {
+        "a": {"tf_wait_status": {"workers": [{"index": 0, "state": "exited", "returncode": 143,
+                                               "stopped_by": "operator", "reason": "stopped by the operator"}]}},
+    }  # fmt: skip
+    outcome = tf_wait.tf_wait_outcome(["a"], ["a"], hostvars)
+    assert outcome["stopped_by_operator"] is True
+    assert tf_attempts.tf_attempts_restart(outcome, 0, 2, 100, 200) is False
+
+
+def test_detached_outcome_is_ok_once_every_running_worker_joined() -> None:
+    def hostvars(joined: bool) -> dict[str, Any]:
+        return {"a": {"tf_wait_status": {"workers": [{"index": 0, "state": "running", "joined": joined}]}}}
+
+    assert tf_wait.tf_wait_outcome(["a"], ["a"], hostvars(True), True)["detached"] is True
+    assert tf_wait.tf_wait_outcome(["a"], ["a"], hostvars(False), True)["ok"] is False
+    assert tf_wait.tf_wait_outcome(["a"], ["a"], hostvars(True), False)["ok"] is False
+
+
+def test_launch_stops_everywhere_when_one_host_fails() -> None:
+    import yaml
+
+    plays = yaml.safe_load((REPO / "playbooks" / "launch.yml").read_text())
+    assert all(play.get("any_errors_fatal") is True for play in plays)
+
+
+@pytest.mark.parametrize(
+    ("deadline", "started", "seconds"), [(0, 1000, 0), (1600, 1000, 600), (1000, 1000, 1), (900, 1000, 1)]
+)
+def test_job_timeout_zero_means_none(deadline: int, started: int, seconds: int) -> None:
+    assert tf_launch.tf_launch_job_seconds(deadline, started) == seconds
+
+
+@pytest.mark.parametrize(
+    ("args", "timeout"), [((60, False, 32, 3), 60), ((60, True, 32, 3), 0), ((60, False, 1, 3), 0), ((0, False, 5, 3), 0)]
+)
+def test_controller_timeout_handed_to_the_supervisors(args: tuple[Any, ...], timeout: int) -> None:
+    assert tf_launch.tf_launch_controller_timeout(*args) == timeout
+
+
+@pytest.mark.parametrize(
+    ("values", "problems"),
+    [
+        ({"tf_job_timeout": 0, "tf_startup_timeout": 0, "tf_controller_timeout": 0}, []),
+        ({"tf_job_timeout": -1}, ["host w1: tf_job_timeout must be 0 or more (0: no job deadline), got -1"]),
+        ({"tf_startup_timeout": "-5"}, ["host w1: tf_startup_timeout must be 0 or more (0: no startup deadline), got '-5'"]),
+        ({"tf_worker_port": 70000}, ["host w1: tf_worker_port must be 1..65535, got 70000"]),
+        ({"tf_wait_poll_interval": 0}, ["host w1: tf_wait_poll_interval must be 1 or more, got 0"]),
+        ({"tf_restart_attempts": "two"}, ["host w1: tf_restart_attempts must be a whole number, got 'two'"]),
+        ({"tf_stop_grace": None, "tf_other": -1}, []),
+    ],
+)
+def test_range_problems(values: dict[str, Any], problems: list[str]) -> None:
+    assert tf_ranges.tf_range_problems(values, "w1") == problems
+
+
+def test_every_int_timeout_and_count_of_the_argument_specs_is_range_checked() -> None:
+    import yaml
+
+    names = set()
+    for spec in (REPO / "roles").glob("*/meta/argument_specs.yml"):
+        for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
+            for name, option in (entry.get("options") or {}).items():
+                if option.get("type") == "int" and name.startswith("tf_"):
+                    names.add(name)
+    # Computed by the runbook, never set by a user.
+    computed = {"tf_launch_deadline", "tf_verdict_expected_size"}
+    assert names - computed - set(tf_ranges.tf_range_names()) == set()
