@@ -11,7 +11,7 @@ short_description: Timeouts and counts outside their range
 description:
   - C(tf_range_names) returns the names of every range-checked variable (its input is
     ignored); C(tf_range_problems) takes a dict of those names to their values (a value
-    of C(None) is not set and not checked) and the host, and returns one message per
+    of C(None) or C('') is not set and not checked) and the host, and returns one message per
     value out of range, naming the host and the value.
   - For every timeout, 0 means "none" where it is accepted; see the README's tables.
 """
@@ -45,7 +45,7 @@ def tf_range_problems(values: dict[str, Any], host: str) -> list[str]:
     """One message per value outside its range."""
     problems = []
     for name, value in sorted(values.items()):
-        if value is None or name not in RANGES:
+        if value is None or value == "" or name not in RANGES:
             continue
         low, high, zero = RANGES[name]
         try:
