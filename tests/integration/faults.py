@@ -37,11 +37,13 @@ class Outcome:
         return json.loads((self.runs_dir / self.run_id / "summary.json").read_text())
 
 
-def start_playbook(inventory: Path, runs_dir: Path, extra: dict[str, Any], *args: str) -> subprocess.Popen[str]:
+def start_playbook(
+    inventory: Path, runs_dir: Path, extra: dict[str, Any], *args: str, playbook: str = "train.yml"
+) -> subprocess.Popen[str]:
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     data = {"tf_runs_dir": str(runs_dir), **extra}
     return subprocess.Popen(
-        [str(PLAYBOOK_BIN), "train.yml", "-i", str(inventory), "-e", json.dumps(data), *args],
+        [str(PLAYBOOK_BIN), playbook, "-i", str(inventory), "-e", json.dumps(data), *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

@@ -1,0 +1,159 @@
+"""Supervision on namespace hosts (issue 10): a run tied to the controller stops on its
+own when the controller goes (Ctrl-C); a detached run finishes on its own and is
+reattached from a fresh process; a detached run stops every worker when one fails, with
+no controller. Each test prints its timing (docs/BENCHMARKS.md, fault table)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from faults import LONG_JOB_ARGS, remote_pid, run_processes, start_playbook, wait_for_log
+from nshosts import NamespaceHosts
+
+RUN = "~/tf-runbook/runs"
+
+
+def settings(worker_python: str, **more: Any) -> dict[str, Any]:
+    return {
+        "tf_worker_python": worker_python,
+        "tf_startup_timeout": 120,
+        "tf_job_timeout": 600,
+        "tf_wait_poll_interval": 2,
+        "tf_preflight_versions_check": False,
+        **more,
+    }
+
+
+def play(inventory: Path, runs_dir: Path, playbook: str, extra: dict[str, Any], timeout: float = 400) -> tuple[int, str]:
+    proc = start_playbook(inventory, runs_dir, extra, playbook=playbook)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out
+
+
+def remote_json(hosts: NamespaceHosts, host: int, path: str) -> dict[str, Any] | None:
+    rc, out, _ = hosts.run(host, f"cat {path} 2>/dev/null")
+    return json.loads(out) if rc == 0 and out.strip() else None
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> float:
+    """Seconds until ``check()`` is true; fails after ``timeout``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if check():
+            return time.monotonic() - start
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def test_ctrl_c_stops_every_worker_within_the_controller_timeout(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    hosts = make_ns_hosts(count=2)
+    timeout = 10
+    inventory = hosts.write_inventory(
+        tmp_path / "inventory" / "hosts.yml",
+        groupvars=settings(worker_python, tf_train_args=LONG_JOB_ARGS, tf_controller_timeout=timeout),
+    )
+    runs_dir = tmp_path / "runs"
+    proc = start_playbook(inventory, runs_dir, {"tf_run_id": "ctrl-c"})
+    try:
+        wait_for_log(hosts, 0, f"{RUN}/ctrl-c/worker-0/worker.log", "epoch=2 ")
+        proc.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    wait_until(
+        lambda: not run_processes(hosts, 0, "ctrl-c") and not run_processes(hosts, 1, "ctrl-c"),
+        timeout + 15 - (time.monotonic() - interrupted),
+        "every process of the run gone after Ctrl-C",
+    )
+    gone = time.monotonic() - interrupted
+    print(f"\nTIMING ctrl-c: every process of the run gone {gone:.1f} s after SIGINT (tf_controller_timeout {timeout})")
+    for host in (0, 1):
+        exit_ = remote_json(hosts, host, f"{RUN}/ctrl-c/worker-{host}/exit.json")
+        assert exit_ is not None and exit_["stopped_by"] == "controller", exit_
+
+    rc, out = play(inventory, runs_dir, "playbooks/collect.yml", {"tf_run_id": "ctrl-c"})
+    assert rc != 0, out[-2000:]
+    summary = json.loads((runs_dir / "ctrl-c" / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    assert "lost the controller" in summary["reason"], summary["reason"]
+
+
+def test_a_detached_run_finishes_alone_and_is_reattached(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    hosts = make_ns_hosts(count=2)
+    inventory = hosts.write_inventory(
+        tmp_path / "inventory" / "hosts.yml",
+        groupvars=settings(worker_python, tf_train_args=["--epochs=6", "--steps-per-epoch=4"]),
+    )
+    runs_dir = tmp_path / "runs"
+    rc, out = play(inventory, runs_dir, "train.yml", {"tf_run_id": "detached", "tf_detach": True})
+    assert rc == 0, out[-3000:]
+    assert "playbooks/wait.yml   -i <inventory> -e tf_run_id=detached" in out
+    assert not (runs_dir / "detached" / "summary.json").exists()
+    # Still tied to nothing: the supervisors were started without a controller timeout.
+    state = remote_json(hosts, 1, f"{RUN}/detached/worker-1/state.json")
+    assert state is not None and state["launch"]["controller_timeout"] == 0
+
+    rc, out = play(inventory, runs_dir, "playbooks/status.yml", {"tf_run_id": "detached"})
+    assert rc == 0, out[-3000:]
+    assert "node1 worker-1:" in out and "node0 worker-0:" in out
+
+    # The run finishes on its own, with no ansible-playbook running.
+    finished = wait_until(
+        lambda: all(remote_json(hosts, h, f"{RUN}/detached/worker-{h}/exit.json") for h in (0, 1)),
+        300, "the detached run finished",
+    )  # fmt: skip
+    print(f"\nTIMING detached: finished {finished:.1f} s after the playbook returned")
+    for host in (0, 1):
+        exit_ = remote_json(hosts, host, f"{RUN}/detached/worker-{host}/exit.json")
+        assert exit_ is not None and (exit_["returncode"], exit_["stopped_by"]) == (0, None), exit_
+
+    started = time.monotonic()
+    rc, out = play(inventory, runs_dir, "playbooks/wait.yml", {"tf_run_id": "detached"})
+    print(f"TIMING detached: wait.yml reattached and judged in {time.monotonic() - started:.1f} s")
+    assert rc == 0, out[-3000:]
+    summary = json.loads((runs_dir / "detached" / "summary.json").read_text())
+    assert summary["status"] == "succeeded", summary["reason"]
+
+
+def test_a_detached_run_stops_every_worker_when_one_is_killed(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    hosts = make_ns_hosts(count=2)
+    inventory = hosts.write_inventory(
+        tmp_path / "inventory" / "hosts.yml", groupvars=settings(worker_python, tf_train_args=LONG_JOB_ARGS)
+    )
+    runs_dir = tmp_path / "runs"
+    rc, out = play(inventory, runs_dir, "train.yml", {"tf_run_id": "peer", "tf_detach": True})
+    assert rc == 0, out[-3000:]
+    wait_for_log(hosts, 1, f"{RUN}/peer/worker-1/worker.log", "epoch=2 ")
+    pid = remote_pid(hosts, 1, f"{RUN}/peer/worker-1")
+    assert hosts.run(1, f"kill -9 {pid}")[0] == 0
+    stopped = wait_until(
+        lambda: remote_json(hosts, 0, f"{RUN}/peer/worker-0/exit.json") and not run_processes(hosts, 0, "peer"),
+        30, "worker 0 stopped after worker 1 was killed",
+    )  # fmt: skip
+    print(f"\nTIMING peer: worker 0 stopped {stopped:.1f} s after worker 1 was killed, no controller")
+    exit0 = remote_json(hosts, 0, f"{RUN}/peer/worker-0/exit.json")
+    exit1 = remote_json(hosts, 1, f"{RUN}/peer/worker-1/exit.json")
+    assert exit1 is not None and (exit1["returncode"], exit1["stopped_by"]) == (137, None), exit1
+    assert exit0 is not None and exit0["stopped_by"] == "peer", exit0
+    assert "worker 1 at " in exit0["reason"] and "failed (worker exit status 137)" in exit0["reason"]
+    # The failed worker's supervisor ends its announcement once its peer stopped.
+    wait_until(lambda: not run_processes(hosts, 1, "peer"), 30, "node1's supervisor ended")
