@@ -454,3 +454,18 @@ def test_every_int_timeout_and_count_of_the_argument_specs_is_range_checked() ->
     # Computed by the runbook, never set by a user.
     computed = {"tf_launch_deadline", "tf_verdict_expected_size"}
     assert names - computed - set(tf_ranges.tf_range_names()) == set()
+
+
+def test_a_stop_ends_the_announcement(tmp_path: Path) -> None:
+    port = free_port()
+    peer = socket.create_server(("127.0.0.1", 0))  # a peer that never stops
+    stop: list[bool] = []
+    timer = threading.Timer(1.0, lambda: stop.append(True))
+    timer.start()
+    started = time.monotonic()
+    try:
+        tf_supervisor.announce_failure(port, [(1, "127.0.0.1", peer.getsockname()[1])], "x", 20, lambda: bool(stop))
+    finally:
+        peer.close()
+        timer.cancel()
+    assert time.monotonic() - started < 4

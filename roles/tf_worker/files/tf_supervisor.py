@@ -351,9 +351,12 @@ class PeerWatch:
         return None
 
 
-def announce_failure(port: int, peers: list[tuple[int, str, int]], reason: str, window: float) -> None:
+def announce_failure(
+    port: int, peers: list[tuple[int, str, int]], reason: str, window: float, stopped: Callable[[], bool]
+) -> None:
     """Answer every connection to this worker's port with the failure, until every peer
-    port refuses (they stopped) or ``window`` seconds passed."""
+    port refuses (they stopped), ``window`` seconds passed or ``stopped()`` is true (a
+    stop reached the supervisor)."""
     try:
         if socket.has_dualstack_ipv6():
             server = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, reuse_port=False)
@@ -366,7 +369,7 @@ def announce_failure(port: int, peers: list[tuple[int, str, int]], reason: str, 
     next_check = 0.0
     with server:
         server.settimeout(0.5)
-        while time.monotonic() < end:
+        while time.monotonic() < end and not stopped():
             try:
                 conn, _ = server.accept()
                 with conn:
@@ -589,7 +592,9 @@ def supervise(args: argparse.Namespace) -> int:
     write_json_atomic(worker_dir / EXIT_FILE, result)
     if peers and args.peer_timeout and result["returncode"] != 0 and stopped_by is None:
         # The job failed on its own: tell the peers, which would otherwise wait for it.
-        announce_failure(own_port, peers, f"worker exit status {result['returncode']}", ANNOUNCE_SECONDS)
+        announce_failure(
+            own_port, peers, f"worker exit status {result['returncode']}", ANNOUNCE_SECONDS, lambda: bool(stop_reason)
+        )
     return int(result["returncode"])
 
 
