@@ -1,17 +1,17 @@
 """Supervision on namespace hosts (issue 10): a run tied to the controller stops on its
 own when the controller goes (Ctrl-C); a detached run finishes on its own and is
 reattached from a fresh process; a detached run stops every worker when one fails, with
-no controller. Each test prints its timing (docs/BENCHMARKS.md, fault table)."""
+no controller. The scenarios live in faults.py (the fault benchmark times them too);
+each test prints its timing."""
 
 from __future__ import annotations
 
 import json
-import signal
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from faults import LONG_JOB_ARGS, remote_pid, run_processes, start_playbook, wait_for_log
+from faults import LONG_JOB_ARGS, ctrl_c, detached_worker_killed, play, remote_json, run_processes, wait_until
 from nshosts import NamespaceHosts
 
 RUN = "~/tf-runbook/runs"
@@ -28,67 +28,23 @@ def settings(worker_python: str, **more: Any) -> dict[str, Any]:
     }
 
 
-def play(inventory: Path, runs_dir: Path, playbook: str, extra: dict[str, Any], timeout: float = 400) -> tuple[int, str]:
-    proc = start_playbook(inventory, runs_dir, extra, playbook=playbook)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, out
-
-
-def remote_json(hosts: NamespaceHosts, host: int, path: str) -> dict[str, Any] | None:
-    rc, out, _ = hosts.run(host, f"cat {path} 2>/dev/null")
-    return json.loads(out) if rc == 0 and out.strip() else None
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str) -> float:
-    """Seconds until ``check()`` is true; fails after ``timeout``."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if check():
-            return time.monotonic() - start
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout} s")
-
-
 def test_ctrl_c_stops_every_worker_within_the_controller_timeout(
     make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
 ) -> None:
     hosts = make_ns_hosts(count=2)
     timeout = 10
-    inventory = hosts.write_inventory(
-        tmp_path / "inventory" / "hosts.yml",
-        groupvars=settings(worker_python, tf_train_args=LONG_JOB_ARGS, tf_controller_timeout=timeout),
-    )
-    runs_dir = tmp_path / "runs"
-    proc = start_playbook(inventory, runs_dir, {"tf_run_id": "ctrl-c"})
-    try:
-        wait_for_log(hosts, 0, f"{RUN}/ctrl-c/worker-0/worker.log", "epoch=2 ")
-        proc.send_signal(signal.SIGINT)
-        interrupted = time.monotonic()
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode != 0
-    wait_until(
-        lambda: not run_processes(hosts, 0, "ctrl-c") and not run_processes(hosts, 1, "ctrl-c"),
-        timeout + 15 - (time.monotonic() - interrupted),
-        "every process of the run gone after Ctrl-C",
-    )
-    gone = time.monotonic() - interrupted
-    print(f"\nTIMING ctrl-c: every process of the run gone {gone:.1f} s after SIGINT (tf_controller_timeout {timeout})")
+    extra = settings(worker_python, tf_train_args=LONG_JOB_ARGS, tf_controller_timeout=timeout)
+    # Fails unless no process of the run is left on any host within the bound.
+    out = ctrl_c(hosts, tmp_path, extra, "ctrl-c", bound=timeout + 15)
+    print(f"\nTIMING ctrl-c: no process of the run left {out['seconds']:.1f} s after SIGINT (timeout {timeout} s)")
+    assert out["returncode"] != 0
     for host in (0, 1):
         exit_ = remote_json(hosts, host, f"{RUN}/ctrl-c/worker-{host}/exit.json")
         assert exit_ is not None and exit_["stopped_by"] == "controller", exit_
 
-    rc, out = play(inventory, runs_dir, "playbooks/collect.yml", {"tf_run_id": "ctrl-c"})
-    assert rc != 0, out[-2000:]
-    summary = json.loads((runs_dir / "ctrl-c" / "summary.json").read_text())
+    rc, text = play(out["inventory"], out["runs_dir"], "playbooks/collect.yml", {"tf_run_id": "ctrl-c"})
+    assert rc != 0, text[-2000:]
+    summary = json.loads((out["runs_dir"] / "ctrl-c" / "summary.json").read_text())
     assert summary["status"] == "failed"
     assert "lost the controller" in summary["reason"], summary["reason"]
 
@@ -109,7 +65,7 @@ def test_a_detached_run_finishes_alone_and_is_reattached(
     assert not (runs_dir / "detached" / "summary.json").exists()
     # The playbook returned once every worker joined, not once they finished.
     assert not all(remote_json(hosts, h, f"{RUN}/detached/worker-{h}/exit.json") for h in (0, 1))
-    # Still tied to nothing: the supervisors were started without a controller timeout.
+    # Tied to nothing: the supervisors were started without a controller timeout.
     state = remote_json(hosts, 1, f"{RUN}/detached/worker-1/state.json")
     assert state is not None and state["launch"]["controller_timeout"] == 0
 
@@ -139,20 +95,8 @@ def test_a_detached_run_stops_every_worker_when_one_is_killed(
     make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
 ) -> None:
     hosts = make_ns_hosts(count=2)
-    inventory = hosts.write_inventory(
-        tmp_path / "inventory" / "hosts.yml", groupvars=settings(worker_python, tf_train_args=LONG_JOB_ARGS)
-    )
-    runs_dir = tmp_path / "runs"
-    rc, out = play(inventory, runs_dir, "train.yml", {"tf_run_id": "peer", "tf_detach": True})
-    assert rc == 0, out[-3000:]
-    wait_for_log(hosts, 1, f"{RUN}/peer/worker-1/worker.log", "epoch=2 ")
-    pid = remote_pid(hosts, 1, f"{RUN}/peer/worker-1")
-    assert hosts.run(1, f"kill -9 {pid}")[0] == 0
-    stopped = wait_until(
-        lambda: remote_json(hosts, 0, f"{RUN}/peer/worker-0/exit.json") and not run_processes(hosts, 0, "peer"),
-        30, "worker 0 stopped after worker 1 was killed",
-    )  # fmt: skip
-    print(f"\nTIMING peer: worker 0 stopped {stopped:.1f} s after worker 1 was killed, no controller")
+    out = detached_worker_killed(hosts, tmp_path, settings(worker_python, tf_train_args=LONG_JOB_ARGS), "peer")
+    print(f"\nTIMING peer: worker 0 stopped {out['seconds']:.1f} s after worker 1 was killed, no controller")
     exit0 = remote_json(hosts, 0, f"{RUN}/peer/worker-0/exit.json")
     exit1 = remote_json(hosts, 1, f"{RUN}/peer/worker-1/exit.json")
     assert exit1 is not None and (exit1["returncode"], exit1["stopped_by"]) == (137, None), exit1
