@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import errno
 import json
 import math
 import os
@@ -267,8 +268,8 @@ def probe_peers(peers: list[tuple[int, str, int]], timeout: float) -> dict[int, 
             continue
         sock.setblocking(False)
         err = sock.connect_ex(addr)
-        if err not in (0, 115, 11):  # EINPROGRESS, EAGAIN
-            result[index] = ("refused" if err == 111 else "unreachable", os.strerror(err))
+        if err not in (0, errno.EINPROGRESS, errno.EAGAIN):
+            result[index] = ("refused" if err == errno.ECONNREFUSED else "unreachable", os.strerror(err))
             sock.close()
             continue
         socks[index] = sock
@@ -282,7 +283,7 @@ def probe_peers(peers: list[tuple[int, str, int]], timeout: float) -> dict[int, 
             if events & selectors.EVENT_WRITE and index not in connected:
                 err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 if err:
-                    result[index] = ("refused" if err == 111 else "unreachable", os.strerror(err))
+                    result[index] = ("refused" if err == errno.ECONNREFUSED else "unreachable", os.strerror(err))
                     sel.unregister(sock)
                     sock.close()
                     del socks[index]
