@@ -55,7 +55,7 @@ def test_a_detached_run_finishes_alone_and_is_reattached(
     hosts = make_ns_hosts(count=2)
     inventory = hosts.write_inventory(
         tmp_path / "inventory" / "hosts.yml",
-        groupvars=settings(worker_python, tf_train_args=["--epochs=3", "--steps-per-epoch=100"]),
+        groupvars=settings(worker_python, tf_train_args=["--epochs=3", "--steps-per-epoch=200"]),
     )
     runs_dir = tmp_path / "runs"
     rc, out = play(inventory, runs_dir, "train.yml", {"tf_run_id": "detached", "tf_detach": True})
