@@ -11,7 +11,9 @@ Parts (each measured side by side in one run, so that ratios compare like with l
           first worker start, skew between first and last start, last exit to verdict
   orch    orchestration alone at N = 16, 32 (and 2, 8 for the trend) with a trivial job
           in place of TensorFlow: overhead = end to end minus the job's own time
-  faults  time from a fault to the playbook's exit (tests/integration/faults.py)
+  faults  time from a fault to the playbook's exit (tests/integration/faults.py), and the
+          supervision timings: SIGINT to no process of the run left, a killed worker of a
+          detached run to every other worker stopped
 Needs root for the namespace hosts.
 """
 
@@ -222,11 +224,9 @@ def part_faults(tmp: Path) -> dict[str, float]:
 
 def supervision(tmp: Path, results: dict[str, float]) -> None:
     """Supervision timings (tests/integration/faults.py, as test_supervision.py runs them)."""
-    from faults import ctrl_c, detached_worker_killed
+    from faults import LONG_JOB_ARGS, ctrl_c, detached_worker_killed
     from nshosts import NamespaceHosts
     from workerenv import shared_venv
-
-    from faults import LONG_JOB_ARGS
 
     extra = {"tf_worker_python": str(shared_venv()), "tf_train_args": LONG_JOB_ARGS, "tf_startup_timeout": 60,
              "tf_job_timeout": 600, "tf_wait_poll_interval": 2, "tf_preflight_versions_check": False}
