@@ -11,7 +11,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from faults import LONG_JOB_ARGS, ctrl_c, detached_worker_killed, play, remote_json, run_processes, wait_until
+from faults import (
+    LONG_JOB_ARGS, ctrl_c, detached_worker_killed, play, remote_json, run_processes, start_playbook, wait_for_log,
+    wait_until,
+)  # fmt: skip
 from nshosts import NamespaceHosts
 
 RUN = "~/tf-runbook/runs"
@@ -104,3 +107,34 @@ def test_a_detached_run_stops_every_worker_when_one_is_killed(
     assert "worker 1 at " in exit0["reason"] and "failed (worker exit status 137)" in exit0["reason"]
     # The failed worker's supervisor ends its announcement once its peer stopped.
     wait_until(lambda: not run_processes(hosts, 1, "peer"), 30, "node1's supervisor ended")
+
+
+def test_an_operator_stop_during_the_wait_is_not_restarted(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    """stop.yml while train.yml waits with tf_restart_attempts 1: the run fails, stopped
+    by the operator, and no retry is started."""
+    hosts = make_ns_hosts(count=2)
+    inventory = hosts.write_inventory(
+        tmp_path / "inventory" / "hosts.yml",
+        groupvars=settings(worker_python, tf_train_args=LONG_JOB_ARGS, tf_restart_attempts=1),
+    )
+    runs_dir = tmp_path / "runs"
+    proc = start_playbook(inventory, runs_dir, {"tf_run_id": "opstop"})
+    try:
+        wait_for_log(hosts, 0, f"{RUN}/opstop/worker-0/worker.log", "epoch=2 ")
+        rc, out = play(inventory, runs_dir, "playbooks/stop.yml", {"tf_run_id": "opstop"})
+        assert rc == 0, out[-3000:]
+        text, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert "was stopped by an operator (stop.yml): no restart" in text
+    for host in (0, 1):
+        exit_ = remote_json(hosts, host, f"{RUN}/opstop/worker-{host}/exit.json")
+        assert exit_ is not None and exit_["stopped_by"] == "operator", exit_
+        assert hosts.run(host, f"test -e {RUN}/opstop/retry-1")[0] != 0, "a retry was started"
+    summary = json.loads((runs_dir / "opstop" / "summary.json").read_text())
+    assert summary["status"] == "failed"
