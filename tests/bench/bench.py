@@ -11,7 +11,9 @@ Parts (each measured side by side in one run, so that ratios compare like with l
           first worker start, skew between first and last start, last exit to verdict
   orch    orchestration alone at N = 16, 32 (and 2, 8 for the trend) with a trivial job
           in place of TensorFlow: overhead = end to end minus the job's own time
-  faults  time from a fault to the playbook's exit (tests/integration/faults.py)
+  faults  time from a fault to the playbook's exit (tests/integration/faults.py), and the
+          supervision timings: SIGINT to no process of the run left, a killed worker of a
+          detached run to every other worker stopped
 Needs root for the namespace hosts.
 """
 
@@ -216,7 +218,33 @@ def part_faults(tmp: Path) -> dict[str, float]:
                        "node0": {"tf_preflight_versions_check": False}})
     scenario("cut-network", 2, lose("cut_network"))
     scenario("powered-off", 2, lose("power_off"))
+    supervision(tmp, results)
     return results
+
+
+def supervision(tmp: Path, results: dict[str, float]) -> None:
+    """Supervision timings (tests/integration/faults.py, as test_supervision.py runs them)."""
+    from faults import LONG_JOB_ARGS, ctrl_c, detached_worker_killed
+    from nshosts import NamespaceHosts
+    from workerenv import shared_venv
+
+    extra = {"tf_worker_python": str(shared_venv()), "tf_train_args": LONG_JOB_ARGS, "tf_startup_timeout": 60,
+             "tf_job_timeout": 600, "tf_wait_poll_interval": 2, "tf_preflight_versions_check": False}
+    cases: dict[str, Callable[[NamespaceHosts, Path], dict[str, Any]]] = {
+        "controller lost (SIGINT to ansible-playbook, tf_controller_timeout 10): no process left":
+            lambda hosts, work: ctrl_c(hosts, work, {**extra, "tf_controller_timeout": 10}, "ctrl-c", bound=25),
+        "detached run, a worker killed: every other worker stopped, no controller":
+            lambda hosts, work: detached_worker_killed(hosts, work, extra, "peer"),
+    }
+    for name, case in cases.items():
+        workdir = tmp / f"supervision-{len(results)}"
+        try:
+            with NamespaceHosts(2, workdir / "ns") as hosts:
+                results[name] = case(hosts, workdir)["seconds"]
+        except Exception as exc:  # noqa: BLE001 - one broken scenario must not hide the others
+            print(f"  {name}: scenario broke: {exc}", flush=True)
+            continue
+        print(f"  {name}: {results[name]:.1f} s", flush=True)
 
 
 def versions() -> dict[str, str]:

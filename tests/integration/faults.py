@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -37,11 +38,13 @@ class Outcome:
         return json.loads((self.runs_dir / self.run_id / "summary.json").read_text())
 
 
-def start_playbook(inventory: Path, runs_dir: Path, extra: dict[str, Any], *args: str) -> subprocess.Popen[str]:
+def start_playbook(
+    inventory: Path, runs_dir: Path, extra: dict[str, Any], *args: str, playbook: str = "train.yml"
+) -> subprocess.Popen[str]:
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     data = {"tf_runs_dir": str(runs_dir), **extra}
     return subprocess.Popen(
-        [str(PLAYBOOK_BIN), "train.yml", "-i", str(inventory), "-e", json.dumps(data), *args],
+        [str(PLAYBOOK_BIN), playbook, "-i", str(inventory), "-e", json.dumps(data), *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -104,3 +107,74 @@ def run_processes(hosts: NamespaceHosts, host: int, run_id: str) -> list[str]:
     rc, out, _ = hosts.run(host, script)
     assert rc == 0
     return [line for line in out.splitlines() if line.strip() and "for p in" not in line]
+
+
+# -- supervision scenarios (issue 10), shared by tests/integration/test_supervision.py and
+# the fault part of tests/bench/bench.py --------------------------------------------------
+
+
+def play(inventory: Path, runs_dir: Path, playbook: str, extra: dict[str, Any], timeout: float = 400) -> tuple[int, str]:
+    """Run one playbook to its end: (exit status, output)."""
+    proc = start_playbook(inventory, runs_dir, extra, playbook=playbook)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out
+
+
+def remote_json(hosts: NamespaceHosts, host: int, path: str) -> dict[str, Any] | None:
+    rc, out, _ = hosts.run(host, f"cat {path} 2>/dev/null")
+    return json.loads(out) if rc == 0 and out.strip() else None
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> float:
+    """Seconds until ``check()`` is true; raises after ``timeout``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if check():
+            return time.monotonic() - start
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def ctrl_c(hosts: NamespaceHosts, workdir: Path, extra: dict[str, Any], run_id: str, bound: float) -> dict[str, Any]:
+    """SIGINT to ansible-playbook mid-training; seconds until no process of the run is left
+    on any host (fails past ``bound``)."""
+    inventory = hosts.write_inventory(workdir / "inventory" / "hosts.yml", groupvars=extra)
+    runs_dir = workdir / "runs"
+    proc = start_playbook(inventory, runs_dir, {"tf_run_id": run_id})
+    try:
+        wait_for_log(hosts, 0, f"~/tf-runbook/runs/{run_id}/worker-0/worker.log", "epoch=2 ")
+        proc.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    wait_until(
+        lambda: not any(run_processes(hosts, h, run_id) for h in range(len(hosts))),
+        bound - (time.monotonic() - interrupted), "every process of the run gone after Ctrl-C",
+    )  # fmt: skip
+    return {"seconds": time.monotonic() - interrupted, "returncode": proc.returncode,
+            "inventory": inventory, "runs_dir": runs_dir}  # fmt: skip
+
+
+def detached_worker_killed(hosts: NamespaceHosts, workdir: Path, extra: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """A detached run; worker 1's job killed in epoch 2; seconds until worker 0 has exited
+    and none of its processes is left, with no controller running."""
+    inventory = hosts.write_inventory(workdir / "inventory" / "hosts.yml", groupvars=extra)
+    runs_dir = workdir / "runs"
+    rc, out = play(inventory, runs_dir, "train.yml", {"tf_run_id": run_id, "tf_detach": True})
+    assert rc == 0, out[-3000:]
+    run = f"~/tf-runbook/runs/{run_id}"
+    wait_for_log(hosts, 1, f"{run}/worker-1/worker.log", "epoch=2 ")
+    assert hosts.run(1, f"kill -9 {remote_pid(hosts, 1, f'{run}/worker-1')}")[0] == 0
+    seconds = wait_until(
+        lambda: remote_json(hosts, 0, f"{run}/worker-0/exit.json") and not run_processes(hosts, 0, run_id),
+        30, "worker 0 stopped after worker 1 was killed",
+    )  # fmt: skip
+    return {"seconds": seconds, "inventory": inventory, "runs_dir": runs_dir}

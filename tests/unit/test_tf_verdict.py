@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tf_verdict import judge, load_run, parse_log, summarize, table
+from tf_verdict import judge, load_run, parse_log, stopped_as_victim, summarize, table
 
 MARKER = "multiworker-complete.txt"
 HOSTS = ["node-a", "node-b"]
@@ -887,3 +887,37 @@ def test_skipped_epochs(first: int, printed: list[int], examples: list[int], cou
     from tf_verdict import _skipped
 
     assert _skipped(first, printed) == (examples, count)
+
+
+@pytest.mark.parametrize(
+    ("exit_record", "victim"),
+    [
+        ({"stopped_by": "runbook", "reason": "killed"}, True),
+        ({"stopped_by": "operator", "reason": "anything"}, True),
+        ({"stopped_by": "peer", "reason": "peer failed"}, True),
+        # A user can set the stop's reason text: only the structured field decides.
+        ({"stopped_by": None, "reason": "stopped by the operator"}, False),
+        ({"stopped_by": "job-deadline", "reason": "job deadline of 5 s passed"}, False),
+        ({"stopped_by": "controller", "reason": "lost the controller"}, False),
+        ({"reason": "stopped by signal SIGTERM"}, True),
+        ({"reason": "exited"}, False),
+    ],
+)
+def test_victims_are_told_from_culprits_by_the_structured_field(
+    exit_record: dict[str, Any], victim: bool
+) -> None:
+    assert stopped_as_victim(exit_record) is victim
+
+
+def test_log_lines_in_the_failure_reason_carry_no_terminal_escapes(tmp_path: Path) -> None:
+    from tf_verdict import failure_reason
+
+    worker = {
+        "index": 1,
+        "host": "w1",
+        "exit": {"returncode": 1, "reason": "exited", "finished_at": 1.0},
+        "log": "Traceback\n\x1b[2J\x1b]0;pwned\x07boom\n",
+    }
+    reason = failure_reason([worker], [], {})
+    assert reason is not None and "\x1b" not in reason and "\x07" not in reason
+    assert "\\x1b[2J\\x1b]0;pwned\\x07boom" in reason

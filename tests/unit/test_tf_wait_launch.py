@@ -57,6 +57,8 @@ def test_outcome_ok_when_every_worker_exited_zero() -> None:
     outcome = tf_wait_outcome(HOSTS, HOSTS, all_ok())
     assert outcome == {
         "ok": True,
+        "detached": False,
+        "stopped_by_operator": False,
         "failed_workers": [],
         "running_workers": [],
         "lost_hosts": [],
@@ -77,6 +79,7 @@ def test_outcome_names_a_failed_worker() -> None:
             "host": "node-b",
             "returncode": 1,
             "reason": "exited",
+            "stopped_by": None,
             "log_tail": ["Traceback (most recent call last):", "ValueError: boom"],
         }
     ]
@@ -133,8 +136,9 @@ def test_outcome_worker_still_running(state: str) -> None:
     outcome = tf_wait_outcome(HOSTS, HOSTS, hostvars)
     assert outcome["ok"] is False
     assert outcome["running_workers"] == [
-        {"index": 3, "host": "node-c", "returncode": None, "reason": None, "log_tail": ["worker=3 epoch=1 loss=0.6"]}
-    ]
+        {"index": 3, "host": "node-c", "returncode": None, "reason": None, "stopped_by": None,
+         "log_tail": ["worker=3 epoch=1 loss=0.6"], "joined": False}
+    ]  # fmt: skip
     assert outcome["failed_workers"] == []
 
 

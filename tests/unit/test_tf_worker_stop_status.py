@@ -15,8 +15,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from tf_worker_status import worker_state
-from tf_worker_stop import run_processes, stop_worker
+from tf_worker_status import find_workers, worker_state
+from tf_worker_stop import group_belongs, run_processes, stop_worker
 
 TF_CONFIG = {"cluster": {"worker": ["127.0.0.1:2222"]}, "task": {"type": "worker", "index": 0}}
 EPOCH = re.compile("epoch=")
@@ -118,7 +118,8 @@ def test_run_processes_with_empty_state(tmp_path: Path) -> None:
 
 def test_run_processes_finds_the_run_but_not_a_group_member_elsewhere(launched: Launched) -> None:
     found = run_processes(str(launched.worker_dir), launched.state)
-    assert found == sorted([launched.proc.pid, launched.pids["job"], launched.pids["child"]])
+    keeper = launched.state["keeper_pid"]
+    assert found == sorted([launched.proc.pid, launched.pids["job"], launched.pids["child"], keeper])
     assert launched.pids["stray"] not in found
     # The stray one is in the group all the same: only its cwd keeps it out.
     assert os.getpgid(launched.pids["stray"]) == launched.state["pgid"]
@@ -134,11 +135,17 @@ def test_run_processes_follows_symlinked_worker_dir(launched: Launched, tmp_path
 
 
 def test_stop_worker_kills_the_supervisor_job_and_children(launched: Launched) -> None:
-    expected = sorted([launched.proc.pid, launched.pids["job"], launched.pids["child"]])
+    expected = sorted(
+        [launched.proc.pid, launched.pids["job"], launched.pids["child"], launched.pids["stray"],
+         launched.state["keeper_pid"]]
+    )  # fmt: skip
     start = time.monotonic()
     stopped = stop_worker(str(launched.worker_dir), 1.0)
     elapsed = time.monotonic() - start
     assert stopped == expected
+    # The process of the group that moved to another directory was stopped too.
+    with pytest.raises(ProcessLookupError):
+        os.kill(launched.pids["stray"], 0)
     assert launched.proc.wait(timeout=10) is not None
     assert run_processes(str(launched.worker_dir), launched.state) == []
     assert wait_group_gone(launched.state["pgid"]), f"process group {launched.state['pgid']} survived"
@@ -192,13 +199,17 @@ def test_status_starting_without_files(tmp_path: Path) -> None:
         "state": "starting",
         "returncode": None,
         "reason": None,
+        "stopped_by": None,
+        "joined": False,
         "last_line": None,
         "log_tail": [],
     }
 
 
-def test_status_running_with_state(tmp_path: Path) -> None:
-    (tmp_path / "state.json").write_text(json.dumps({"pid": 4321, "pgid": 4321, "supervisor_pid": 4320}))
+def test_status_running_with_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # This test process plays the supervisor: alive, working in the worker directory.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "state.json").write_text(json.dumps({"pid": 4321, "pgid": 4321, "supervisor_pid": os.getpid()}))
     write_log(tmp_path, 1)
     info = worker_state(entry(tmp_path), EPOCH, 8)
     assert info["state"] == "running"
@@ -247,3 +258,56 @@ def test_status_of_a_launch_that_failed(tmp_path: Path, monkeypatch: pytest.Monk
     # A launch still in progress is only starting.
     (home / ".ansible_async" / "j1.2").write_text(json.dumps({"started": 1, "finished": 0}))
     assert worker_state(entry(wdir, job_id="j1.2"), EPOCH, 8)["state"] == "starting"
+
+
+# --- supervision (issue 10) -------------------------------------------------------------
+
+
+def test_status_of_a_dead_supervisor_is_a_failure(tmp_path: Path) -> None:
+    """state.json without exit.json and no supervisor: failed at once, not 'running'."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "state.json").write_text(json.dumps({"pid": dead.pid, "pgid": dead.pid, "supervisor_pid": dead.pid}))
+    info = worker_state(entry(tmp_path), EPOCH, 8)
+    assert (info["state"], info["returncode"]) == ("exited", -1)
+    assert info["reason"].startswith(f"the supervisor (pid {dead.pid}) died without recording an exit")
+
+
+def test_status_of_a_supervisor_pid_reused_elsewhere_is_a_failure(tmp_path: Path) -> None:
+    # A live pid (this test) whose working directory is not the worker's: not the supervisor.
+    (tmp_path / "state.json").write_text(json.dumps({"pid": 1, "pgid": 1, "supervisor_pid": os.getpid()}))
+    assert worker_state(entry(tmp_path), EPOCH, 8)["state"] == "exited"
+
+
+def test_status_reports_joined_and_stopped_by(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "state.json").write_text(json.dumps({"supervisor_pid": os.getpid(), "joined_at": 5.0}))
+    assert worker_state(entry(tmp_path), EPOCH, 8)["joined"] is True
+    (tmp_path / "exit.json").write_text(json.dumps({"returncode": 143, "reason": "r", "stopped_by": "operator"}))
+    info = worker_state(entry(tmp_path), EPOCH, 8)
+    assert (info["state"], info["stopped_by"], info["joined"]) == ("exited", "operator", True)
+
+
+def test_find_workers_of_the_latest_attempt(tmp_path: Path) -> None:
+    for path in ("worker-0", "worker-1", "retry-1/worker-0", "retry-1/worker-1", "retry-2/worker-1", "job"):
+        (tmp_path / path).mkdir(parents=True)
+    launch = {"python": "/v/bin/python3", "deadline_at": 123.0}
+    (tmp_path / "retry-2" / "worker-1" / "state.json").write_text(json.dumps({"launch": launch}))
+    workers, found = find_workers(str(tmp_path))
+    assert workers == [{"index": 1, "dir": str(tmp_path / "retry-2" / "worker-1")}]
+    assert found == {**launch, "attempt": 2}
+    assert find_workers(str(tmp_path / "missing")) == ([], {"attempt": 0})
+
+
+def test_stop_records_who_stopped_and_signals_the_group(launched: Launched) -> None:
+    stop_worker(str(launched.worker_dir), 1.0, "operator", "stopped by the operator")
+    launched.proc.wait(timeout=10)
+    exit_ = json.loads((launched.worker_dir / "exit.json").read_text())
+    assert (exit_["stopped_by"], exit_["reason"]) == ("operator", "stopped by the operator")
+    assert wait_group_gone(launched.state["pgid"])
+
+
+def test_group_belongs_only_while_a_member_works_in_the_worker_dir(launched: Launched, tmp_path: Path) -> None:
+    assert group_belongs(str(launched.worker_dir), launched.state)
+    assert not group_belongs(str(tmp_path / "other"), launched.state)
+    assert not group_belongs(str(launched.worker_dir), {"pgid": None})

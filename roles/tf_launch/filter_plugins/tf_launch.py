@@ -10,6 +10,9 @@ short_description: Workers launched on this host, with their directories and asy
 description:
   - Takes the registered results of the launch loop and the worker directories; returns
     one C(index), C(dir), C(job_id) entry per worker, in index order.
+  - C(tf_launch_job_seconds) turns the run's deadline into the seconds a supervisor
+    enforces (0: none); C(tf_launch_controller_timeout) gives the supervisors'
+    controller timeout (0 when detached or when --forks is below the number of hosts).
 """
 
 
@@ -26,8 +29,29 @@ def tf_launched_workers(results: list[dict[str, Any]], dirs: dict[str, str]) -> 
     return sorted(launched, key=lambda entry: entry["index"])
 
 
+def tf_launch_job_seconds(deadline: int | str, started: int | str) -> int:
+    """Seconds of the job deadline the supervisor enforces: what is left of the run's
+    deadline (epoch seconds), at least 1; 0 (none) when the run has no deadline."""
+    if not int(deadline):
+        return 0
+    return max(int(deadline) - int(started), 1)
+
+
+def tf_launch_controller_timeout(timeout: int | str, detach: bool, forks: int | str, hosts: int | str) -> int:
+    """Controller timeout handed to the supervisors: 0 (run not tied to the controller)
+    for a detached run, or when --forks is below the number of hosts (the wait then polls
+    hosts in batches and could not keep every host's heartbeat fresh)."""
+    if detach or int(forks) < int(hosts):
+        return 0
+    return int(timeout)
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Any]:
-        return {"tf_launched_workers": tf_launched_workers}
+        return {
+            "tf_launched_workers": tf_launched_workers,
+            "tf_launch_job_seconds": tf_launch_job_seconds,
+            "tf_launch_controller_timeout": tf_launch_controller_timeout,
+        }

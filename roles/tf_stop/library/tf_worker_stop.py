@@ -16,9 +16,15 @@ module: tf_worker_stop
 short_description: Stop every live process of one training run on this host
 description:
   - For each C(worker-*) directory of the run (and C(retry-*/worker-*) of its restarts), reads C(state.json) written by the
-    supervisor and finds the supervisor and the training process group. A process is
-    only signalled when its working directory is that worker's directory, so a reused
-    PID of an unrelated process is never touched, and nothing is ever found by name.
+    supervisor and finds the supervisor and the training process group. The group is
+    signalled as a whole (every process of the job, also one that changed directory)
+    once one of its processes still works in that worker's directory, which shows that
+    the group still belongs to the run; the supervisor is signalled when its working
+    directory is that worker's directory. A reused PID of an unrelated process is never
+    touched, and nothing is ever found by name.
+  - Before signalling, writes the stop request C(stop.json) (O(stopped_by), O(reason))
+    into the worker directory; the supervisor records it in C(exit.json) as
+    C(stopped_by), and the wait never restarts a run an operator stopped.
   - Sends SIGTERM, waits O(grace) seconds, then SIGKILL. Writes C(exit.json) for a
     worker whose supervisor could not write it any more.
   - Safe to run twice; a run with nothing alive reports no change. Supports check mode.
@@ -32,9 +38,14 @@ options:
     type: float
     default: 5
   reason:
-    description: Why the run is stopped; recorded in C(exit.json) where written here.
+    description: Why the run is stopped; recorded in C(exit.json).
     type: str
     default: stopped by the runbook
+  stopped_by:
+    description: Who stops the run, recorded as C(stopped_by) in C(exit.json).
+    type: str
+    choices: [operator, runbook]
+    default: runbook
 """
 
 RETURN = r"""
@@ -93,6 +104,33 @@ def run_processes(worker_dir: str, state: dict) -> list[int]:
     return sorted(found)
 
 
+def group_processes(pgid: object) -> list[int]:
+    """Live processes of the process group ``pgid``."""
+    if not isinstance(pgid, int) or pgid <= 1:
+        return []
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+                found.append(int(entry))
+    return sorted(found)
+
+
+def group_belongs(worker_dir: str, state: dict) -> bool:
+    """The recorded group still belongs to this worker: one of its processes (the job or
+    the supervisor's keeper) still works in the worker's directory."""
+    wanted_dir = os.path.realpath(worker_dir)
+    return any(_cwd(pid) == wanted_dir for pid in group_processes(state.get("pgid")))
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        _signal_all(group_processes(pgid), sig)
+
+
 def _signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
         try:
@@ -101,29 +139,53 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
-def stop_worker(worker_dir: str, grace: float) -> list[int]:
+def write_stop_request(worker_dir: str, stopped_by: str, reason: str) -> None:
+    """Tell the supervisor who stops it, before it gets the signal (first request wins)."""
+    path = os.path.join(worker_dir, "stop.json")
+    if os.path.exists(path):
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump({"by": stopped_by, "reason": reason, "at": time.time()}, handle, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def stop_worker(worker_dir: str, grace: float, stopped_by: str | None = None, reason: str = "") -> list[int]:
     state = _read_json(os.path.join(worker_dir, "state.json"))
     if state is None:
         return []
-    pids = run_processes(worker_dir, state)
+    pgid = state.get("pgid")
+    # Checked once, before anything is signalled: after SIGTERM the processes that show
+    # the group is the run's may be gone while others of the group are still there.
+    owned_group = pgid if group_belongs(worker_dir, state) else None
+
+    def alive() -> list[int]:
+        return sorted(set(run_processes(worker_dir, state)) | set(group_processes(owned_group)))
+
+    pids = alive()
     if not pids:
         return []
+    if stopped_by:
+        write_stop_request(worker_dir, stopped_by, reason)
     # The supervisor stops its group itself on SIGTERM; signalling the group directly
     # as well covers a supervisor that is gone or stuck.
-    _signal_all(pids, signal.SIGTERM)
+    _signal_all(run_processes(worker_dir, state), signal.SIGTERM)
+    if owned_group:
+        _signal_group(owned_group, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and run_processes(worker_dir, state):
+    while time.monotonic() < deadline and alive():
         time.sleep(0.2)
     # Kill what is left of the training group first, so that a live supervisor still sees
     # its child exit and records exit.json itself; then the supervisor, if it lingers.
     supervisor = state.get("supervisor_pid")
-    left = run_processes(worker_dir, state)
-    _signal_all([pid for pid in left if pid != supervisor], signal.SIGKILL)
+    if owned_group:
+        _signal_group(owned_group, signal.SIGKILL)
+    _signal_all([pid for pid in run_processes(worker_dir, state) if pid != supervisor], signal.SIGKILL)
     for _ in range(30):
-        if not run_processes(worker_dir, state):
+        if not alive():
             break
         time.sleep(0.1)
-    _signal_all(run_processes(worker_dir, state), signal.SIGKILL)
+    _signal_all(alive(), signal.SIGKILL)
     return pids
 
 
@@ -133,6 +195,7 @@ def main() -> None:
             "run_dir": {"type": "str", "required": True},
             "grace": {"type": "float", "default": 5},
             "reason": {"type": "str", "default": "stopped by the runbook"},
+            "stopped_by": {"type": "str", "default": "runbook", "choices": ["operator", "runbook"]},
         },
         supports_check_mode=True,
     )
@@ -148,7 +211,9 @@ def main() -> None:
         if module.check_mode:
             pids = run_processes(worker_dir, state)
         else:
-            pids = stop_worker(worker_dir, module.params["grace"])
+            pids = stop_worker(
+                worker_dir, module.params["grace"], module.params["stopped_by"], module.params["reason"]
+            )
         if pids:
             stopped.append({"dir": worker_dir, "pids": pids})
         exit_path = os.path.join(worker_dir, "exit.json")
@@ -163,6 +228,7 @@ def main() -> None:
                     "returncode": 137,
                     "signal": "SIGKILL",
                     "reason": module.params["reason"],
+                    "stopped_by": module.params["stopped_by"],
                     "started_at": state.get("started_at"),
                     "finished_at": time.time(),
                     "joined": None,

@@ -228,6 +228,20 @@ def stopped_by_runbook(exit_: dict[str, Any]) -> str | None:
     return str(reason) if reason else "the exit record gives no reason"
 
 
+# Who stopped a worker that was only collateral of another's failure or of a decision:
+# the wait stopping the rest of the run, an operator's stop.yml, a peer's failure heard.
+VICTIM_STOPS = frozenset({"runbook", "operator", "peer"})
+
+
+def stopped_as_victim(exit_: dict[str, Any]) -> bool:
+    """Whether the runbook stopped this worker because of someone else (it is then no
+    culprit). Reads the exit record's structured ``stopped_by``; a record without one
+    (an older supervisor) is read by its reason's ``stopped by`` prefix."""
+    if "stopped_by" in exit_:
+        return exit_.get("stopped_by") in VICTIM_STOPS
+    return str(exit_.get("reason", "")).startswith("stopped by")
+
+
 def _finite(value: str) -> bool:
     try:
         return math.isfinite(float(value))
@@ -652,8 +666,14 @@ def _port(endpoint: str) -> int | None:
     return _int(endpoint.rsplit(":", 1)[1]) if ":" in endpoint else None
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def _log_tail(text: str | None, lines: int = 5) -> list[str]:
-    return [line for line in (text or "").splitlines() if line.strip()][-lines:]
+    """The last non-blank lines of a log, with control characters shown as escapes
+    (``\\x1b``): they reach the operator's terminal in the failure reason."""
+    tail = [line for line in (text or "").splitlines() if line.strip()][-lines:]
+    return [_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), line) for line in tail]
 
 
 def _finished_at(worker: dict[str, Any]) -> float:
@@ -666,7 +686,7 @@ def failure_reason(workers: list[dict[str, Any]], checks: list[dict[str, Any]], 
     the first failed check. Workers the runbook stopped are victims, not culprits."""
     wait = _dict(_dict(context).get("wait"))
     failed = [w for w in workers if isinstance(w.get("exit"), dict) and w["exit"].get("returncode") != 0]
-    culprits = [w for w in failed if not str(w["exit"].get("reason", "")).startswith("stopped by")]
+    culprits = [w for w in failed if not stopped_as_victim(w["exit"])]
     if culprits:
         first = min(culprits, key=_finished_at)
         tail = " | ".join(_log_tail(first["log"]))

@@ -6,6 +6,10 @@ host's workers have exited, one of them failed, the deadline passed, or another 
 reported a failure. Hosts tell each other about a failure through a flag file on the
 controller: a per-host retry loop alone cannot see that a peer failed, and TensorFlow
 itself would keep a worker waiting for a missing peer for up to an hour.
+
+Every module call renews the controller heartbeat on the host (when given): the
+supervisors of a run tied to the controller stop once it goes stale. Without a flag file
+the action checks once and returns (status.yml, and finding a run's workers to reattach).
 """
 
 from __future__ import annotations
@@ -29,8 +33,13 @@ options:
   flag_file:
     description: Controller path of the run's failure flag for this attempt. The first
       host that sees a failure writes it; every host stops waiting once it exists.
+      Without it, the host is checked once.
     type: path
-    required: true
+  until_joined:
+    description: Stop waiting once every worker of the host has joined the cluster
+      (a detached run).
+    type: bool
+    default: false
   rounds:
     description: Upper bound of module calls (a backstop to the deadline).
     type: int
@@ -99,14 +108,18 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(
-        ("flag_file", "rounds", "workers", "wait", "deadline", "progress_pattern", "tail_lines")
+        (
+            "flag_file", "rounds", "until_joined", "workers", "run_dir", "heartbeat_file", "wait", "deadline",
+            "progress_pattern", "tail_lines",
+        )  # fmt: skip
     )
 
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        flag_file = args.pop("flag_file")
-        rounds = int(args.pop("rounds", 100000))
+        flag_file = args.pop("flag_file", None)
+        rounds = int(args.pop("rounds", 100000)) if flag_file else 1
+        until_joined = bool(args.pop("until_joined", False))
         # The deadline is a controller time: it never goes to the host, whose clock may
         # differ; the host only reports, and the deadline is judged here.
         deadline = args.pop("deadline", 0)
@@ -120,7 +133,8 @@ class ActionModule(ActionBase):
                     module_name="tf_worker_status", module_args=args, task_vars=task_vars
                 )
             except AnsibleConnectionFailure as exc:
-                write_flag(flag_file, {"host": host, "reason": f"host {host} unreachable: {exc}"})
+                if flag_file:
+                    write_flag(flag_file, {"host": host, "reason": f"host {host} unreachable: {exc}"})
                 raise
             if status.get("failed"):
                 return {**result, **status}
@@ -132,6 +146,8 @@ class ActionModule(ActionBase):
                 for line in lines:
                     display.display(line)
                 last_shown = news
+            if not flag_file:
+                break
             if status.get("failed_workers"):
                 write_flag(
                     flag_file,
@@ -139,6 +155,8 @@ class ActionModule(ActionBase):
                 )
                 break
             if status.get("done") or status.get("deadline_passed"):
+                break
+            if until_joined and status.get("joined"):
                 break
             peer = read_flag(flag_file)
             if peer is not None and peer.get("host") != host:

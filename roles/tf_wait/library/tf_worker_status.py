@@ -19,14 +19,29 @@ description:
   - Waits up to O(wait) seconds for any of them to change (a new log line that matches
     O(progress_pattern), an exit), so that the action of the same name, which calls it
     in a loop from the controller, shows progress as it happens instead of polling blindly.
-  - Read-only; supports check mode.
+  - A worker whose C(state.json) exists without C(exit.json) is only running while its
+    supervisor is alive (the recorded pid, still working in that worker's directory);
+    otherwise it is reported as exited with C(returncode) -1 and the reason.
+  - With O(heartbeat_file), renews that file (its modification time) on every check: the
+    supervisors of a run tied to the controller stop when it goes stale.
+  - Without O(workers), finds the workers of the latest attempt of the run in
+    O(run_dir) (reattaching from another controller) and returns them as C(workers_found)
+    with what their supervisors recorded about the launch (C(launch)).
+  - Read-only apart from the heartbeat; supports check mode (no heartbeat then).
 options:
   workers:
     description: Worker entries with C(index) and C(dir), and optionally C(job_id), the
       Ansible async job id of its launch.
     type: list
     elements: dict
-    required: true
+  run_dir:
+    description: The run's directory on this host (C(~) allowed), to find the workers in
+      when O(workers) is not given.
+    type: str
+  heartbeat_file:
+    description: File whose modification time is renewed on every check; empty for none.
+    type: str
+    default: ""
   wait:
     description: Seconds to wait for a change before returning.
     type: float
@@ -63,6 +78,19 @@ deadline_passed:
   description: O(deadline) is set and has passed.
   type: bool
   returned: always
+joined:
+  description: Every worker has joined the cluster (its supervisor saw the startup line).
+  type: bool
+  returned: always
+workers_found:
+  description: Without O(workers), the workers found in O(run_dir) (C(index), C(dir)).
+  type: list
+  returned: when O(run_dir) is used
+launch:
+  description: Without O(workers), the attempt, deadline and what the supervisors were
+    started with (from the first worker's C(state.json)).
+  type: dict
+  returned: when O(run_dir) is used
 """
 
 
@@ -101,6 +129,20 @@ def _async_failure(job_id: str | None) -> str | None:
     return (f"{argv0}: {detail}" if argv0 else detail)[-500:]
 
 
+def supervisor_alive(pid: object, worker_dir: str) -> bool:
+    """The recorded supervisor still runs, in that worker's directory (not a reused pid)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            data = handle.read()
+        if data[data.rfind(")") + 2 :].split()[0] in ("Z", "X"):
+            return False
+        return os.path.realpath(os.readlink(f"/proc/{pid}/cwd")) == os.path.realpath(worker_dir)
+    except (OSError, IndexError):
+        return False
+
+
 def worker_state(entry: dict, progress: re.Pattern, tail_lines: int) -> dict:
     wdir = entry["dir"]
     state = _read_json(os.path.join(wdir, "state.json"))
@@ -114,11 +156,32 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int) -> dict:
         "state": "starting",
         "returncode": None,
         "reason": None,
+        "stopped_by": None,
+        "joined": bool(state and state.get("joined_at")),
         "last_line": progress_lines[-1] if progress_lines else None,
         "log_tail": tail[-tail_lines:],
     }
+    if exit_ is None and state is not None and not supervisor_alive(state.get("supervisor_pid"), wdir):
+        # It may have written exit.json just before it ended: read it again.
+        exit_ = _read_json(os.path.join(wdir, "exit.json"))
+        if exit_ is None:
+            info.update(
+                state="exited",
+                returncode=-1,
+                reason=(
+                    f"the supervisor (pid {state.get('supervisor_pid')}) died without recording an exit "
+                    "(killed, or out of memory); its job was stopped with it"
+                ),
+            )
+            return info
     if exit_ is not None:
-        info.update(state="exited", returncode=exit_.get("returncode"), reason=exit_.get("reason"))
+        info.update(
+            state="exited",
+            returncode=exit_.get("returncode"),
+            reason=exit_.get("reason"),
+            stopped_by=exit_.get("stopped_by"),
+            joined=bool(exit_.get("joined")) or info["joined"],
+        )
     elif state is not None:
         info["state"] = "running"
     else:
@@ -132,35 +195,86 @@ def snapshot(workers: list[dict], progress: re.Pattern, tail_lines: int) -> list
     return [worker_state(entry, progress, tail_lines) for entry in workers]
 
 
+def find_workers(run_dir: str) -> tuple[list[dict], dict]:
+    """The worker directories of the run's latest attempt, and its launch record."""
+    attempts = [(0, run_dir)]
+    for name in os.listdir(run_dir) if os.path.isdir(run_dir) else []:
+        if name.startswith("retry-") and name[6:].isdigit():
+            attempts.append((int(name[6:]), os.path.join(run_dir, name)))
+    attempt, attempt_dir = max(attempts)
+    workers = []
+    for name in sorted(os.listdir(attempt_dir)) if os.path.isdir(attempt_dir) else []:
+        if name.startswith("worker-") and name[7:].isdigit():
+            workers.append({"index": int(name[7:]), "dir": os.path.join(attempt_dir, name)})
+    workers.sort(key=lambda w: w["index"])
+    launch: dict = {"attempt": attempt}
+    for worker in workers:
+        state = _read_json(os.path.join(worker["dir"], "state.json"))
+        if state and isinstance(state.get("launch"), dict):
+            launch = {**state["launch"], "attempt": attempt}
+            break
+    return workers, launch
+
+
+def touch(path: str) -> None:
+    """Renew the heartbeat: create the file or update its modification time."""
+    with open(path, "a", encoding="utf-8"):
+        pass
+    os.utime(path, None)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "workers": {"type": "list", "elements": "dict", "required": True},
+            "workers": {"type": "list", "elements": "dict"},
+            "run_dir": {"type": "str"},
+            "heartbeat_file": {"type": "str", "default": ""},
             "wait": {"type": "float", "default": 0},
             "deadline": {"type": "float", "default": 0},
             "progress_pattern": {"type": "str", "default": "epoch="},
             "tail_lines": {"type": "int", "default": 8},
         },
+        required_one_of=[("workers", "run_dir")],
         supports_check_mode=True,
     )
     params = module.params
     progress = re.compile(params["progress_pattern"])
-    first = snapshot(params["workers"], progress, params["tail_lines"])
+    extra: dict = {}
+    workers = params["workers"]
+    if workers is None:
+        run_dir = os.path.abspath(os.path.expanduser(params["run_dir"]))
+        workers, launch = find_workers(run_dir)
+        extra = {"workers_found": workers, "launch": launch, "run_dir": run_dir}
+    heartbeat = "" if module.check_mode else params["heartbeat_file"]
+    heartbeat = os.path.expanduser(heartbeat) if heartbeat else ""
+
+    def beat() -> None:
+        if heartbeat:
+            try:
+                touch(heartbeat)
+            except OSError as exc:
+                module.fail_json(msg=f"cannot renew the controller heartbeat {heartbeat}: {exc}")
+
+    beat()
+    first = snapshot(workers, progress, params["tail_lines"])
     current = first
-    key = [(w["state"], w["last_line"]) for w in first]
+    key = [(w["state"], w["last_line"], w["joined"]) for w in first]
     stop_at = time.monotonic() + max(0.0, params["wait"])
     while time.monotonic() < stop_at and not all(w["state"] == "exited" for w in current):
         time.sleep(0.5)
-        current = snapshot(params["workers"], progress, params["tail_lines"])
-        if [(w["state"], w["last_line"]) for w in current] != key:
+        beat()
+        current = snapshot(workers, progress, params["tail_lines"])
+        if [(w["state"], w["last_line"], w["joined"]) for w in current] != key:
             break
     failed = [w["index"] for w in current if w["state"] == "exited" and w["returncode"] != 0]
     module.exit_json(
         changed=False,
         workers=current,
         done=all(w["state"] == "exited" for w in current),
+        joined=bool(current) and all(w["joined"] for w in current),
         failed_workers=failed,
         deadline_passed=bool(params["deadline"]) and time.time() > params["deadline"],
+        **extra,
     )
 
 

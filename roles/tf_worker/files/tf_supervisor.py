@@ -15,7 +15,20 @@ Started by the launch phase through an Ansible async task. It:
   SIGKILL after a grace period;
 - writes ``exit.json`` (return code, signal, reason, times) last, atomically;
 - tells the job its attempt number and checkpoint directory through the environment
-  (``TF_RUNBOOK_ATTEMPT``, ``TF_RUNBOOK_CHECKPOINT_DIR``).
+  (``TF_RUNBOOK_ATTEMPT``, ``TF_RUNBOOK_CHECKPOINT_DIR``);
+- owns the job for its whole life: a keeper process in the job's group holds one end of
+  a pipe whose other end only the supervisor holds, and kills the whole group (SIGKILL)
+  when the supervisor is gone, however it died; the job itself also gets SIGKILL as its
+  parent-death signal;
+- validates every argument before anything is started;
+- with ``--controller-timeout``, stops the job when the controller's heartbeat file has
+  not been renewed for that long (Ctrl-C, a sleeping laptop, a lost network);
+- with ``--peer-timeout``, watches the other workers' TensorFlow ports: a worker whose
+  job failed on its own keeps announcing the failure on its port for a while, and a peer
+  that hears it stops at once; a peer port that stopped answering (host down) for the
+  timeout stops it too;
+- records who stopped the job as a field of ``exit.json`` (``stopped_by``), reading the
+  stop request (``stop.json``) that ``tf_worker_stop`` writes before it signals.
 
 Standard library only: it runs under the worker's interpreter before anything else.
 """
@@ -23,22 +36,41 @@ Standard library only: it runs under the worker's interpreter before anything el
 from __future__ import annotations
 
 import argparse
+import ctypes
+import errno
 import json
+import math
 import os
 import re
+import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 STATE_FILE = "state.json"
 EXIT_FILE = "exit.json"
 LOG_FILE = "worker.log"
 CONFIG_FILE = "tf_config.json"
 JOB_ENV_FILE = "job_env.json"
+# Written by tf_worker_stop before it signals: who asked for the stop, and why.
+STOP_FILE = "stop.json"
 POLL_SECONDS = 0.2
+# How often the heartbeat and the peers are checked.
+WATCH_SECONDS = 2.0
+# What a failed worker's supervisor answers on its TensorFlow port.
+ANNOUNCE_MAGIC = b"TF-RUNBOOK-FAILED "
+# Longest time a failed worker keeps announcing its failure.
+ANNOUNCE_SECONDS = 30.0
+PR_SET_PDEATHSIG = 1
+
+# Values of exit.json's "stopped_by": who ended the job, None when it exited on its own.
+STOPPED_BY = (
+    "operator", "runbook", "signal", "startup-deadline", "job-deadline", "controller", "peer", "supervisor",
+)  # fmt: skip
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -52,21 +84,62 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group, from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                data = handle.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(")") + 2 :].split()
+        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
 def group_alive(pgid: int) -> bool:
+    """Whether anything of the group still runs (a zombie waiting for its reaper does not)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
+    return bool(group_members(pgid))
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when it is gone. A member this user may not signal
+    (a setuid helper the job started) does not stop the others from being signalled."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        for pid in group_members(pgid):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
     return True
 
 
 def stop_group(pgid: int, child: subprocess.Popen[bytes], grace: float) -> None:
     """SIGTERM the process group, then SIGKILL whatever is left after ``grace`` seconds."""
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
+    if not signal_group(pgid, signal.SIGTERM):
         return
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
@@ -74,9 +147,13 @@ def stop_group(pgid: int, child: subprocess.Popen[bytes], grace: float) -> None:
         if not group_alive(pgid):
             return
         time.sleep(POLL_SECONDS)
+    signal_group(pgid, signal.SIGKILL)
+
+
+def _set_pdeathsig(sig: int) -> None:
     try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
         pass
 
 
@@ -93,6 +170,44 @@ def job_environment(worker_dir: Path, base: dict[str, str]) -> dict[str, str]:
         if name != "TF_CONFIG" and not name.startswith("TF_RUNBOOK_"):
             env[str(name)] = str(value)
     return env
+
+
+def job_preexec(keeper_fd: int, supervisor_pid: int) -> Callable[[], None]:
+    """Runs in the job's process between fork and exec.
+
+    Makes a new session (the job's process group), then forks the keeper: a process of
+    that group that blocks reading ``keeper_fd`` and kills the whole group when the read
+    ends, which happens when the last holder of the pipe's write end, the supervisor,
+    is gone (exit, crash or SIGKILL). Membership of the group is inherited by every
+    process the job starts, so the keeper brings down all of them, not only the first.
+    """
+
+    def preexec() -> None:
+        os.setsid()
+        if os.fork() == 0:
+            try:
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    signal.signal(sig, signal.SIG_DFL)
+                # Hold nothing but the pipe: Popen's error pipe and the log stay closed.
+                os.closerange(0, keeper_fd)
+                os.closerange(keeper_fd + 1, 65536)
+                while True:
+                    try:
+                        if not os.read(keeper_fd, 1):
+                            break
+                    except InterruptedError:
+                        continue
+            finally:
+                try:
+                    os.killpg(0, signal.SIGKILL)
+                finally:
+                    os._exit(0)
+        # The job itself: SIGKILL when the supervisor dies, even if the keeper was killed.
+        _set_pdeathsig(signal.SIGKILL)
+        if os.getppid() != supervisor_pid:
+            os._exit(125)
+
+    return preexec
 
 
 class LogWatcher:
@@ -124,6 +239,168 @@ class LogWatcher:
         return self.matched
 
 
+def heartbeat_age(path: str, since: float, now: float | None = None) -> float:
+    """Seconds since the controller last renewed ``path`` (or since ``since``, the
+    supervisor's start, when that is later or the file is missing)."""
+    try:
+        renewed = os.stat(path).st_mtime
+    except OSError:
+        renewed = since
+    return (time.time() if now is None else now) - max(renewed, since)
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port`` -> (host, port)."""
+    host, _, port = endpoint.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def cluster_peers(config: dict[str, Any]) -> tuple[int, list[tuple[int, str, int]]]:
+    """This worker's port and every other worker's (index, host, port), from TF_CONFIG."""
+    workers = config["cluster"]["worker"]
+    index = int(config["task"]["index"])
+    if not 0 <= index < len(workers):
+        raise ValueError(f"task index {index} is not in the cluster of {len(workers)} worker(s)")
+    peers = [(i, *parse_endpoint(str(ep))) for i, ep in enumerate(workers) if i != index]
+    return parse_endpoint(str(workers[index]))[1], peers
+
+
+def probe_peers(peers: list[tuple[int, str, int]], timeout: float) -> dict[int, tuple[str, str]]:
+    """Connect to every peer port at once: index -> (status, detail).
+
+    status is ``failed`` (the peer's supervisor announced a failure; detail is its
+    reason), ``listening``, ``refused`` (nothing listens: not started yet, or finished)
+    or ``unreachable`` (no answer within ``timeout``).
+    """
+    result: dict[int, tuple[str, str]] = {}
+    sel = selectors.DefaultSelector()
+    socks: dict[int, socket.socket] = {}
+    for index, host, port in peers:
+        try:
+            family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+            sock = socket.socket(family, kind, proto)
+        except OSError as exc:
+            result[index] = ("unreachable", str(exc))
+            continue
+        sock.setblocking(False)
+        err = sock.connect_ex(addr)
+        if err not in (0, errno.EINPROGRESS, errno.EAGAIN):
+            result[index] = ("refused" if err == errno.ECONNREFUSED else "unreachable", os.strerror(err))
+            sock.close()
+            continue
+        socks[index] = sock
+        sel.register(sock, selectors.EVENT_WRITE, index)
+    connected: dict[int, bytes] = {}
+    end = time.monotonic() + timeout
+    while socks and time.monotonic() < end:
+        for key, events in sel.select(max(0.0, end - time.monotonic())):
+            index = key.data
+            sock = socks[index]
+            if events & selectors.EVENT_WRITE and index not in connected:
+                err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if err:
+                    result[index] = ("refused" if err == errno.ECONNREFUSED else "unreachable", os.strerror(err))
+                    sel.unregister(sock)
+                    sock.close()
+                    del socks[index]
+                    continue
+                connected[index] = b""
+                sel.modify(sock, selectors.EVENT_READ, index)
+            elif events & selectors.EVENT_READ:
+                try:
+                    chunk = sock.recv(512)
+                except OSError:
+                    chunk = b""
+                connected[index] += chunk
+                data = connected[index]
+                if not chunk or not ANNOUNCE_MAGIC.startswith(data[: len(ANNOUNCE_MAGIC)]) or b"\n" in data:
+                    sel.unregister(sock)
+                    sock.close()
+                    del socks[index]
+        if all(i in connected for i in socks) and time.monotonic() > end - timeout / 2:
+            # Connected and silent for a while: a TensorFlow server, not an announcement.
+            break
+    for index, sock in socks.items():
+        sock.close()
+        if index not in connected:
+            result[index] = ("unreachable", f"no answer within {timeout:g} s")
+    sel.close()
+    for index, data in connected.items():
+        if data.startswith(ANNOUNCE_MAGIC):
+            result[index] = ("failed", data[len(ANNOUNCE_MAGIC) :].split(b"\n", 1)[0].decode("utf-8", "replace"))
+        else:
+            result[index] = ("listening", "")
+    return result
+
+
+class PeerWatch:
+    """Decides from repeated probes whether a peer failed.
+
+    A peer that announces a failure ends the run at once. A peer that was seen listening
+    and then gives no answer at all (host down, network cut) for ``timeout`` seconds ends
+    it too. A refused connection is not a failure: the peer has not started its server
+    yet, or finished, and its supervisor announces a failure of its own.
+    """
+
+    def __init__(self, peers: list[tuple[int, str, int]], timeout: float) -> None:
+        self.peers = peers
+        self.timeout = timeout
+        self.seen: set[int] = set()
+        self.silent_since: dict[int, float] = {}
+
+    def verdict(self, probes: dict[int, tuple[str, str]], now: float) -> str | None:
+        endpoints = {i: f"{h}:{p}" for i, h, p in self.peers}
+        for index, (status, detail) in sorted(probes.items()):
+            if status == "failed":
+                return f"stopped by the supervisor: worker {index} at {endpoints[index]} failed ({detail})"
+            if status == "listening":
+                self.seen.add(index)
+                self.silent_since.pop(index, None)
+            elif status == "unreachable" and index in self.seen:
+                since = self.silent_since.setdefault(index, now)
+                if now - since >= self.timeout:
+                    return (
+                        f"stopped by the supervisor: worker {index} at {endpoints[index]} gave no answer "
+                        f"for {self.timeout:g} s"
+                    )
+            else:
+                self.silent_since.pop(index, None)
+        return None
+
+
+def announce_failure(
+    port: int, peers: list[tuple[int, str, int]], reason: str, window: float, stopped: Callable[[], bool]
+) -> None:
+    """Answer every connection to this worker's port with the failure, until every peer
+    port refuses (they stopped), ``window`` seconds passed or ``stopped()`` is true (a
+    stop reached the supervisor)."""
+    try:
+        if socket.has_dualstack_ipv6():
+            server = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, reuse_port=False)
+        else:
+            server = socket.create_server(("", port))
+    except OSError:
+        return
+    message = ANNOUNCE_MAGIC + reason.replace("\n", " ").encode("utf-8")[:400] + b"\n"
+    end = time.monotonic() + window
+    next_check = 0.0
+    with server:
+        server.settimeout(0.5)
+        while time.monotonic() < end and not stopped():
+            try:
+                conn, _ = server.accept()
+                with conn:
+                    conn.settimeout(1.0)
+                    conn.sendall(message)
+            except (socket.timeout, OSError):
+                pass
+            if peers and time.monotonic() >= next_check:
+                next_check = time.monotonic() + WATCH_SECONDS
+                probes = probe_peers(peers, 1.0)
+                if all(status in ("refused", "unreachable") for status, _ in probes.values()):
+                    return
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Supervise one TensorFlow worker.")
     parser.add_argument("--worker-dir", required=True, type=Path)
@@ -135,11 +412,63 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--grace", type=float, default=5.0)
     parser.add_argument("--attempt", type=int, default=0, help="restart attempt, 0 first")
     parser.add_argument("--checkpoint-dir", default="", help="where the job may back up")
+    parser.add_argument("--controller-timeout", type=float, default=0, help="0: not tied to the controller")
+    parser.add_argument("--heartbeat-file", default="", help="renewed by the controller's wait")
+    parser.add_argument("--peer-timeout", type=float, default=0, help="0: peers not watched")
     parser.add_argument("job_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.job_args and args.job_args[0] == "--":
         args.job_args = args.job_args[1:]
     return args
+
+
+def validate(args: argparse.Namespace, config_text: str | None) -> list[str]:
+    """Every problem with the arguments, before anything is started."""
+    problems = []
+    for name in ("startup_timeout", "job_timeout", "grace", "controller_timeout", "peer_timeout"):
+        value = getattr(args, name)
+        if not math.isfinite(value) or value < 0:
+            problems.append(f"--{name.replace('_', '-')} must be 0 or more seconds, got {value:g}")
+    if args.attempt < 0:
+        problems.append(f"--attempt must be 0 or more, got {args.attempt}")
+    try:
+        re.compile(args.startup_pattern)
+    except re.error as exc:
+        problems.append(f"--startup-pattern {args.startup_pattern!r} is not a valid regular expression: {exc}")
+    if args.controller_timeout > 0 and not args.heartbeat_file:
+        problems.append("--controller-timeout needs --heartbeat-file")
+    if config_text is None:
+        problems.append(f"{CONFIG_FILE} cannot be read")
+    else:
+        try:
+            cluster_peers(json.loads(config_text))
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            problems.append(f"{CONFIG_FILE} is not a usable TF_CONFIG: {exc}")
+    return problems
+
+
+def stop_request(worker_dir: Path) -> tuple[str, str] | None:
+    """(by, reason) from the stop request tf_worker_stop wrote, if any."""
+    request = read_json(worker_dir / STOP_FILE)
+    if not request:
+        return None
+    by = str(request.get("by") or "runbook")
+    return (by if by in STOPPED_BY else "runbook"), str(request.get("reason") or f"stopped by the {by}")
+
+
+def exit_record(
+    returncode: int, reason: str, stopped_by: str | None, started: float, joined: bool
+) -> dict[str, Any]:
+    sig = -returncode if returncode < 0 else None
+    return {
+        "returncode": returncode if returncode >= 0 else 128 + (sig or 0),
+        "signal": signal.Signals(sig).name if sig else None,
+        "reason": reason,
+        "stopped_by": stopped_by,
+        "started_at": started,
+        "finished_at": time.time(),
+        "joined": joined,
+    }
 
 
 def supervise(args: argparse.Namespace) -> int:
@@ -149,8 +478,19 @@ def supervise(args: argparse.Namespace) -> int:
         # attempt's records.
         print(f"{worker_dir}: this worker was already launched", file=sys.stderr)
         return 97
-    config_text = (worker_dir / CONFIG_FILE).read_text(encoding="utf-8")
-    json.loads(config_text)
+    started = time.time()
+    try:
+        config_text: str | None = (worker_dir / CONFIG_FILE).read_text(encoding="utf-8")
+    except OSError:
+        config_text = None
+    problems = validate(args, config_text)
+    if problems:
+        reason = "refused to start: " + "; ".join(problems)
+        print(f"{worker_dir}: {reason}", file=sys.stderr)
+        write_json_atomic(worker_dir / EXIT_FILE, exit_record(2, reason, None, started, False))
+        return 2
+    assert config_text is not None
+    own_port, peers = cluster_peers(json.loads(config_text))
     env = job_environment(worker_dir, dict(os.environ))
     env["TF_CONFIG"] = config_text.strip()
     env["PYTHONUNBUFFERED"] = "1"
@@ -160,16 +500,17 @@ def supervise(args: argparse.Namespace) -> int:
     if args.checkpoint_dir:
         env["TF_RUNBOOK_CHECKPOINT_DIR"] = args.checkpoint_dir
 
-    stop_reason: list[str] = []
+    stop_reason: list[tuple[str, str]] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
-        stop_reason.append(f"stopped by signal {signal.Signals(signum).name}")
+        stop_reason.append(stop_request(worker_dir) or ("signal", f"stopped by signal {signal.Signals(signum).name}"))
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
 
-    started = time.time()
+    # The keeper's pipe: the supervisor holds the write end for as long as it lives.
+    keeper_read, keeper_write = os.pipe()
     log_path = worker_dir / LOG_FILE
     with open(log_path, "ab", buffering=0) as log:
         try:
@@ -180,70 +521,97 @@ def supervise(args: argparse.Namespace) -> int:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
+                preexec_fn=job_preexec(keeper_read, os.getpid()),  # noqa: PLW1509 - single-threaded
             )
         except OSError as exc:
             log.write(f"supervisor: cannot start {args.python}: {exc}\n".encode())
-            write_json_atomic(
-                worker_dir / EXIT_FILE,
-                {
-                    "returncode": 127,
-                    "signal": None,
-                    "reason": f"cannot start the job: {exc}",
-                    "started_at": started,
-                    "finished_at": time.time(),
-                    "joined": False,
-                },
-            )
+            result = exit_record(127, f"cannot start the job: {exc}", None, started, False)
+            write_json_atomic(worker_dir / EXIT_FILE, result)
             return 127
+    os.close(keeper_read)
     pgid = child.pid
-    write_json_atomic(
-        worker_dir / STATE_FILE,
-        {
-            "supervisor_pid": os.getpid(),
-            "pid": child.pid,
-            "pgid": pgid,
-            "started_at": started,
-            "argv": [args.python, str(args.script), *args.job_args],
+    deadline_at = started + args.job_timeout if args.job_timeout else None
+    state: dict[str, Any] = {
+        "supervisor_pid": os.getpid(),
+        "pid": child.pid,
+        "pgid": pgid,
+        "keeper_pid": next((p for p in group_members(pgid) if p != child.pid), None),
+        "started_at": started,
+        "argv": [args.python, str(args.script), *args.job_args],
+        "launch": {
+            "python": args.python,
+            "script": str(args.script),
+            "job_args": list(args.job_args),
+            "attempt": args.attempt,
+            "checkpoint_dir": args.checkpoint_dir,
+            "deadline_at": deadline_at,
+            "controller_timeout": args.controller_timeout,
+            "heartbeat_file": args.heartbeat_file,
+            "peer_timeout": args.peer_timeout,
         },
-    )
+        "joined_at": None,
+    }
+    write_json_atomic(worker_dir / STATE_FILE, state)
 
     watcher = LogWatcher(log_path, args.startup_pattern)
+    peer_watch = PeerWatch(peers, args.peer_timeout) if args.peer_timeout and peers else None
     reason = "exited"
+    stopped_by: str | None = None
     t0 = time.monotonic()
-    while child.poll() is None:
-        if stop_reason:
-            reason = stop_reason[0]
-            stop_group(pgid, child, args.grace)
-            break
-        elapsed = time.monotonic() - t0
-        joined = watcher.poll()
-        if args.startup_timeout and not joined and elapsed > args.startup_timeout:
-            reason = f"startup deadline of {args.startup_timeout:g} s passed before the worker joined the cluster"
-            stop_group(pgid, child, args.grace)
-            break
-        if args.job_timeout and elapsed > args.job_timeout:
-            reason = f"job deadline of {args.job_timeout:g} s passed"
-            stop_group(pgid, child, args.grace)
-            break
-        time.sleep(POLL_SECONDS)
+    next_watch = t0 + WATCH_SECONDS
+    try:
+        while child.poll() is None:
+            if stop_reason:
+                stopped_by, reason = stop_reason[0]
+                stop_group(pgid, child, args.grace)
+                break
+            now = time.monotonic()
+            elapsed = now - t0
+            joined = watcher.poll()
+            if joined and state["joined_at"] is None:
+                state["joined_at"] = time.time()
+                write_json_atomic(worker_dir / STATE_FILE, state)
+            if args.startup_timeout and not joined and elapsed > args.startup_timeout:
+                stopped_by = "startup-deadline"
+                reason = f"startup deadline of {args.startup_timeout:g} s passed before the worker joined the cluster"
+            elif args.job_timeout and elapsed > args.job_timeout:
+                stopped_by, reason = "job-deadline", f"job deadline of {args.job_timeout:g} s passed"
+            elif now >= next_watch:
+                next_watch = now + WATCH_SECONDS
+                if args.controller_timeout:
+                    age = heartbeat_age(args.heartbeat_file, started)
+                    if age > args.controller_timeout:
+                        stopped_by = "controller"
+                        reason = (
+                            f"lost the controller: its heartbeat was not renewed for {age:.0f} s "
+                            f"(tf_controller_timeout {args.controller_timeout:g} s)"
+                        )
+                if stopped_by is None and peer_watch is not None:
+                    found = peer_watch.verdict(probe_peers(peers, 1.0), time.monotonic())
+                    if found:
+                        stopped_by, reason = "peer", found
+            if stopped_by is not None:
+                stop_group(pgid, child, args.grace)
+                break
+            time.sleep(POLL_SECONDS)
+    except Exception as exc:  # noqa: BLE001 - the job must not outlive a broken supervisor
+        stopped_by, reason = "supervisor", f"supervisor error: {type(exc).__name__}: {exc}"
+        stop_group(pgid, child, args.grace)
     returncode = child.wait()
     if reason == "exited" and stop_reason:
         # The job ended on the same signal the supervisor got, before the loop saw it.
-        reason = stop_reason[0]
+        stopped_by, reason = stop_reason[0]
     # The job may have left children of its own in the group: none may outlive the run.
     if group_alive(pgid):
         stop_group(pgid, child, min(args.grace, 2.0))
-    sig = -returncode if returncode < 0 else None
-    result = {
-        "returncode": returncode if returncode >= 0 else 128 + (sig or 0),
-        "signal": signal.Signals(sig).name if sig else None,
-        "reason": reason,
-        "started_at": started,
-        "finished_at": time.time(),
-        "joined": watcher.poll(),
-    }
+    os.close(keeper_write)
+    result = exit_record(returncode, reason, stopped_by, started, watcher.poll())
     write_json_atomic(worker_dir / EXIT_FILE, result)
+    if peers and args.peer_timeout and result["returncode"] != 0 and stopped_by is None:
+        # The job failed on its own: tell the peers, which would otherwise wait for it.
+        announce_failure(
+            own_port, peers, f"worker exit status {result['returncode']}", ANNOUNCE_SECONDS, lambda: bool(stop_reason)
+        )
     return int(result["returncode"])
 
 

@@ -1,0 +1,471 @@
+"""Supervision (issue 10): the supervisor owns its job for the job's whole life, refuses
+bad arguments before starting anything, survives what the kernel refuses, stops on a lost
+controller or a failed peer, and records who stopped the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tf_supervisor
+from test_tf_supervisor import assert_group_gone, command, job, make_worker_dir, read_json, wait_for
+
+pytestmark = pytest.mark.usefixtures("reaper")
+
+# Starts a grandchild that moves to another directory and ignores SIGTERM, records pids.
+FAMILY = """
+import json, os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c",
+    "import os, signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\nos.chdir('/')\\ntime.sleep(60)"])
+with open("pids.json.tmp", "w") as handle:
+    json.dump({"job": os.getpid(), "child": child.pid, "pgid": os.getpgrp()}, handle)
+os.replace("pids.json.tmp", "pids.json")
+print("joined", flush=True)
+time.sleep(60)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def worker_dir_with(root: Path, workers: list[str], index: int) -> Path:
+    wdir = make_worker_dir(root)
+    config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+    (wdir / "tf_config.json").write_text(json.dumps(config) + "\n", encoding="utf-8")
+    return wdir
+
+
+def launch(supervisor: Path, wdir: Path, script: Path, *options: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        command(supervisor, wdir, script, *options), cwd=wdir, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            data = handle.read()
+    except OSError:
+        return False
+    return data[data.rfind(")") + 2 :].split()[0] not in ("Z", "X")
+
+
+def wait_dead(pids: list[int], timeout: float) -> list[int]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        left = [pid for pid in pids if alive(pid)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return [pid for pid in pids if alive(pid)]
+
+
+# --- 1: a killed supervisor takes its whole job with it ----------------------------------
+
+
+def test_sigkill_of_the_supervisor_kills_every_process_of_the_job(supervisor_path: Path, tmp_path: Path) -> None:
+    wdir = make_worker_dir(tmp_path)
+    proc = launch(supervisor_path, wdir, job(tmp_path, FAMILY), "--grace", "30")
+    try:
+        wait_for(wdir / "pids.json")
+        pids = read_json(wdir / "pids.json")
+        state = read_json(wdir / "state.json")
+        assert state["keeper_pid"] and state["keeper_pid"] != pids["job"]
+        assert os.getpgid(state["keeper_pid"]) == pids["pgid"]
+        proc.kill()
+        proc.wait(5)
+        # The grandchild ignores SIGTERM and left the worker directory: still gone.
+        assert wait_dead([pids["job"], pids["child"], state["keeper_pid"]], 5) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert_group_gone(pids["pgid"])
+    # No exit.json: the supervisor died, and the wait reports that (tf_worker_status).
+    assert not (wdir / "exit.json").exists()
+
+
+def test_keeper_pipe_is_held_by_nobody_but_the_supervisor(supervisor_path: Path, tmp_path: Path) -> None:
+    """The job does not inherit the pipe's write end (else the keeper would never see EOF)."""
+    source = FAMILY.replace("time.sleep(60)\n", "import glob\nprint(sorted(os.listdir('/proc/self/fd')), flush=True)\n")
+    wdir = make_worker_dir(tmp_path)
+    proc = launch(supervisor_path, wdir, job(tmp_path, source), "--grace", "1")
+    try:
+        assert proc.wait(20) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    fds = json.loads((wdir / "worker.log").read_text().splitlines()[-1].replace("'", '"'))
+    # stdin, stdout, stderr and the one listdir itself opens.
+    assert len(fds) <= 4, fds
+
+
+# --- 2: bad arguments are refused before anything starts --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (("--startup-pattern", "cluster_workers=(",), "is not a valid regular expression"),
+        (("--job-timeout", "-1"), "--job-timeout must be 0 or more seconds, got -1"),
+        (("--startup-timeout", "-5"), "--startup-timeout must be 0 or more seconds"),
+        (("--grace", "nan"), "--grace must be 0 or more seconds"),
+        (("--controller-timeout", "10"), "--controller-timeout needs --heartbeat-file"),
+    ],
+)
+def test_bad_arguments_are_refused_before_the_job_starts(
+    supervisor_path: Path, tmp_path: Path, options: tuple[str, ...], message: str
+) -> None:
+    wdir = make_worker_dir(tmp_path)
+    script = job(tmp_path, "open('ran', 'w').close()\n")
+    proc = subprocess.run(command(supervisor_path, wdir, script, *options), capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    exit_ = read_json(wdir / "exit.json")
+    assert exit_["returncode"] == 2 and message in exit_["reason"]
+    assert exit_["reason"].startswith("refused to start: ")
+    assert exit_["stopped_by"] is None
+    assert not (wdir / "state.json").exists()
+    assert not (wdir / "ran").exists() and not (tmp_path / "ran").exists()
+
+
+def test_a_tf_config_without_this_worker_is_refused(supervisor_path: Path, tmp_path: Path) -> None:
+    wdir = worker_dir_with(tmp_path, ["127.0.0.1:2222"], 3)
+    script = job(tmp_path, "print('never')\n")
+    proc = subprocess.run(command(supervisor_path, wdir, script), capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "task index 3 is not in the cluster of 1 worker(s)" in read_json(wdir / "exit.json")["reason"]
+
+
+# --- 7: the kernel refusing a signal does not crash the supervisor -----------------------
+
+
+def test_stop_group_survives_permission_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[int, int]] = []
+
+    def killpg(pgid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(tf_supervisor.os, "killpg", killpg)
+    monkeypatch.setattr(tf_supervisor, "group_members", lambda pgid: [4242, 4243] if not sent else [])
+    monkeypatch.setattr(tf_supervisor.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+
+    class Child:
+        def poll(self) -> None:
+            return None
+
+    tf_supervisor.stop_group(4242, Child(), 0.5)  # type: ignore[arg-type]
+    # The members it may signal were signalled one by one.
+    assert (4242, signal.SIGTERM) in sent and (4243, signal.SIGTERM) in sent
+
+
+def test_group_alive_with_permission_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def killpg(pgid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(tf_supervisor.os, "killpg", killpg)
+    monkeypatch.setattr(tf_supervisor, "group_members", lambda pgid: [])
+    assert tf_supervisor.group_alive(4242) is False
+
+
+# --- 9: a lost controller stops the job -------------------------------------------------
+
+
+def test_stale_heartbeat_stops_the_job(supervisor_path: Path, tmp_path: Path) -> None:
+    wdir = make_worker_dir(tmp_path)
+    heartbeat = tmp_path / "controller.heartbeat"
+    heartbeat.touch()
+    proc = launch(
+        supervisor_path, wdir, job(tmp_path, FAMILY), "--controller-timeout", "2", "--heartbeat-file", str(heartbeat),
+        "--grace", "1",
+    )  # fmt: skip
+    try:
+        wait_for(wdir / "pids.json")
+        # Renewed for a while: the job runs on.
+        for _ in range(5):
+            heartbeat.touch()
+            time.sleep(0.5)
+        assert proc.poll() is None
+        stopped_at = time.monotonic()
+        assert proc.wait(15) == 143
+        took = time.monotonic() - stopped_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    exit_ = read_json(wdir / "exit.json")
+    assert exit_["stopped_by"] == "controller"
+    assert exit_["reason"].startswith("lost the controller: its heartbeat was not renewed for ")
+    assert 2 <= took < 8, took
+    assert_group_gone(read_json(wdir / "pids.json")["pgid"])
+
+
+def test_heartbeat_age_counts_from_the_supervisor_start(tmp_path: Path) -> None:
+    path = tmp_path / "hb"
+    assert tf_supervisor.heartbeat_age(str(path), since=100.0, now=130.0) == 30.0
+    path.touch()
+    os.utime(path, (90.0, 90.0))
+    assert tf_supervisor.heartbeat_age(str(path), since=100.0, now=130.0) == 30.0
+    os.utime(path, (125.0, 125.0))
+    assert tf_supervisor.heartbeat_age(str(path), since=100.0, now=130.0) == 5.0
+
+
+# --- peers ------------------------------------------------------------------------------
+
+
+def test_peer_watch_verdicts() -> None:
+    watch = tf_supervisor.PeerWatch([(1, "10.0.0.2", 2222), (2, "10.0.0.3", 2222)], timeout=10)
+    assert watch.verdict({1: ("refused", ""), 2: ("unreachable", "")}, 0) is None  # not started yet
+    assert watch.verdict({1: ("listening", ""), 2: ("listening", "")}, 1) is None
+    assert watch.verdict({1: ("refused", ""), 2: ("unreachable", "")}, 2) is None  # finished; silent 0 s
+    assert watch.verdict({1: ("refused", ""), 2: ("unreachable", "")}, 11) is None  # silent 9 s
+    found = watch.verdict({1: ("refused", ""), 2: ("unreachable", "")}, 12.5)
+    assert found == "stopped by the supervisor: worker 2 at 10.0.0.3:2222 gave no answer for 10 s"
+    failed = watch.verdict({1: ("failed", "worker exit status 137"), 2: ("listening", "")}, 13)
+    assert failed == "stopped by the supervisor: worker 1 at 10.0.0.2:2222 failed (worker exit status 137)"
+
+
+def test_probe_peers_tells_listening_refused_and_failed_apart() -> None:
+    quiet = socket.create_server(("127.0.0.1", 0))
+    announcer = socket.create_server(("127.0.0.1", 0))
+    closed = free_port()
+
+    def announce() -> None:
+        conn, _ = announcer.accept()
+        conn.sendall(tf_supervisor.ANNOUNCE_MAGIC + b"worker exit status 3\n")
+        conn.close()
+
+    thread = threading.Thread(target=announce, daemon=True)
+    thread.start()
+    try:
+        probes = tf_supervisor.probe_peers(
+            [(1, "127.0.0.1", quiet.getsockname()[1]), (2, "127.0.0.1", announcer.getsockname()[1]),
+             (3, "127.0.0.1", closed)], 1.0,
+        )  # fmt: skip
+    finally:
+        quiet.close()
+        announcer.close()
+    assert probes == {1: ("listening", ""), 2: ("failed", "worker exit status 3"), 3: ("refused", "Connection refused")}
+
+
+def test_a_failed_worker_stops_its_peer(supervisor_path: Path, tmp_path: Path) -> None:
+    """Two supervisors, no controller: worker 1's job dies; worker 0 is stopped by its
+    own supervisor, which heard the failure on worker 1's port."""
+    ports = [free_port(), free_port()]
+    workers = [f"127.0.0.1:{port}" for port in ports]
+    # Stands in for TensorFlow's server: listens on the worker's port.
+    server = """
+import socket, sys, time
+srv = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+print("joined", flush=True)
+time.sleep(float(sys.argv[2]))
+srv.close()
+sys.exit(int(sys.argv[3]))
+"""
+    procs = []
+    for index, (hold, code) in enumerate([(60, 0), (2, 9)]):
+        root = tmp_path / f"w{index}"
+        root.mkdir()
+        wdir = worker_dir_with(root, workers, index)
+        script = job(root, server)
+        procs.append(subprocess.Popen(
+            [*command(supervisor_path, wdir, script, "--peer-timeout", "30", "--grace", "1"),
+             str(ports[index]), str(hold), str(code)],
+            cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+    try:
+        assert procs[0].wait(30) == 143
+        exit0 = read_json(tmp_path / "w0" / "runs" / "r1" / "worker-1" / "exit.json")
+        exit1 = read_json(tmp_path / "w1" / "runs" / "r1" / "worker-1" / "exit.json")
+        assert (exit1["returncode"], exit1["stopped_by"]) == (9, None)
+        assert exit0["stopped_by"] == "peer"
+        assert exit0["reason"] == f"stopped by the supervisor: worker 1 at {workers[1]} failed (worker exit status 9)"
+        assert exit0["finished_at"] - exit1["finished_at"] < 8
+        # The announcer ends once the peer's port refuses.
+        assert procs[1].wait(15) == 9
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+
+
+# --- 5: who stopped it is a field --------------------------------------------------------
+
+
+def test_stop_request_is_recorded_as_stopped_by(supervisor_path: Path, tmp_path: Path) -> None:
+    wdir = make_worker_dir(tmp_path)
+    proc = launch(supervisor_path, wdir, job(tmp_path, FAMILY), "--grace", "1")
+    try:
+        wait_for(wdir / "pids.json")
+        (wdir / "stop.json").write_text(json.dumps({"by": "operator", "reason": "stopped by the operator"}))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) in (143, 137)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    exit_: dict[str, Any] = read_json(wdir / "exit.json")
+    assert (exit_["stopped_by"], exit_["reason"]) == ("operator", "stopped by the operator")
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [
+        ({"by": "operator", "reason": "r"}, ("operator", "r")),
+        ({"by": "runbook"}, ("runbook", "stopped by the runbook")),
+        ({"by": "somebody"}, ("runbook", "stopped by the somebody")),
+        (None, None),
+    ],
+)
+def test_stop_request(tmp_path: Path, request_: dict[str, Any] | None, expected: tuple[str, str] | None) -> None:
+    if request_ is not None:
+        (tmp_path / "stop.json").write_text(json.dumps(request_))
+    assert tf_supervisor.stop_request(tmp_path) == expected
+
+
+# --- 5, 6, 8: restarts, launch, ranges ---------------------------------------------------
+
+
+def _load(name: str, relative: str) -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / relative
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tf_attempts = _load("tf_attempts", "roles/tf_attempts/filter_plugins/tf_attempts.py")
+tf_ranges = _load("tf_ranges", "roles/tf/filter_plugins/tf_ranges.py")
+import tf_launch  # noqa: E402
+import tf_wait  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def failed_outcome(**more: Any) -> dict[str, Any]:
+    outcome = {
+        "ok": False, "lost_hosts": [], "deadline_hosts": [], "stopped_by_operator": False,
+        "failed_workers": [{"index": 1, "host": "h", "returncode": 137, "stopped_by": None}],
+    }  # fmt: skip
+    outcome.update(more)
+    return outcome
+
+
+@pytest.mark.parametrize(
+    ("outcome", "attempt", "attempts", "now", "deadline", "restart"),
+    [
+        (failed_outcome(), 0, 1, 100, 200, True),
+        (failed_outcome(), 0, 1, 100, 0, True),  # no deadline
+        (failed_outcome(), 1, 1, 100, 200, False),  # none left
+        (failed_outcome(), 0, 1, 200, 200, False),  # deadline passed
+        (failed_outcome(lost_hosts=["h"]), 0, 1, 100, 200, False),
+        (failed_outcome(deadline_hosts=["h"]), 0, 1, 100, 200, False),
+        (failed_outcome(stopped_by_operator=True), 0, 3, 100, 200, False),
+        (failed_outcome(failed_workers=[{"stopped_by": "operator", "returncode": 143}]), 0, 3, 100, 200, False),
+        ({**failed_outcome(), "ok": True}, 0, 3, 100, 200, False),
+    ],
+)
+def test_restart_decision(
+    outcome: dict[str, Any], attempt: int, attempts: int, now: int, deadline: int, restart: bool
+) -> None:
+    assert tf_attempts.tf_attempts_restart(outcome, attempt, attempts, now, deadline) is restart
+
+
+def test_an_operator_stop_seen_by_the_wait_is_not_restarted() -> None:
+    """The wait sees exit 143 with stopped_by operator: the outcome says so, no restart."""
+    hostvars = {
+        "a": {"tf_wait_status": {"workers": [{"index": 0, "state": "exited", "returncode": 143,
+                                               "stopped_by": "operator", "reason": "stopped by the operator"}]}},
+    }  # fmt: skip
+    outcome = tf_wait.tf_wait_outcome(["a"], ["a"], hostvars)
+    assert outcome["stopped_by_operator"] is True
+    assert tf_attempts.tf_attempts_restart(outcome, 0, 2, 100, 200) is False
+
+
+def test_detached_outcome_is_ok_once_every_running_worker_joined() -> None:
+    def hostvars(joined: bool) -> dict[str, Any]:
+        return {"a": {"tf_wait_status": {"workers": [{"index": 0, "state": "running", "joined": joined}]}}}
+
+    assert tf_wait.tf_wait_outcome(["a"], ["a"], hostvars(True), True)["detached"] is True
+    assert tf_wait.tf_wait_outcome(["a"], ["a"], hostvars(False), True)["ok"] is False
+    assert tf_wait.tf_wait_outcome(["a"], ["a"], hostvars(True), False)["ok"] is False
+
+
+def test_launch_stops_everywhere_when_one_host_fails() -> None:
+    import yaml
+
+    plays = yaml.safe_load((REPO / "playbooks" / "launch.yml").read_text())
+    assert all(play.get("any_errors_fatal") is True for play in plays)
+
+
+@pytest.mark.parametrize(
+    ("deadline", "started", "seconds"), [(0, 1000, 0), (1600, 1000, 600), (1000, 1000, 1), (900, 1000, 1)]
+)
+def test_job_timeout_zero_means_none(deadline: int, started: int, seconds: int) -> None:
+    assert tf_launch.tf_launch_job_seconds(deadline, started) == seconds
+
+
+@pytest.mark.parametrize(
+    ("args", "timeout"), [((60, False, 32, 3), 60), ((60, True, 32, 3), 0), ((60, False, 1, 3), 0), ((0, False, 5, 3), 0)]
+)
+def test_controller_timeout_handed_to_the_supervisors(args: tuple[Any, ...], timeout: int) -> None:
+    assert tf_launch.tf_launch_controller_timeout(*args) == timeout
+
+
+@pytest.mark.parametrize(
+    ("values", "problems"),
+    [
+        ({"tf_job_timeout": 0, "tf_startup_timeout": 0, "tf_controller_timeout": 0}, []),
+        ({"tf_job_timeout": -1}, ["host w1: tf_job_timeout must be 0 or more (0: no job deadline), got -1"]),
+        ({"tf_startup_timeout": "-5"}, ["host w1: tf_startup_timeout must be 0 or more (0: no startup deadline), got '-5'"]),
+        ({"tf_worker_port": 70000}, ["host w1: tf_worker_port must be 1..65535, got 70000"]),
+        ({"tf_wait_poll_interval": 0}, ["host w1: tf_wait_poll_interval must be 1 or more, got 0"]),
+        ({"tf_restart_attempts": "two"}, ["host w1: tf_restart_attempts must be a whole number, got 'two'"]),
+        ({"tf_stop_grace": None, "tf_other": -1}, []),
+    ],
+)
+def test_range_problems(values: dict[str, Any], problems: list[str]) -> None:
+    assert tf_ranges.tf_range_problems(values, "w1") == problems
+
+
+def test_every_int_timeout_and_count_of_the_argument_specs_is_range_checked() -> None:
+    import yaml
+
+    names = set()
+    for spec in (REPO / "roles").glob("*/meta/argument_specs.yml"):
+        for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
+            for name, option in (entry.get("options") or {}).items():
+                if option.get("type") == "int" and name.startswith("tf_"):
+                    names.add(name)
+    # Computed by the runbook, never set by a user.
+    computed = {"tf_launch_deadline", "tf_verdict_expected_size"}
+    assert names - computed - set(tf_ranges.tf_range_names()) == set()
+
+
+def test_a_stop_ends_the_announcement(tmp_path: Path) -> None:
+    port = free_port()
+    peer = socket.create_server(("127.0.0.1", 0))  # a peer that never stops
+    stop: list[bool] = []
+    timer = threading.Timer(1.0, lambda: stop.append(True))
+    timer.start()
+    started = time.monotonic()
+    try:
+        tf_supervisor.announce_failure(port, [(1, "127.0.0.1", peer.getsockname()[1])], "x", 20, lambda: bool(stop))
+    finally:
+        peer.close()
+        timer.cancel()
+    assert time.monotonic() - started < 4
