@@ -13,7 +13,9 @@ Started by the launch phase through an Ansible async task. It:
   peer and ignores SIGTERM while doing so;
 - on SIGTERM/SIGINT, or a passed deadline, stops the whole process group: SIGTERM, then
   SIGKILL after a grace period;
-- writes ``exit.json`` (return code, signal, reason, times) last, atomically;
+- writes ``exit.json`` (return code, signal, reason, times) last, atomically, with the time
+  it first saw each line of the metrics contract (``worker=...``) in the log, which has no
+  timestamps of its own (the run report's timeline reads them through the verdict);
 - tells the job its attempt number and checkpoint directory through the environment
   (``TF_RUNBOOK_ATTEMPT``, ``TF_RUNBOOK_CHECKPOINT_DIR``).
 
@@ -38,6 +40,9 @@ EXIT_FILE = "exit.json"
 LOG_FILE = "worker.log"
 CONFIG_FILE = "tf_config.json"
 POLL_SECONDS = 0.2
+# Lines of the metrics contract (``worker=I ...``) timed in exit.json, and at most how many.
+CONTRACT_PREFIX = b"worker="
+MAX_TIMED_LINES = 20000
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -106,6 +111,43 @@ class LogWatcher:
         # Keep the last partial line so that a match split across reads is still seen.
         self.tail = text[-4096:]
         return self.matched
+
+
+class LineClock:
+    """Notes the time at which each contract line first appeared in the log.
+
+    Reads the log incrementally in binary (a partial last line waits for its end) and keeps
+    ``[time, line]`` for lines that start with ``worker=``, at most ``limit`` of them.
+    """
+
+    def __init__(self, path: Path, limit: int = MAX_TIMED_LINES) -> None:
+        self.path = path
+        self.limit = limit
+        self.offset = 0
+        self.partial = b""
+        self.lines: list[list[Any]] = []
+
+    def _note(self, raw: bytes, now: float) -> None:
+        line = raw.strip()
+        if line.startswith(CONTRACT_PREFIX) and len(self.lines) < self.limit:
+            self.lines.append([round(now, 3), line.decode("utf-8", errors="replace")])
+
+    def poll(self, now: float | None = None, final: bool = False) -> None:
+        now = time.time() if now is None else now
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+                self.offset = handle.tell()
+        except FileNotFoundError:
+            return
+        *complete, self.partial = (self.partial + chunk).split(b"\n")
+        self.partial = self.partial[-65536:]
+        for raw in complete:
+            self._note(raw, now)
+        if final and self.partial:
+            self._note(self.partial, now)
+            self.partial = b""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -193,6 +235,7 @@ def supervise(args: argparse.Namespace) -> int:
     )
 
     watcher = LogWatcher(log_path, args.startup_pattern)
+    clock = LineClock(log_path)
     reason = "exited"
     t0 = time.monotonic()
     while child.poll() is None:
@@ -202,6 +245,7 @@ def supervise(args: argparse.Namespace) -> int:
             break
         elapsed = time.monotonic() - t0
         joined = watcher.poll()
+        clock.poll()
         if args.startup_timeout and not joined and elapsed > args.startup_timeout:
             reason = f"startup deadline of {args.startup_timeout:g} s passed before the worker joined the cluster"
             stop_group(pgid, child, args.grace)
@@ -212,6 +256,7 @@ def supervise(args: argparse.Namespace) -> int:
             break
         time.sleep(POLL_SECONDS)
     returncode = child.wait()
+    clock.poll(final=True)
     if reason == "exited" and stop_reason:
         # The job ended on the same signal the supervisor got, before the loop saw it.
         reason = stop_reason[0]
@@ -226,6 +271,7 @@ def supervise(args: argparse.Namespace) -> int:
         "started_at": started,
         "finished_at": time.time(),
         "joined": watcher.poll(),
+        "timed_lines": clock.lines,
     }
     write_json_atomic(worker_dir / EXIT_FILE, result)
     return int(result["returncode"])
