@@ -111,4 +111,4 @@ def environment() -> jinja2.Environment:
 
 def render(summary: dict[str, Any]) -> str:
     template = environment().from_string(TEMPLATE.read_text(encoding="utf-8"))
-    return template.render(report=tf_report_view(summary))
+    return template.render(__tf_verdict_report=tf_report_view(summary))
