@@ -3,8 +3,7 @@
 ``write_worker`` lays out one worker of one attempt (log, exit.json with the supervisor's
 timed contract lines, tf_config.json, the chief's marker); ``build`` runs the verdict over
 the run directory and returns its summary with the report's timeline; ``render`` renders
-the report template with the report filter as the role does (Ansible's template module
-settings: trim_blocks).
+the report as the role's tf_report action does.
 """
 
 from __future__ import annotations
@@ -13,9 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
-from tf_report import tf_report_view
+from tf_report_action import render_report
 from tf_verdict import add_timeline, summarize
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,12 +100,6 @@ def build(run: Path, size: int, context: dict[str, Any] | None = None) -> dict[s
     return add_timeline(summary, str(run), MARKER)
 
 
-def environment() -> jinja2.Environment:
-    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
-    env.filters["tf_report_view"] = tf_report_view
-    return env
-
-
 def render(summary: dict[str, Any]) -> str:
-    template = environment().from_string(TEMPLATE.read_text(encoding="utf-8"))
-    return template.render(__tf_verdict_report=tf_report_view(summary))
+    """The page exactly as the role's tf_report action renders it."""
+    return render_report(json.loads(json.dumps(summary)), TEMPLATE.read_text(encoding="utf-8"))

@@ -7,8 +7,8 @@ then parsed, and its structure and numbers checked.
 
 from __future__ import annotations
 
-import copy
 import json
+import os
 import re
 import time
 from html.parser import HTMLParser
@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible.errors import AnsibleFilterError
+from ansible.errors import AnsibleActionFail, AnsibleFilterError
 
 import tf_report
-from report_runs import T0, build, endpoints, metrics_of, render, write_worker
+from report_runs import TEMPLATE, T0, build, endpoints, metrics_of, render, write_worker
 from tf_report import fmt_seconds, nice_ticks, tf_report_view
+from tf_report_action import write_report
 from tf_verdict import summarize
 
 MARKER = "multiworker-complete.txt"
@@ -311,13 +312,17 @@ def test_32_workers_200_epochs_render_fast_and_small(tmp_path: Path) -> None:
     hosts, eps = endpoints(32, 8)
     for index in range(32):
         write_worker(run, hosts[index], index, eps, epochs=range(1, 201), epoch_seconds=0.5, start=T0 + index * 0.05)
-    summary = build(run, 32)
-    # CPU time, not wall time: the bound holds on a loaded machine too.
+    (run / "summary.json").write_text(json.dumps(build(run, 32), indent=2, sort_keys=True))
+    # What the role's action does: read summary.json, lay it out, render, write. CPU time,
+    # not wall time: the bound holds on a loaded machine too.
     started, wall = time.process_time(), time.perf_counter()
-    html = render(copy.deepcopy(summary))
+    written = write_report(str(run / "summary.json"), str(TEMPLATE), str(run / "report.html"))
     elapsed, wall = time.process_time() - started, time.perf_counter() - wall
+    html = (run / "report.html").read_text()
     size = len(html.encode())
-    print(f"32 workers x 200 epochs: rendered in {elapsed:.3f} s of CPU ({wall:.3f} s wall), {size / 1024:.0f} KiB")
+    assert written == {"path": str(run / "report.html"), "bytes": size, "seconds": written["seconds"]}
+    print(f"32 workers x 200 epochs: summary.json of {(run / 'summary.json').stat().st_size / 1024:.0f} KiB "
+          f"read, laid out, rendered and written in {elapsed:.3f} s of CPU ({wall:.3f} s wall), {size / 1024:.0f} KiB")
     assert elapsed < 1.0, elapsed
     assert size < 2 * 1024 * 1024, size
     root = Tree(html).root
@@ -332,6 +337,22 @@ def test_32_workers_200_epochs_render_fast_and_small(tmp_path: Path) -> None:
     assert all(len(re.findall("M", r.find("path", "epochs")[0].attrs["d"])) == 200 for r in rows)
     assert float(timeline.attrs["height"]) <= 480  # the rows shrink, the page stays readable
     assert len(root.find("a", "log")) == 32
+
+
+def test_report_is_written_atomically_and_privately(tmp_path: Path, succeeded: dict[str, Any]) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps(succeeded))
+    dest = tmp_path / "report.html"
+    dest.write_text("an earlier report")
+    write_report(str(tmp_path / "summary.json"), str(TEMPLATE), str(dest))
+    assert oct(dest.stat().st_mode & 0o777) == "0o600"
+    assert dest.read_text() == render(succeeded)
+    assert sorted(os.listdir(tmp_path)) == ["ok-run", "report.html", "summary.json"]  # no temporary left
+
+
+def test_report_without_a_summary_is_refused_and_nothing_written(tmp_path: Path) -> None:
+    with pytest.raises(AnsibleActionFail, match=r"cannot read the run's summary .*/missing/summary.json"):
+        write_report(str(tmp_path / "missing" / "summary.json"), str(TEMPLATE), str(tmp_path / "report.html"))
+    assert not (tmp_path / "report.html").exists()
 
 
 def test_text_from_logs_is_escaped(killed: dict[str, Any]) -> None:

@@ -138,15 +138,11 @@ class Scale:
 
 
 def metric_names(attempts: list[dict[str, Any]]) -> list[str]:
-    """Metrics in the order the workers print them (first seen first)."""
-    names: list[str] = []
-    for attempt in attempts:
-        for row in attempt.get("workers") or []:
-            for epoch in sorted(row.get("metrics") or {}, key=lambda e: (_epoch(e) is None, _epoch(e) or 0)):
-                for name in row["metrics"][epoch]:
-                    if name not in names:
-                        names.append(name)
-    return names
+    """Every metric any worker printed: ``loss`` first, then by name (summary.json sorts
+    its keys, so the order the job printed them in is not kept)."""
+    names = {name for a in attempts for row in a.get("workers") or [] for m in (row.get("metrics") or {}).values()
+             for name in m}
+    return sorted(names, key=lambda name: (name != "loss", name))
 
 
 def chart(name: str, attempts: list[dict[str, Any]], colors: dict[int, str]) -> dict[str, Any]:
@@ -204,7 +200,7 @@ def chart(name: str, attempts: list[dict[str, Any]], colors: dict[int, str]) -> 
         count = per_attempt[number]
         order = sum(1 for r, n, _ in series_points[:position] if n == number)
         nested = 1 < count <= NESTED_MAX_WORKERS
-        width = round(1.8 + 3.0 * (count - 1 - order), 1) if nested else 1.6
+        width = round(2.0 + 4.0 * (count - 1 - order), 1) if nested else 1.6
         coords = [(xs.get(e) or xs.setdefault(e, x(e)), ys.get(v) or ys.setdefault(v, y(v))) for e, v in points]
         series.append(
             {
@@ -213,7 +209,7 @@ def chart(name: str, attempts: list[dict[str, Any]], colors: dict[int, str]) -> 
                 "label": f"worker {row['index']}" + (f", attempt {number}" if multi else ""),
                 "color": colors.get(row["index"], "#555"),
                 "width": width,
-                "opacity": 0.55 if nested and order < count - 1 else 1,
+                "opacity": 0.4 if nested and order < count - 1 else 1,
                 "dashed": number != final,
                 "points": " ".join(f"{cx},{cy}" for cx, cy in coords),
                 # Zero-length segments with round caps: one dot per epoch, one element.
@@ -282,7 +278,9 @@ def timeline(attempt: dict[str, Any], following: dict[str, Any] | None, colors: 
     rows_in = sorted(attempt.get("workers") or [], key=lambda r: r["index"])
     count = max(len(rows_in), 1)
     row_h = 24 if count <= 8 else max(12, min(24, 384 // count))
-    height = TIMELINE_TOP + row_h * count + TIMELINE_BOTTOM
+    resumed_next = bool(following and following.get("resumed_from_epoch") is not None)
+    top = TIMELINE_TOP if resumed_next else 8  # room for the resume point's label
+    height = top + row_h * count + TIMELINE_BOTTOM
     stamps = [
         t
         for r in rows_in
@@ -295,8 +293,8 @@ def timeline(attempt: dict[str, Any], following: dict[str, Any] | None, colors: 
     x = Scale(0, span, TIMELINE_LABEL_W, TIMELINE_W - TIMELINE_RIGHT)
     rows = []
     for position, row in enumerate(rows_in):
-        top = TIMELINE_TOP + position * row_h
-        mid = round(top + row_h / 2, 1)
+        row_top = top + position * row_h
+        mid = round(row_top + row_h / 2, 1)
         half = round(row_h * 0.32, 1)
 
         def at(stamp: Any) -> float | None:
@@ -316,7 +314,7 @@ def timeline(attempt: dict[str, Any], following: dict[str, Any] | None, colors: 
                 "index": row["index"],
                 "host": row.get("host"),
                 "label": f"worker {row['index']} · {row.get('host')}",
-                "y": top,
+                "y": row_top,
                 "h": row_h,
                 "mid": mid,
                 "text_y": round(mid + min(11, row_h - 6) * 0.35, 1),
@@ -373,8 +371,8 @@ def timeline(attempt: dict[str, Any], following: dict[str, Any] | None, colors: 
         "duration": fmt_seconds(t_end - t0) if stamps else "-",
         "width": TIMELINE_W,
         "height": height,
-        "plot": {"left": TIMELINE_LABEL_W, "right": TIMELINE_W - TIMELINE_RIGHT, "top": TIMELINE_TOP,
-                 "bottom": TIMELINE_TOP + row_h * count},
+        "plot": {"left": TIMELINE_LABEL_W, "right": TIMELINE_W - TIMELINE_RIGHT, "top": top,
+                 "bottom": top + row_h * count},
         "axis": axis,
         "rows": rows,
         "culprit": culprit,
