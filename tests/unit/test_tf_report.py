@@ -231,7 +231,8 @@ def test_succeeded_run_page(succeeded: dict[str, Any]) -> None:
     assert points(lines[0]) == points(lines[1])
     assert float(lines[0].attrs["stroke-width"]) > float(lines[1].attrs["stroke-width"])  # both show
     assert not root.find("circle", "disagree")
-    assert "every worker printed the same value" in loss.parent.all_text()  # type: ignore[union-attr]
+    assert "2 worker(s): every worker printed the same value" in loss.parent.all_text()  # type: ignore[union-attr]
+    assert not loss.find("line", "resume")
 
     [timeline] = root.find("svg", "timeline")
     rows = timeline.find("g", "row")
@@ -303,6 +304,9 @@ def test_restart_with_resume(resumed: dict[str, Any]) -> None:
     solid = [line for line in loss.find("polyline", "series") if "stroke-dasharray" not in line.attrs]
     assert {line.attrs["data-attempt"] for line in dashed} == {"0"} and len(solid) == 3
     assert [x for x, _ in points(solid[0])] == [chart_x(e, 1, 4) for e in (2, 3, 4)]
+    [restart] = loss.find("line", "resume")
+    assert float(restart.attrs["x1"]) == chart_x(1, 1, 4)
+    assert "3 worker(s), 6 curves (earlier attempts dashed)" in loss.parent.all_text()  # type: ignore[union-attr]
     links = [a.attrs["href"] for a in root.find("a", "log")]
     assert "node1/worker-1/worker.log" in links and "node1/retry-1/worker-1/worker.log" in links
 

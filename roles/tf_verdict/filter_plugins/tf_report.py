@@ -234,6 +234,12 @@ def chart(name: str, attempts: list[dict[str, Any]], colors: dict[int, str]) -> 
                 number = _float(seen.get("value"))
                 if number is not None:
                     disagreements.append({"x": x(epoch), "y": y(number), "title": f"{name} {text}"})
+    # Where a restart resumed: between the epoch every worker had backed up and the next.
+    resumes = []
+    for attempt in attempts:
+        epoch = _epoch(attempt.get("resumed_from_epoch"))
+        if epoch is not None and e_low <= epoch <= e_high:
+            resumes.append({"x": x(epoch), "label": f"attempt {attempt['attempt']} resumed"})
     legend = []
     for item in series:
         if not any(entry["worker"] == item["worker"] for entry in legend):
@@ -258,7 +264,9 @@ def chart(name: str, attempts: list[dict[str, Any]], colors: dict[int, str]) -> 
         "notes": notes,
         "skipped": skipped,
         "agree": not notes,
-        "workers": len({(s["attempt"], s["worker"]) for s in series}),
+        "workers": len({s["worker"] for s in series}),
+        "curves": len(series),
+        "resumes": resumes,
     }
 
 
