@@ -4,12 +4,17 @@
 Grown from the project's hand-run two-worker seed. Its stdout lines are the metrics
 contract that the runbook's verifier reads:
 
-    worker=I cluster_workers=N replicas=R global_batch=B
+    worker=I cluster_workers=N replicas=R global_batch=B epochs=T
     worker=I epoch=E name=value ...
     worker=I training_complete
 
 The chief (worker 0) writes ``multiworker-complete.txt`` into its working directory,
 which the runbook sets to the worker's own run directory.
+
+Model and TensorBoard logs: with ``--model-dir`` the chief saves the trained Keras model as
+``<model-dir>/model.keras``; with ``--tensorboard-dir`` it writes each epoch's metrics there.
+The other workers write theirs to a temporary directory they delete (TensorFlow's
+convention for multi-worker saving: every worker saves, only the chief's copy is kept).
 
 Resume: with a backup directory (``--backup-dir``, or ``TF_RUNBOOK_CHECKPOINT_DIR`` set by
 the runbook) the job backs up its training state after every epoch with Keras
@@ -26,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 # Quiet TensorFlow's C++ logging and keep GPUs out of a CPU job; both must be set before
@@ -35,6 +41,7 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from tensorflow.core.framework import summary_pb2  # noqa: E402
 
 MARKER_NAME = "multiworker-complete.txt"
 
@@ -52,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("TF_RUNBOOK_CHECKPOINT_DIR", ""),
         help="back up after every epoch and resume from there (default: $TF_RUNBOOK_CHECKPOINT_DIR)",
     )
+    parser.add_argument("--model-dir", default="", help="the chief saves the trained model here (model.keras)")
+    parser.add_argument("--tensorboard-dir", default="", help="the chief writes TensorBoard logs here")
     args = parser.parse_args(argv)
     for name in ("epochs", "steps_per_epoch", "per_worker_batch"):
         if getattr(args, name) < 1:
@@ -119,6 +128,23 @@ class EpochBackups:
                 shutil.rmtree(old, ignore_errors=True)
 
 
+def write_dir(wanted: str, is_chief: bool) -> str:
+    """Where this worker writes what only the chief keeps: ``wanted`` for the chief, a
+    fresh temporary directory (deleted by the caller) for the others."""
+    if is_chief:
+        os.makedirs(wanted, exist_ok=True)
+        return wanted
+    return tempfile.mkdtemp(prefix="tf-runbook-discard-")
+
+
+def write_scalar(tag: str, value: float, step: int) -> None:
+    """A TensorBoard scalar, written with TensorFlow's own summary op: ``tf.summary.scalar``
+    needs the tensorboard package, which tensorflow-cpu does not install."""
+    metadata = summary_pb2.SummaryMetadata()
+    metadata.plugin_data.plugin_name = "scalars"
+    tf.summary.write(tag, tf.constant(value, dtype=tf.float32), step=step, metadata=metadata)
+
+
 def agree_on_resume_epoch(strategy: tf.distribute.Strategy, local_latest: int) -> int:
     """The epoch every worker resumes after: the oldest of their latest complete backups."""
 
@@ -148,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     print(
         f"worker={index} cluster_workers={len(workers)} "
-        f"replicas={strategy.num_replicas_in_sync} global_batch={global_batch}",
+        f"replicas={strategy.num_replicas_in_sync} global_batch={global_batch} epochs={args.epochs}",
         flush=True,
     )
 
@@ -207,22 +233,46 @@ def main(argv: list[str] | None = None) -> int:
         per_replica_losses = strategy.run(step_fn, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
 
+    is_chief = task["type"] == "worker" and index == 0
+    tensorboard_dir = write_dir(args.tensorboard_dir, is_chief) if args.tensorboard_dir else ""
+    writer = tf.summary.create_file_writer(tensorboard_dir) if tensorboard_dir else None
+
     for epoch in range(initial_epoch + 1, args.epochs + 1):
         train_accuracy.reset_state()
         total_loss = 0.0
         for _ in range(args.steps_per_epoch):
             total_loss += train_step(dist_iterator)
+        epoch_loss = float(total_loss / args.steps_per_epoch)
+        epoch_accuracy = float(train_accuracy.result())
         print(
             f"worker={index} epoch={epoch} "
-            f"loss={float(total_loss / args.steps_per_epoch):.4f} "
-            f"binary_accuracy={float(train_accuracy.result()):.4f}",
+            f"loss={epoch_loss:.4f} "
+            f"binary_accuracy={epoch_accuracy:.4f}",
             flush=True,
         )
+        if writer is not None:
+            with writer.as_default():
+                write_scalar("loss", epoch_loss, epoch)
+                write_scalar("binary_accuracy", epoch_accuracy, epoch)
+            writer.flush()
         if backup is not None:
             backup.save(model, epoch)
             print(f"worker={index} checkpoint_saved={epoch}", flush=True)
 
-    if task["type"] == "worker" and index == 0:
+    if writer is not None:
+        writer.close()
+        if not is_chief:
+            shutil.rmtree(tensorboard_dir, ignore_errors=True)
+    if args.model_dir:
+        # Every worker saves (saving may involve every replica); only the chief's is kept.
+        model_dir = write_dir(args.model_dir, is_chief)
+        model.save(os.path.join(model_dir, "model.keras"))
+        if not is_chief:
+            shutil.rmtree(model_dir, ignore_errors=True)
+        else:
+            print(f"worker={index} model_saved={os.path.join(model_dir, 'model.keras')}", flush=True)
+
+    if is_chief:
         Path(MARKER_NAME).write_text("chief worker completed training\n", encoding="utf-8")
     print(f"worker={index} training_complete", flush=True)
     return 0

@@ -1202,6 +1202,19 @@ Subsystem sftp internal-sftp
             timeout=timeout,
         )
 
+    def show_gpus(self, host: HostRef, count: int) -> None:
+        """Test-only GPU listing: ``host`` shows ``count`` GPUs where NVIDIA's driver lists
+        them (``/proc/driver/nvidia/gpus/<bus id>``), so the runbook's own probe counts
+        them as it counts real ones. A tmpfs over ``/proc/driver`` in the host's mount
+        namespace holds the listing; a power cycle removes it.
+        """
+        ids = " ".join(f"0000:{0x10 + i:02x}:00.0" for i in range(count))
+        script = (
+            "set -e; mount -t tmpfs -o mode=0755,size=64k tfrb-gpus /proc/driver; "
+            f"mkdir -p /proc/driver/nvidia/gpus; cd /proc/driver/nvidia/gpus; for g in {ids}; do mkdir $g; done"
+        )
+        self.host_exec(host, ["/bin/sh", "-c", script], check=True)
+
     # -- fault injection ---------------------------------------------------
 
     def netns_pids(self, host: HostRef) -> list[int]:

@@ -13,10 +13,12 @@ HOST_PYTHON = "/usr/bin/python3"
 SHARED_VENV_ROOT = Path(os.environ.get("TF_RUNBOOK_TEST_CACHE", "/var/cache/tf-runbook-tests"))
 
 
-def shared_venv() -> Path:
-    """A virtualenv with the worker pins for Debian's Python, outside the hosts' private
-    dirs so that every host sees it; built once and reused (keyed by the pins)."""
-    key = hashlib.sha256("\n".join([HOST_PYTHON, *WORKER_PINS]).encode()).hexdigest()[:12]
+def shared_venv(extra_pins: tuple[str, ...] = ()) -> Path:
+    """A virtualenv with the worker pins (plus ``extra_pins``) for Debian's Python, outside
+    the hosts' private dirs so that every host sees it; built once and reused (keyed by the
+    pins)."""
+    pins = [*WORKER_PINS, *extra_pins]
+    key = hashlib.sha256("\n".join([HOST_PYTHON, *pins]).encode()).hexdigest()[:12]
     venv = SHARED_VENV_ROOT / f"venv-{key}"
     python = venv / "bin" / "python"
     if (venv / ".complete").exists():
@@ -25,10 +27,10 @@ def shared_venv() -> Path:
     os.chmod(SHARED_VENV_ROOT, 0o755)
     subprocess.run([HOST_PYTHON, "-m", "venv", "--clear", str(venv)], check=True)
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *WORKER_PINS],
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pins],
         check=True,
     )
-    (venv / ".complete").write_text("\n".join(WORKER_PINS) + "\n")
+    (venv / ".complete").write_text("\n".join(pins) + "\n")
     return python
 
 

@@ -45,6 +45,8 @@ MODULES: dict[str, Path] = {
     "tf_collect_bundle": ROLES / "tf_collect" / "library" / "tf_collect_bundle.py",
     "tf_collect_unpack": ROLES / "tf_collect" / "action_plugins" / "tf_collect_bundle.py",
     "tf_run_dir": ROLES / "tf_worker" / "library" / "tf_run_dir.py",
+    "tf_job_archive": ROLES / "tf_preflight" / "library" / "tf_job_archive.py",
+    "tf_worker_job": ROLES / "tf_preflight" / "filter_plugins" / "tf_worker_job.py",
 }
 
 

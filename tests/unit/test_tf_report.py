@@ -219,7 +219,7 @@ def test_succeeded_run_page(succeeded: dict[str, Any]) -> None:
     assert_self_contained(html)
     assert root.find("span", id="status")[0].text == "SUCCEEDED"
     assert [c.attrs["data-metric"] for c in root.find("svg", "chart")] == ["loss", "binary_accuracy"]
-    assert len(root.find("tr", "check")) == 8 and not root.find("tr", "fail")
+    assert len(root.find("tr", "check")) == len(succeeded["checks"]) >= 12 and not root.find("tr", "fail")
     loss = root.find("svg", "chart", data_metric="loss")[0]
     lines = loss.find("polyline", "series")
     assert [line.attrs["data-worker"] for line in lines] == ["0", "1"]
@@ -357,6 +357,36 @@ def test_report_without_a_summary_is_refused_and_nothing_written(tmp_path: Path)
     with pytest.raises(AnsibleActionFail, match=r"cannot read the run's summary .*/missing/summary.json"):
         write_report(str(tmp_path / "missing" / "summary.json"), str(TEMPLATE), str(tmp_path / "report.html"))
     assert not (tmp_path / "report.html").exists()
+
+
+def test_checks_not_checked_and_devices_are_shown(succeeded: dict[str, Any]) -> None:
+    succeeded["checks"][0] = {"name": "cluster_seen", "ok": None, "result": "not checked", "detail": "not checked: x"}
+    succeeded["context"]["devices"] = {"0": "0,1", "1": None}
+    _, root = page(succeeded)
+    unchecked = [c["name"] for c in succeeded["checks"] if c["ok"] is None]
+    rows = root.find("tr", "unchecked")
+    assert [r.find("code")[0].text for r in rows] == unchecked and "cluster_seen" in unchecked
+    assert all(r.find("span", "badge")[0].text == "--" for r in rows) and not root.find("tr", "fail")
+    assert f"0 failed check(s), {len(unchecked)} not checked" in root.all_text()
+    assert [td.text for td in root.find("td", "devices")] == ["GPU 0,1", "not set (every device of the host)"]
+    del succeeded["context"]["devices"]
+    assert not page(succeeded)[1].find("td", "devices")
+
+
+def test_keras_epoch_lines_are_charted_like_the_checks_read_them(tmp_path: Path) -> None:
+    run = tmp_path / "keras"
+    hosts, eps = endpoints(2)
+    for index in range(2):
+        wdir = write_worker(run, hosts[index], index, eps)
+        lines = [f"Epoch {e}/2\n4/4 - 1s - 12ms/step - loss: 0.{7 - e}000 - accuracy: 0.5{e}00" for e in (1, 2)]
+        (wdir / "worker.log").write_text("\n".join(lines) + "\n")
+    summary = build(run, 2)
+    assert summary["job_output"]["metrics_from"] == "keras"
+    assert summary["timeline"][0]["workers"][1]["metrics"] == {
+        "1": {"loss": "0.6000", "accuracy": "0.5100"}, "2": {"loss": "0.5000", "accuracy": "0.5200"},
+    }
+    _, root = page(summary)
+    assert [c.attrs["data-metric"] for c in root.find("svg", "chart")] == ["loss", "accuracy"]
 
 
 def test_text_from_logs_is_escaped(killed: dict[str, Any]) -> None:

@@ -18,9 +18,13 @@ CHECKS = [
     "logs_collected",
     "exit_status",
     "worker_index",
+    "worker_set",
     "same_cluster",
     "cluster_seen",
     "metrics_agree",
+    "metrics_finite",
+    "epochs_once",
+    "epochs_complete",
     "training_complete",
     "chief_marker",
 ]
@@ -59,6 +63,7 @@ def worker_log(
     metrics: dict[int, dict[str, str]] | None = None,
     complete: bool = True,
     noise: bool = True,
+    total: int | None = 3,
 ) -> str:
     """A worker log as the training script prints it, with TensorFlow noise in between."""
     me = index if printed_index is None else printed_index
@@ -66,6 +71,7 @@ def worker_log(
     lines.append(
         f"worker={me} cluster_workers={size if cluster_workers is None else cluster_workers} "
         f"replicas={size if replicas is None else replicas} global_batch={16 * size}"
+        + ("" if total is None else f" epochs={total}")
     )
     for epoch, values in sorted((METRICS if metrics is None else metrics).items()):
         if noise:
@@ -105,7 +111,7 @@ def checks_of(verdict: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def only_failure(verdict: dict[str, Any], name: str) -> str:
     """Assert that ``name`` is the one failing check; return its detail."""
     checks = checks_of(verdict)
-    failing = sorted(n for n, c in checks.items() if not c["ok"])
+    failing = sorted(n for n, c in checks.items() if c["ok"] is False)
     assert failing == [name], {n: checks[n]["detail"] for n in failing}
     return checks[name]["detail"]
 
@@ -113,13 +119,29 @@ def only_failure(verdict: dict[str, Any], name: str) -> str:
 # --- parse_log ---------------------------------------------------------------------
 
 
+EMPTY_PARSE = {
+    "indices": set(),
+    "header": {},
+    "epochs": {},
+    "complete": False,
+    "counts": {},
+    "totals": set(),
+    "resumed": None,
+    "errors": [],
+}
+
+
 def test_parse_log_reads_the_metrics_contract() -> None:
     parsed = parse_log(worker_log(1))
     assert parsed == {
         "indices": {1},
-        "header": {"cluster_workers": "2", "replicas": "2", "global_batch": "32"},
+        "header": {"cluster_workers": "2", "replicas": "2", "global_batch": "32", "epochs": "3"},
         "epochs": METRICS,
         "complete": True,
+        "counts": {1: 1, 2: 1, 3: 1},
+        "totals": {3},
+        "resumed": None,
+        "errors": [],
     }
 
 
@@ -138,7 +160,7 @@ def test_parse_log_ignores_tensorflow_noise() -> None:
 )
 def test_parse_log_ignores_lines_not_starting_with_worker(line: str) -> None:
     parsed = parse_log(line + "\n")
-    assert parsed == {"indices": set(), "header": {}, "epochs": {}, "complete": False}
+    assert parsed == EMPTY_PARSE
 
 
 def test_parse_log_without_training_complete() -> None:
@@ -148,7 +170,7 @@ def test_parse_log_without_training_complete() -> None:
 
 
 def test_parse_log_of_empty_text() -> None:
-    assert parse_log("") == {"indices": set(), "header": {}, "epochs": {}, "complete": False}
+    assert parse_log("") == EMPTY_PARSE
 
 
 def test_parse_log_collects_every_printed_index() -> None:
@@ -254,9 +276,12 @@ def test_judge_tf_config_of_another_worker() -> None:
 def test_judge_worker_missing_one_epoch_line() -> None:
     metrics = {e: m for e, m in METRICS.items() if e != 2}
     verdict = judge([worker(0), worker(1, log=worker_log(1, metrics=metrics))], 2, MARKER)
-    detail = only_failure(verdict, "metrics_agree")
+    checks = checks_of(verdict)
+    assert sorted(n for n, c in checks.items() if c["ok"] is False) == ["epochs_once", "metrics_agree"]
+    detail = checks["metrics_agree"]["detail"]
     assert "epoch 2: worker 1 (node-b) printed no metrics" in detail
     assert "epoch 1" not in detail and "epoch 3" not in detail
+    assert checks["epochs_once"]["detail"] == "worker 1 (node-b): printed no epoch 2 (epochs 1..3)"
 
 
 def test_judge_no_epoch_metrics_at_all() -> None:
@@ -285,6 +310,7 @@ def write_worker(run_dir: Path, entry: dict[str, Any], marker: str = MARKER) -> 
     if entry["config"] is not None:
         (wdir / "tf_config.json").write_text(json.dumps(entry["config"]) + "\n", encoding="utf-8")
     if entry["marker"]:
+        (wdir / marker).parent.mkdir(parents=True, exist_ok=True)
         (wdir / marker).write_text("complete\n", encoding="utf-8")
 
 
@@ -475,3 +501,389 @@ def test_judge_a_worker_given_another_cluster_list() -> None:
     verdict = judge([worker(0), worker(1, config=reordered)], 2, MARKER)
     detail = only_failure(verdict, "same_cluster")
     assert detail.startswith("worker 1 (node-b): cluster list ['10.0.0.2:2222', '10.0.0.1:2222'] differs")
+
+
+# --- crafted runs: each gets its verdict, none crashes the module ----------------------
+
+KERAS = {
+    1: {"loss": "0.7961", "accuracy": "0.5312"},
+    2: {"loss": "0.7115", "accuracy": "0.5813"},
+    3: {"loss": "0.6228", "accuracy": "0.6875"},
+}
+
+
+def keras_log(metrics: dict[int, dict[str, str]] | None = None, total: int = 3, ms: int = 170) -> str:
+    """What a stock script's model.fit(verbose=2) prints with tf_keras 2.21 (as measured),
+    timings included: they differ between workers and are not metrics."""
+    lines = list(NOISE_START)
+    for epoch, values in sorted((KERAS if metrics is None else metrics).items()):
+        lines.append(f"Epoch {epoch}/{total}")
+        shown = "".join(f" - {k}: {v}" for k, v in values.items())
+        lines.append(f"5/5 - 0s{shown} - {ms + epoch}ms/epoch - {ms // 5}ms/step")
+    return "\n".join(lines) + "\n"
+
+
+def changed(metrics: dict[int, dict[str, str]], epoch: int, **values: str) -> dict[int, dict[str, str]]:
+    out = {e: dict(m) for e, m in metrics.items()}
+    out[epoch].update(values)
+    return out
+
+
+def fraction_log(index: int, epochs: list[int]) -> str:
+    """The contract with epoch=E/N instead of epoch=E (and no epochs= in the header)."""
+    text = worker_log(index, metrics={e: METRICS[e] for e in epochs}, total=None)
+    for epoch in epochs:
+        text = text.replace(f" epoch={epoch} ", f" epoch={epoch}/3 ")
+    return text
+
+
+def put(run_dir: Path, rel: str, content: str | bytes) -> None:
+    path = run_dir / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+
+
+def pair(run_dir: Path, marker: str = MARKER, **changes: dict[str, Any]) -> None:
+    """Workers 0 and 1 of a good run; ``changes={"w1": {...}}`` overrides worker 1's fields."""
+    for index in range(2):
+        write_worker(run_dir, worker(index, **changes.get(f"w{index}", {})), marker)
+
+
+def keras_pair(run_dir: Path, marker: str = MARKER, **changes: dict[str, Any]) -> None:
+    for index in range(2):
+        fields = {"log": keras_log(ms=170 + 40 * index), "marker": False, **changes.get(f"w{index}", {})}
+        write_worker(run_dir, worker(index, **fields), marker)
+
+
+def second_dir(run_dir: Path, log: str | None = None) -> None:
+    """Two directories for index 1, on node-b and node-c."""
+    pair(run_dir)
+    write_worker(run_dir, worker(1, host="node-c", log=log or worker_log(1)))
+
+
+def duplicate_epoch(run_dir: Path) -> None:
+    """Every worker prints epoch 2 twice, the second time with other values."""
+    again = {i: worker_log(i) + f"worker={i} epoch=2 loss=0.1111 binary_accuracy=0.9999\n" for i in range(2)}
+    pair(run_dir, w0={"log": again[0]}, w1={"log": again[1]})
+
+
+def index_past_size(run_dir: Path) -> None:
+    pair(run_dir)
+    entry = worker(1, host="node-c", log=worker_log(2), config=tf_config(2))
+    entry["index"] = 2
+    write_worker(run_dir, entry)
+
+
+def resumed(run_dir: Path, skip: bool = False) -> None:
+    """Attempt 0: worker 1 killed; retry-1: both resume after epoch 1."""
+    killed = {"returncode": 137, "signal": "SIGKILL", "reason": "exited"}
+    pair(run_dir, w1={"exit": killed, "log": worker_log(1, metrics={1: METRICS[1]}, complete=False)})
+    epochs = {3: METRICS[3]} if skip else {2: METRICS[2], 3: METRICS[3]}
+    for index in range(2):
+        log = worker_log(index, metrics=epochs).replace(" epochs=3\n", f" epochs=3\nworker={index} resumed_from_epoch=1\n", 1)
+        put(run_dir, f"{HOSTS[index]}/retry-1/worker-{index}/worker.log", log)
+        put(run_dir, f"{HOSTS[index]}/retry-1/worker-{index}/exit.json", json.dumps({"returncode": 0, "reason": "exited"}))
+        put(run_dir, f"{HOSTS[index]}/retry-1/worker-{index}/tf_config.json", json.dumps(tf_config(index)))
+    put(run_dir, f"{HOSTS[0]}/retry-1/worker-0/{MARKER}", "complete\n")
+
+
+def exit_of(**fields: Any) -> dict[str, Any]:
+    return {"returncode": 0, "signal": None, "reason": "exited", **fields}
+
+
+def crafted(name: str, build: Any, status: str, failing: list[str], says: list[str] = (), **more: Any) -> Any:
+    return pytest.param(build, status, failing, list(says), more, id=name)
+
+
+CONTRACT_NOT_CHECKED: list[str] = []
+# What an extra, empty worker directory fails (beside the run's good workers).
+EMPTY_WORKER_FAILS = [
+    "logs_collected", "exit_status", "worker_index", "worker_set", "same_cluster", "cluster_seen",
+    "metrics_agree", "epochs_complete", "training_complete",
+]
+KERAS_NOT_CHECKED = ["cluster_seen", "training_complete", "chief_marker"]
+
+CRAFTED = [
+    crafted("good contract run", pair, "succeeded", [], not_checked=CONTRACT_NOT_CHECKED),
+    # Issue 11, point 7: two directories for one index on different hosts.
+    crafted("two dirs for index 1, same logs", second_dir, "failed", ["worker_set"],
+            ["worker 1: 2 directories (on node-b, node-c); one index, one directory"]),
+    crafted("two dirs for index 1, the first one disagrees",
+            lambda d: (pair(d, w1={"log": worker_log(1, metrics=changed(METRICS, 2, loss="0.9"))}),
+                       write_worker(d, worker(1, host="node-c"))),
+            "failed", ["metrics_agree", "worker_set"], ["epoch 2 loss: 0.5342 from worker(s) [0, 1], 0.9 from worker(s) [1]"]),
+    # Point 8.
+    crafted("epoch lines without a metric",
+            lambda d: pair(d, w0={"log": worker_log(0, metrics={e: {} for e in METRICS})},
+                           w1={"log": worker_log(1, metrics={e: {} for e in METRICS})}),
+            "failed", ["metrics_agree"], ["epoch 1: worker 0 (node-a) printed an epoch line without any metric"]),
+    crafted("one worker lacks a metric name",
+            lambda d: pair(d, w1={"log": worker_log(1, metrics={e: {"loss": m["loss"]} for e, m in METRICS.items()})}),
+            "failed", ["metrics_agree"], ["epoch 1: worker 1 (node-b) printed no binary_accuracy"]),
+    crafted("an epoch printed twice with other values", duplicate_epoch, "failed", ["epochs_once"],
+            ["worker 0 (node-a): epoch 2 printed 2 times", "worker 1 (node-b): epoch 2 printed 2 times"]),
+    crafted("loss=nan on every worker",
+            lambda d: pair(d, w0={"log": worker_log(0, metrics=changed(METRICS, 2, loss="nan"))},
+                           w1={"log": worker_log(1, metrics=changed(METRICS, 2, loss="nan"))}),
+            "failed", ["metrics_finite"], ["epoch 2 loss=nan from worker(s) [0, 1]: not a finite number"]),
+    crafted("loss=inf and a word on every worker",
+            lambda d: pair(d, w0={"log": worker_log(0, metrics=changed(METRICS, 1, loss="inf", binary_accuracy="high"))},
+                           w1={"log": worker_log(1, metrics=changed(METRICS, 1, loss="inf", binary_accuracy="high"))}),
+            "failed", ["metrics_finite"], ["epoch 1 loss=inf", "epoch 1 binary_accuracy=high"]),
+    crafted("1 of 3 epochs printed by every worker",
+            lambda d: pair(d, w0={"log": worker_log(0, metrics={1: METRICS[1]})},
+                           w1={"log": worker_log(1, metrics={1: METRICS[1]})}),
+            "failed", ["epochs_complete"], ["worker 0 (node-a): last epoch printed is 1 of 3"]),
+    crafted("epoch 2 skipped by every worker",
+            lambda d: pair(d, w0={"log": worker_log(0, metrics={1: METRICS[1], 3: METRICS[3]})},
+                           w1={"log": worker_log(1, metrics={1: METRICS[1], 3: METRICS[3]})}),
+            "failed", ["epochs_once"], ["worker 1 (node-b): printed no epoch 2 (epochs 1..3)"]),
+    crafted("no epoch total printed", lambda d: pair(d, w0={"log": worker_log(0, total=None)},
+                                                     w1={"log": worker_log(1, total=None)}),
+            "succeeded", [], not_checked=["epochs_complete"]),
+    crafted("worker index at the cluster size", index_past_size, "failed", ["worker_set"],
+            ["worker 2 (node-c): index 2 is outside the cluster of 2 (0..1)"]),
+    # Point 9: exits the runbook caused.
+    crafted("deadline SIGTERM caught, training_complete, exit 0",
+            lambda d: pair(d, w1={"exit": exit_of(reason="job deadline of 60 s passed")}),
+            "failed", ["exit_status"],
+            ["worker 1 (node-b): exited 0, but the runbook ended it (job deadline of 60 s passed)"]),
+    crafted("stop's SIGTERM caught, exit 0",
+            lambda d: pair(d, w0={"exit": exit_of(reason="stopped by signal SIGTERM")}),
+            "failed", ["exit_status"], ["worker 0 (node-a): exited 0, but the runbook ended it (stopped by signal SIGTERM)"]),
+    crafted("exit record without a reason", lambda d: pair(d, w1={"exit": {"returncode": 0}}),
+            "failed", ["exit_status"], ["the exit record gives no reason"]),
+    crafted("structured stopped_by names the runbook",
+            lambda d: pair(d, w1={"exit": exit_of(stopped_by="deadline")}),
+            "failed", ["exit_status"], ["the runbook ended it (deadline)"]),
+    crafted("structured stopped_by empty", lambda d: pair(d, w1={"exit": exit_of(stopped_by=None)}), "succeeded", []),
+    # Point 10: epoch=E/N, and input that must not crash the module.
+    crafted("epoch=E/N lines", lambda d: pair(d, w0={"log": fraction_log(0, [1, 2, 3])},
+                                              w1={"log": fraction_log(1, [1, 2, 3])}), "succeeded", []),
+    crafted("epoch=1/3 and nothing more", lambda d: pair(d, w0={"log": fraction_log(0, [1])},
+                                                         w1={"log": fraction_log(1, [1])}),
+            "failed", ["epochs_complete"], ["worker 1 (node-b): last epoch printed is 1 of 3"]),
+    crafted("epoch=x", lambda d: pair(d, w0={"log": worker_log(0) + "worker=0 epoch=x loss=0.1\n"}),
+            "failed", ["epochs_once"], ["epoch=x is not an epoch number (E or E/N)"]),
+    crafted("5000-digit epoch and index",
+            lambda d: pair(d, w0={"log": worker_log(0) + f"worker=0 epoch={'9' * 5000} loss=1\nworker={'9' * 5000} x=1\n"}),
+            "failed", ["epochs_once"], ["is not an epoch number", "is not a small integer"]),
+    crafted("epoch 999999999 after epoch 1",
+            lambda d: pair(d, w0={"log": worker_log(0) + "worker=0 epoch=999999999 loss=1 binary_accuracy=1\n"}),
+            "failed", ["epochs_complete", "epochs_once", "metrics_agree"],
+            ["worker 0 (node-a): printed no epoch 4, 5, 6, 7, 8, 9, 10, 11, 12, 13 and 999999985 more (epochs 1..999999999)"]),
+    crafted("exit.json holds a list", lambda d: (pair(d), put(d, "node-b/worker-1/exit.json", "[0]")),
+            "failed", ["exit_status"], ["worker 1 (node-b): no exit status"]),
+    crafted("tf_config.json holds a string", lambda d: (pair(d), put(d, "node-b/worker-1/tf_config.json", '"x"')),
+            "failed", ["same_cluster", "worker_index"], ["worker 1 (node-b): TF_CONFIG task.index is None"]),
+    crafted("cluster of numbers, task index as text",
+            lambda d: pair(d, w0={"config": {"cluster": {"worker": [1, 2]}, "task": {"index": "0"}}},
+                           w1={"config": {"cluster": {"worker": [1, 2]}, "task": []}}),
+            "failed", ["same_cluster", "worker_index"], ["TF_CONFIG task.index is 0"]),
+    crafted("endpoints without a port",
+            lambda d: pair(d, w0={"config": {"cluster": {"worker": ["a", "b"]}, "task": {"index": 0}}},
+                           w1={"config": {"cluster": {"worker": ["a", "b"]}, "task": {"index": 1}}}),
+            "succeeded", []),
+    crafted("return code as text, finish time as text",
+            lambda d: pair(d, w0={"exit": {"returncode": "0", "reason": "exited", "finished_at": "soon"}},
+                           w1={"exit": {"returncode": 1, "reason": "exited", "finished_at": "x"}}),
+            "failed", ["exit_status"], ["exit status 0 (exited)", "exit status 1 (exited)"]),
+    crafted("return code false", lambda d: pair(d, w1={"exit": exit_of(returncode=False)}), "failed", ["exit_status"],
+            ["worker 1 (node-b): exit status False (exited)"]),
+    crafted("binary log", lambda d: (pair(d), put(d, "node-a/worker-0/worker.log", b"\x00\xff\xfe" + worker_log(0).encode()
+                                                  + b"\x1b[2J\x00\r\r\n")), "succeeded", []),
+    crafted("a worker directory with nothing, far past the cluster",
+            lambda d: (pair(d), (d / "node-b" / "worker-99999").mkdir()), "failed", EMPTY_WORKER_FAILS,
+            ["worker 99999 (node-b): no log", "index 99999 is outside the cluster of 2"]),
+    crafted("a file where a host or worker directory should be",
+            lambda d: (pair(d), put(d, "stray", "x"), put(d, "node-c/worker-3", "x")), "failed", EMPTY_WORKER_FAILS),
+    crafted("empty run directory", lambda d: d.mkdir(), "failed", ["logs_collected"],
+            ["no worker's files were collected"]),
+    crafted("no run directory", lambda d: None, "failed", ["logs_collected"]),
+    crafted("resumed after epoch 1", resumed, "succeeded", []),
+    crafted("resumed after epoch 1, then epoch 2 skipped", lambda d: resumed(d, skip=True), "failed",
+            ["epochs_once"], ["printed no epoch 2 (epochs 2..3)"]),
+    # Issue 9: stock Keras scripts.
+    crafted("keras verbose=2 run", keras_pair, "succeeded", [], not_checked=KERAS_NOT_CHECKED),
+    crafted("keras: one metric of one epoch differs",
+            lambda d: keras_pair(d, w1={"log": keras_log(changed(KERAS, 2, accuracy="0.5814"))}),
+            "failed", ["metrics_agree"], ["epoch 2 accuracy: 0.5813 from worker(s) [0], 0.5814 from worker(s) [1]"]),
+    crafted("keras: 2 of 3 epochs", lambda d: keras_pair(d, w0={"log": keras_log({1: KERAS[1], 2: KERAS[2]})},
+                                                         w1={"log": keras_log({1: KERAS[1], 2: KERAS[2]})}),
+            "failed", ["epochs_complete"], ["last epoch printed is 2 of 3"]),
+    crafted("keras: loss nan", lambda d: keras_pair(d, w0={"log": keras_log(changed(KERAS, 3, loss="nan"))},
+                                                    w1={"log": keras_log(changed(KERAS, 3, loss="nan"))}),
+            "failed", ["metrics_finite"], ["epoch 3 loss=nan from worker(s) [0, 1]"]),
+    crafted("keras: epoch 3 began but printed nothing",
+            lambda d: keras_pair(d, w1={"log": keras_log({1: KERAS[1], 2: KERAS[2]}) + "Epoch 3/3\n"}),
+            "failed", ["metrics_agree"], ["epoch 3: worker 1 (node-b) printed no metrics"]),
+    crafted("keras: the chief's model as the marker", lambda d: keras_pair(d, "model/model.keras", w0={"marker": True}),
+            "succeeded", [], marker="model/model.keras", not_checked=["cluster_seen", "training_complete"]),
+    crafted("keras: the model written by a non-chief too",
+            lambda d: keras_pair(d, "model/model.keras", w0={"marker": True}, w1={"marker": True}),
+            "failed", ["chief_marker"], ["worker 1 (node-b) is not the chief but wrote model/model.keras"],
+            marker="model/model.keras"),
+    crafted("keras: no model from the chief", keras_pair, "failed", ["chief_marker"],
+            ["the chief, worker 0 (node-a), wrote no model/model.keras"], marker="model/model.keras"),
+    crafted("a marker outside the worker directory", pair, "failed", ["chief_marker"],
+            ["tf_verdict_marker '../x' is not a relative path inside the worker directory"], marker="../x"),
+    crafted("a job that prints nothing", lambda d: pair(d, w0={"log": "", "marker": False}, w1={"log": "\n"}),
+            "succeeded", [], not_checked=["cluster_seen", "metrics_agree", "metrics_finite", "epochs_once",
+                                          "epochs_complete", "training_complete", "chief_marker"]),
+]
+
+
+def run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], **params: Any) -> dict[str, Any]:
+    """main() in this process, as Ansible runs it; returns its result."""
+    import tf_verdict
+    from ansible.module_utils import basic
+
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": params}).encode())
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+    with pytest.raises(SystemExit) as exited:
+        tf_verdict.main()
+    assert exited.value.code == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize(("build", "status", "failing", "says", "more"), CRAFTED)
+def test_crafted_run_gets_its_verdict(
+    build: Any,
+    status: str,
+    failing: list[str],
+    says: list[str],
+    more: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_dir = tmp_path / "run"
+    build(run_dir)
+    result = run_module(monkeypatch, capsys, run_dir=str(run_dir), run_id="crafted", marker=more.get("marker", MARKER))
+    written = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    # The module read the run (no fallback summary) and ran every check.
+    assert [c["name"] for c in written["checks"]] == CHECKS
+    checks = checks_of(written)
+    assert written["status"] == status, {n: c["detail"] for n, c in checks.items() if c["ok"] is not True}
+    assert result["status"] == status
+    assert sorted(n for n, c in checks.items() if c["ok"] is False) == sorted(failing)
+    details = " | ".join(c["detail"] for c in written["checks"])
+    for text in says:
+        assert text in details
+    if "not_checked" in more:
+        assert written["not_checked"] == more["not_checked"]
+        assert [n for n, c in checks.items() if c["result"] == "not checked"] == more["not_checked"]
+    for check in written["checks"]:
+        assert (check["ok"], check["result"]) in {(True, "ok"), (False, "failed"), (None, "not checked")}
+    assert ("reason" in written) and (written["reason"] is None) == (status == "succeeded")
+
+
+def test_module_writes_a_summary_even_when_the_verdict_itself_breaks(
+    good_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tf_verdict
+
+    def broken(*_args: Any) -> dict[str, Any]:
+        raise RecursionError("deep")
+
+    monkeypatch.setattr(tf_verdict, "summarize", broken)
+    result = run_module(monkeypatch, capsys, run_dir=str(good_run), run_id="r", context={"k": 1})
+    written = json.loads((good_run / "summary.json").read_text(encoding="utf-8"))
+    assert written == result["summary"]
+    assert written["status"] == "failed" and written["context"] == {"k": 1}
+    assert written["reason"] == "the verdict could not read the run: RecursionError: deep"
+    assert result["failed_checks"] == ["verdict: the verdict could not read the run: RecursionError: deep"]
+
+
+@pytest.mark.parametrize(
+    ("line", "metrics"),
+    [
+        # tf_keras 2.21, verbose=2, as printed under MultiWorkerMirroredStrategy here.
+        ("5/5 - 0s - loss: 0.6689 - accuracy: 0.5688 - 116ms/epoch - 23ms/step", {"loss": "0.6689", "accuracy": "0.5688"}),
+        # Keras 3 puts the timing first.
+        ("5/5 - 0s - 23ms/step - loss: 0.6689 - val_loss: 1.0e-03", {"loss": "0.6689", "val_loss": "1.0e-03"}),
+        # A progress bar rewritten with carriage returns: its last state counts.
+        ("1/5 [==>....] - ETA: 1s - loss: 0.9\r5/5 [=======] - 0s 2ms/step - loss: 0.5", {"loss": "0.5"}),
+        ("5/5 - 0s - 116ms/epoch - 23ms/step", {}),
+    ],
+)
+def test_parse_keras_reads_metrics_not_timings(line: str, metrics: dict[str, str]) -> None:
+    from tf_verdict import parse_keras
+
+    parsed = parse_keras(f"noise\nEpoch 2/3\n{line}\nINFO:tensorflow:after\n")
+    assert parsed == {"epochs": {2: metrics}, "counts": {2: 1}, "totals": {3}, "errors": []}
+
+
+def test_parse_keras_ignores_step_lines_outside_an_epoch_and_counts_repeats() -> None:
+    from tf_verdict import parse_keras
+
+    text = "5/5 - 0s - loss: 9.0\nEpoch 1/2\n5/5 - 0s - loss: 0.5\nEpoch 1/2\n5/5 - 0s - loss: 0.7\n"
+    assert parse_keras(text) == {"epochs": {1: {"loss": "0.5"}}, "counts": {1: 2}, "totals": {2}, "errors": []}
+
+
+@pytest.mark.parametrize(
+    ("record", "by"),
+    [
+        ({"returncode": 0, "reason": "exited"}, None),
+        ({"returncode": 0, "reason": "job deadline of 60 s passed"}, "job deadline of 60 s passed"),
+        ({"returncode": 0, "reason": "stopped by the runbook"}, "stopped by the runbook"),
+        ({"returncode": 0}, "the exit record gives no reason"),
+        ({"returncode": 0, "reason": "exited", "stopped_by": "operator"}, "operator"),
+        ({"returncode": 0, "reason": "job deadline of 60 s passed", "stopped_by": None}, None),
+        ({"returncode": 0, "reason": "exited", "stopped_by": "job"}, None),
+    ],
+)
+def test_stopped_by_runbook_reads_the_exit_record(record: dict[str, Any], by: str | None) -> None:
+    from tf_verdict import stopped_by_runbook
+
+    assert stopped_by_runbook(record) == by
+
+
+def test_module_says_so_when_summary_json_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tf_verdict
+    from ansible.module_utils import basic
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x", encoding="utf-8")
+    args = {"ANSIBLE_MODULE_ARGS": {"run_dir": str(blocker), "run_id": "r"}}
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps(args).encode())
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+    with pytest.raises(SystemExit) as exited:
+        tf_verdict.main()
+    assert exited.value.code == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["msg"].startswith(f"cannot write {blocker}/summary.json: ")
+    assert result["summary"]["status"] == "failed"
+
+
+def test_module_documentation_is_valid_yaml() -> None:
+    import tf_verdict
+    import yaml
+
+    assert set(yaml.safe_load(tf_verdict.DOCUMENTATION)["options"]) == {
+        "run_dir", "run_id", "marker", "expected_size", "context"
+    }
+    assert yaml.safe_load(tf_verdict.EXAMPLES)[0]["tf_verdict"]["marker"] == "model/model.keras"
+    assert set(yaml.safe_load(tf_verdict.RETURN)) == {"summary", "table", "failed_checks", "not_checked"}
+
+
+@pytest.mark.parametrize(
+    ("first", "printed", "examples", "count"),
+    [
+        (1, [1, 2, 3], [], 0),
+        (1, [1, 3], [2], 1),
+        (1, [4], [1, 2, 3], 3),
+        (3, [3, 5, 9], [4, 6, 7, 8], 4),
+        (2, [1, 2, 4], [3], 1),
+        (1, [1, 10**9], list(range(2, 12)), 10**9 - 2),
+    ],
+)
+def test_skipped_epochs(first: int, printed: list[int], examples: list[int], count: int) -> None:
+    from tf_verdict import _skipped
+
+    assert _skipped(first, printed) == (examples, count)

@@ -76,11 +76,14 @@ class ActionModule(ActionBase):
         if packed.get("failed"):
             return {**result, **packed}
         files = packed.get("files", [])
+        left_out = packed.get("left_out", [])
         if not packed.get("bundle"):
-            return {**result, "changed": False, "files": files, "dest": dest}
+            return {**result, "changed": False, "files": files, "left_out": left_out, "dest": dest}
         with tempfile.TemporaryDirectory(prefix="tf-collect-") as scratch:
             local = os.path.join(scratch, "bundle.tar.gz")
             self._connection.fetch_file(packed["bundle"], local)
             os.makedirs(dest, exist_ok=True)
             changed = unpack(local, dest, files)
-        return {**result, "changed": bool(changed), "files": files, "updated": changed, "dest": dest}
+        return {
+            **result, "changed": bool(changed), "files": files, "left_out": left_out, "updated": changed, "dest": dest
+        }

@@ -28,6 +28,18 @@ options:
     type: list
     elements: str
     required: true
+  artifacts:
+    description: Glob patterns relative to each worker directory (C(model/*), C(tb)); a
+      pattern that names a directory takes everything below it.
+    type: list
+    elements: str
+    default: []
+  max_mb:
+    description: Most this host sends, in MB; the worker files matching O(patterns) come
+      first, then artifacts in path order while they fit. What does not fit is listed in
+      C(left_out).
+    type: int
+    default: 500
 """
 
 RETURN = r"""
@@ -37,10 +49,68 @@ bundle:
 files:
   description: Paths of the packed files, relative to the run directory.
   type: list
+left_out:
+  description: Files matched but not packed (over O(max_mb)), with C(path) and C(bytes).
+  type: list
 """
 
 WORKER_PATH = re.compile(r"^(retry-[0-9]+/)?worker-[0-9]+/[^/]+$")
 BUNDLE_NAME = ".collect.tar.gz"
+# Written by the deploy for the supervisor; may hold secrets, never leaves the host.
+NEVER_COLLECTED = ("job_env.json",)
+WORKER_DIR = re.compile(r"^(retry-[0-9]+/)?worker-[0-9]+$")
+MB = 1024 * 1024
+
+
+def artifact_files(run_dir: str, patterns: list[str]) -> list[str]:
+    """Regular files below the run's worker directories whose path relative to their
+    worker directory (or one of its parent directories) matches one of ``patterns``."""
+    if not patterns:
+        return []
+    found = []
+    for top in sorted(os.listdir(run_dir)):
+        candidates = [top] + (
+            [f"{top}/{d}" for d in sorted(os.listdir(os.path.join(run_dir, top)))]
+            if top.startswith("retry-") and os.path.isdir(os.path.join(run_dir, top))
+            else []
+        )
+        for worker_rel in candidates:
+            worker_dir = os.path.join(run_dir, worker_rel)
+            if not WORKER_DIR.match(worker_rel) or not os.path.isdir(worker_dir) or os.path.islink(worker_dir):
+                continue
+            for root, dirs, files in os.walk(worker_dir):
+                dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
+                for name in sorted(files):
+                    path = os.path.join(root, name)
+                    inner = os.path.relpath(path, worker_dir).replace(os.sep, "/")
+                    if name in NEVER_COLLECTED or os.path.islink(path) or not os.path.isfile(path):
+                        continue
+                    parts = inner.split("/")
+                    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+                    if any(fnmatch.fnmatch(prefix, p.rstrip("/")) for p in patterns for prefix in prefixes):
+                        found.append(f"{worker_rel}/{inner}")
+    return sorted(found)
+
+
+def within_cap(run_dir: str, first: list[str], rest: list[str], max_mb: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """``first`` (logs and records) always, then ``rest`` in order while the total stays
+    within ``max_mb``; the files left out, with their sizes."""
+    budget = max_mb * MB
+    kept, left_out = [], []
+    total = 0
+    for rel in first:
+        total += os.path.getsize(os.path.join(run_dir, rel))
+        kept.append(rel)
+    for rel in rest:
+        if rel in kept:
+            continue
+        size = os.path.getsize(os.path.join(run_dir, rel))
+        if total + size <= budget:
+            total += size
+            kept.append(rel)
+        else:
+            left_out.append({"path": rel, "bytes": size})
+    return kept, left_out
 
 
 def run_files(run_dir: str, patterns: list[str]) -> list[str]:
@@ -55,6 +125,7 @@ def run_files(run_dir: str, patterns: list[str]) -> list[str]:
             path = os.path.join(root, name)
             if (
                 WORKER_PATH.match(rel)
+                and name not in NEVER_COLLECTED
                 and any(fnmatch.fnmatch(name, p) for p in patterns)
                 and os.path.isfile(path)
                 and not os.path.islink(path)
@@ -85,15 +156,23 @@ def main() -> None:
             "base_dir": {"type": "str", "required": True},
             "run_id": {"type": "str", "required": True},
             "patterns": {"type": "list", "elements": "str", "required": True},
+            "artifacts": {"type": "list", "elements": "str", "default": []},
+            "max_mb": {"type": "int", "default": 500},
         },
         supports_check_mode=True,
     )
     params = module.params
     run_dir = os.path.join(os.path.abspath(os.path.expanduser(params["base_dir"])), "runs", params["run_id"])
     if not os.path.isdir(run_dir):
-        module.exit_json(changed=False, bundle="", files=[], run_dir=run_dir, msg="no such run on this host")
-    files = run_files(run_dir, params["patterns"])
-    result: dict[str, Any] = {"changed": False, "files": files, "run_dir": run_dir, "bundle": ""}
+        module.exit_json(
+            changed=False, bundle="", files=[], left_out=[], run_dir=run_dir, msg="no such run on this host"
+        )
+    files, left_out = within_cap(
+        run_dir, run_files(run_dir, params["patterns"]), artifact_files(run_dir, params["artifacts"]), params["max_mb"]
+    )
+    result: dict[str, Any] = {
+        "changed": False, "files": files, "left_out": left_out, "run_dir": run_dir, "bundle": ""
+    }
     if files and not module.check_mode:
         result["bundle"] = bundle(run_dir, files)
     module.exit_json(**result)

@@ -390,6 +390,15 @@ def timeline(attempt: dict[str, Any], following: dict[str, Any] | None, colors: 
     }
 
 
+def _devices(devices: dict[str, Any], index: Any) -> str:
+    if not isinstance(devices, dict) or str(index) not in devices:
+        return "not recorded"
+    value = devices[str(index)]
+    if value is None:
+        return "not set (every device of the host)"
+    return f"GPU {value}" if str(value) else "none (GPUs hidden)"
+
+
 def tf_report_view(summary: dict[str, Any]) -> dict[str, Any]:
     """Everything the report template prints, from the verdict's summary."""
     if not isinstance(summary, dict) or "run_id" not in summary:
@@ -399,13 +408,15 @@ def tf_report_view(summary: dict[str, Any]) -> dict[str, Any]:
     colors = dict(zip(indices, palette(len(indices))))
     charts = [chart(name, attempts, colors) for name in metric_names(attempts)]
     timelines = [timeline(a, attempts[i + 1] if i + 1 < len(attempts) else None, colors) for i, a in enumerate(attempts)]
+    # Worker index to its CUDA_VISIBLE_DEVICES, as the preflight planned it (None: not set).
+    devices = (summary.get("context") or {}).get("devices") or {}
     cluster = [
         {
             "index": w.get("index"),
             "host": w.get("host"),
             "endpoint": w.get("endpoint"),
             "port": w.get("port"),
-            "devices": ", ".join(map(str, w["devices"])) if isinstance(w.get("devices"), list) else (w.get("devices") or ""),
+            "devices": _devices(devices, w.get("index")),
             "chief": w.get("index") == 0,
             "color": colors.get(w.get("index"), "#555"),
         }
@@ -423,12 +434,20 @@ def tf_report_view(summary: dict[str, Any]) -> dict[str, Any]:
             "size": (summary.get("cluster") or {}).get("size"),
             "epochs": len(summary.get("metrics") or {}),
         },
+        # ok: true, false, or null for a check the job's output did not allow.
         "checks": [
-            {"name": c.get("name"), "ok": bool(c.get("ok")), "detail": c.get("detail")} for c in checks
+            {
+                "name": c.get("name"),
+                "ok": c.get("ok"),
+                "state": "ok" if c.get("ok") is True else ("unchecked" if c.get("ok") is None else "fail"),
+                "detail": c.get("detail"),
+            }
+            for c in checks
         ],
-        "failed_checks": sum(1 for c in checks if not c.get("ok")),
+        "failed_checks": sum(1 for c in checks if c.get("ok") is False),
+        "unchecked": sum(1 for c in checks if c.get("ok") is None),
         "cluster": cluster,
-        "has_devices": any(c["devices"] for c in cluster),
+        "has_devices": bool(devices),
         "charts": charts,
         "timelines": timelines,
     }

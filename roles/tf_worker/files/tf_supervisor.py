@@ -39,6 +39,7 @@ STATE_FILE = "state.json"
 EXIT_FILE = "exit.json"
 LOG_FILE = "worker.log"
 CONFIG_FILE = "tf_config.json"
+JOB_ENV_FILE = "job_env.json"
 POLL_SECONDS = 0.2
 # Lines of the metrics contract (``worker=I ...``) timed in exit.json, and at most how many.
 CONTRACT_PREFIX = b"worker="
@@ -82,6 +83,21 @@ def stop_group(pgid: int, child: subprocess.Popen[bytes], grace: float) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def job_environment(worker_dir: Path, base: dict[str, str]) -> dict[str, str]:
+    """``base`` with the worker's ``job_env.json`` (the user's tf_worker_env, its GPUs and
+    the job directory on PYTHONPATH, written 0600 by the deploy) laid over it. The file
+    never reaches a command line; TF_CONFIG and TF_RUNBOOK_* stay the runbook's own."""
+    env = dict(base)
+    try:
+        text = (worker_dir / JOB_ENV_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return env
+    for name, value in json.loads(text).items():
+        if name != "TF_CONFIG" and not name.startswith("TF_RUNBOOK_"):
+            env[str(name)] = str(value)
+    return env
 
 
 class LogWatcher:
@@ -130,7 +146,8 @@ class LineClock:
     def _note(self, raw: bytes, now: float) -> None:
         line = raw.strip()
         if line.startswith(CONTRACT_PREFIX) and len(self.lines) < self.limit:
-            self.lines.append([round(now, 3), line.decode("utf-8", errors="replace")])
+            # Rounded down to the millisecond: never later than the exit recorded after it.
+            self.lines.append([int(now * 1000) / 1000, line.decode("utf-8", errors="replace")])
 
     def poll(self, now: float | None = None, final: bool = False) -> None:
         now = time.time() if now is None else now
@@ -177,7 +194,7 @@ def supervise(args: argparse.Namespace) -> int:
         return 97
     config_text = (worker_dir / CONFIG_FILE).read_text(encoding="utf-8")
     json.loads(config_text)
-    env = dict(os.environ)
+    env = job_environment(worker_dir, dict(os.environ))
     env["TF_CONFIG"] = config_text.strip()
     env["PYTHONUNBUFFERED"] = "1"
     # The runbook's side of the resume contract: which attempt this is, and a directory

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import tarfile
 import tempfile
 from typing import Any
 
@@ -50,6 +52,25 @@ options:
     type: list
     elements: dict
     default: []
+  job_archive:
+    description: A gzipped tar on this host (the user's project directory) unpacked into
+      the job directory; members must stay inside it. Empty for none.
+    type: str
+    default: ""
+  job_env:
+    description: Environment of every worker of this host, written with O(visible_devices)
+      and O(pythonpath) to C(job_env.json) (mode 0600) in each worker's directory, for the
+      supervisor. Never returned; run the task with C(no_log) when it holds values.
+    type: dict
+    default: {}
+  visible_devices:
+    description: Worker index (a string) to its C(CUDA_VISIBLE_DEVICES); null for none.
+    type: dict
+    default: {}
+  pythonpath:
+    description: Put the job directory first on each worker's C(PYTHONPATH).
+    type: bool
+    default: false
 """
 
 RETURN = r"""
@@ -77,6 +98,94 @@ read_back:
 """
 
 LAUNCH_RECORDS = ("state.json", "exit.json")
+# The supervisor reads it; never collected (it may hold secrets).
+JOB_ENV_FILE = "job_env.json"
+
+
+def job_env_files(
+    worker_dirs: dict[str, str], env: dict[str, object], devices: dict[str, object], job_dir: str, pythonpath: bool
+) -> list[dict[str, object]]:
+    """Each worker's ``job_env.json`` content: the host's environment, its own GPUs and the
+    job directory on PYTHONPATH. Nothing when there is nothing to hand over."""
+    if not env and not pythonpath and not any(v is not None for v in devices.values()):
+        return []
+    files = []
+    for index in sorted(worker_dirs, key=int):
+        values = {str(name): str(value) for name, value in env.items()}
+        if devices.get(index) is not None:
+            values["CUDA_VISIBLE_DEVICES"] = str(devices[index])
+        if pythonpath:
+            values["PYTHONPATH"] = os.pathsep.join(p for p in (job_dir, values.get("PYTHONPATH", "")) if p)
+        files.append({"index": index, "content": json.dumps(values, sort_keys=True) + "\n"})
+    return files
+
+
+def _inside(root: str, path: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+def unpack_job_archive(archive_path: str, job_dir: str, check: bool) -> list[str]:
+    """Unpack the project archive into ``job_dir``, writing only what differs; refuse any
+    member that would land (or point) outside it."""
+    root = os.path.realpath(job_dir) if os.path.isdir(job_dir) else os.path.abspath(job_dir)
+    written = []
+    with tarfile.open(archive_path, "r:gz") as archive:
+        members = archive.getmembers()
+        for member in members:
+            target = os.path.normpath(os.path.join(root, member.name))
+            if os.path.isabs(member.name) or not _inside(root, target) or target == root:
+                raise ValueError(f"archive member {member.name!r} is outside the job directory")
+            if member.issym():
+                pointed = os.path.normpath(os.path.join(os.path.dirname(target), member.linkname))
+                if os.path.isabs(member.linkname) or not _inside(root, pointed):
+                    raise ValueError(f"archive symlink {member.name!r} points outside the job directory")
+            elif not (member.isfile() or member.isdir()):
+                raise ValueError(f"archive member {member.name!r} is not a file, directory or symlink")
+        for member in members:
+            target = os.path.join(root, os.path.normpath(member.name))
+            if member.isdir():
+                if not os.path.isdir(target):
+                    written.append(target)
+                    if not check:
+                        os.makedirs(target, mode=0o700, exist_ok=True)
+            elif member.issym():
+                if not (os.path.islink(target) and os.readlink(target) == member.linkname):
+                    written.append(target)
+                    if not check:
+                        if os.path.lexists(target):
+                            os.unlink(target)
+                        os.symlink(member.linkname, target)
+            else:
+                source = archive.extractfile(member)
+                content = source.read() if source is not None else b""
+                if check and not os.path.isdir(os.path.dirname(target)):
+                    written.append(target)
+                elif write_bytes_if_changed(target, content, check, 0o700 if member.mode & 0o100 else 0o600):
+                    written.append(target)
+    return written
+
+
+def write_bytes_if_changed(path: str, data: bytes, check: bool, mode: int) -> bool:
+    """Write ``data`` atomically when the file is missing or differs; True if it did."""
+    try:
+        with open(path, "rb") as handle:
+            if handle.read() == data and (os.stat(path).st_mode & 0o7777) == mode:
+                return False
+    except FileNotFoundError:
+        pass
+    if check:
+        return True
+    fd, pending = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(pending, mode)
+        os.replace(pending, path)
+    except BaseException:
+        if os.path.exists(pending):
+            os.unlink(pending)
+        raise
+    return True
 
 
 def write_if_changed(path: str, content: str, check: bool, mode: int = 0o600) -> bool:
@@ -142,6 +251,10 @@ def main() -> None:
             "attempt": {"type": "int", "default": 0},
             "job_files": {"type": "list", "elements": "dict", "default": []},
             "configs": {"type": "list", "elements": "dict", "default": []},
+            "job_archive": {"type": "str", "default": ""},
+            "job_env": {"type": "dict", "default": {}},
+            "visible_devices": {"type": "dict", "default": {}},
+            "pythonpath": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -203,6 +316,21 @@ def main() -> None:
         )
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"cannot write the run's files: {exc}")
+    params = module.params
+    try:
+        archive = os.path.expanduser(params["job_archive"])
+        if archive and module.check_mode and not os.path.isfile(archive):
+            written.append(job_dir)  # check mode: the archive would have been sent first
+        elif archive:
+            written += unpack_job_archive(archive, job_dir, module.check_mode)
+        for entry in job_env_files(
+            worker_dirs, params["job_env"], params["visible_devices"], job_dir, params["pythonpath"]
+        ):
+            path = os.path.join(worker_dirs[entry["index"]], JOB_ENV_FILE)
+            if not os.path.isdir(os.path.dirname(path)) or write_if_changed(path, str(entry["content"]), module.check_mode):
+                written.append(path)
+    except (OSError, ValueError, tarfile.TarError) as exc:
+        module.fail_json(msg=f"cannot write the job directory or the workers' environment: {exc}")
     module.exit_json(
         changed=changed or bool(written),
         written=written,

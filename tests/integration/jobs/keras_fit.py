@@ -1,0 +1,70 @@
+"""An ordinary multi-worker Keras script, written like TensorFlow's multi-worker Keras
+tutorial (model.fit under MultiWorkerMirroredStrategy, the chief saves the model, the
+other workers save to a temporary directory they delete), on generated data. It prints
+nothing for the runbook: the verdict reads Keras' own verbose=2 epoch lines.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+# Keras 3's model.fit fails under MultiWorkerMirroredStrategy with two workers in TF 2.21;
+# tf_keras trains. Set here, before TensorFlow is imported, until the runbook can hand the
+# job environment variables (tf_worker_env): then it belongs in the inventory instead.
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+per_worker_batch_size = 16
+tf_config = json.loads(os.environ["TF_CONFIG"])
+num_workers = len(tf_config["cluster"]["worker"])
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def make_dataset(global_batch_size: int) -> tf.data.Dataset:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(320, 8)).astype("float32")
+    y = (x[:, 0] + x[:, 1] > 0).astype("int64")
+    return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(320, seed=1).repeat().batch(global_batch_size)
+
+
+def build_and_compile_model() -> tf.keras.Model:
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.InputLayer(input_shape=(8,)),
+            tf.keras.layers.Dense(16, activation="relu"),
+            tf.keras.layers.Dense(2),
+        ]
+    )
+    model.compile(
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=tf.keras.optimizers.SGD(learning_rate=0.05),
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def is_chief(task_type: str | None, task_id: int | None) -> bool:
+    return task_type is None or task_type == "chief" or (task_type == "worker" and task_id == 0)
+
+
+def write_filepath(filepath: str, task_type: str | None, task_id: int | None) -> str:
+    """The chief writes to ``filepath``; every other worker to a temporary directory."""
+    if is_chief(task_type, task_id):
+        return filepath
+    return os.path.join(tempfile.mkdtemp(prefix=f"workertemp_{task_id}_"), os.path.basename(filepath))
+
+
+global_batch_size = per_worker_batch_size * num_workers
+with strategy.scope():
+    multi_worker_model = build_and_compile_model()
+multi_worker_model.fit(make_dataset(global_batch_size), epochs=3, steps_per_epoch=5, verbose=2)
+
+task_type, task_id = strategy.cluster_resolver.task_type, strategy.cluster_resolver.task_id
+model_path = write_filepath("model.keras", task_type, task_id)
+multi_worker_model.save(model_path)  # every worker saves: saving may use collectives
+if not is_chief(task_type, task_id):
+    shutil.rmtree(os.path.dirname(model_path))
