@@ -54,8 +54,15 @@ lint: setup
 unit: setup
 	$(PYTEST) tests/unit
 
+# Every scenario of every role (roles/*/molecule/*/), one role after the other, with the
+# time each took. They share this machine's ports 2940/2950 and /tmp/molecule-tf-*.
 molecule: setup
-	cd roles/tf_worker && molecule test
+	@for scenarios in roles/*/molecule; do \
+	  role=$$(basename $$(dirname $$scenarios)); start=$$(date +%s); \
+	  echo "== molecule: $$role"; \
+	  (cd roles/$$role && molecule test --all); \
+	  echo "== molecule: $$role passed in $$(( $$(date +%s) - start )) s"; \
+	done
 
 # Playbook runs on localhost (the smoke run, --forks 1, two runs in a row, bad input).
 integration: setup

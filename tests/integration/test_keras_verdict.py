@@ -22,7 +22,6 @@ from workerenv import shared_venv
 JOB = Path(__file__).resolve().parent / "jobs" / "keras_fit.py"
 # Keras 3's model.fit fails under MultiWorkerMirroredStrategy with two workers (TF 2.21).
 KERAS_PINS = ("tf_keras==2.21.0",)
-COLLECT_FILES = ["worker.log", "exit.json", "state.json", "tf_config.json", "model.keras"]
 
 
 @pytest.fixture(scope="session")
@@ -41,9 +40,10 @@ def test_stock_keras_script_is_judged_from_its_epoch_lines(
         "tf_train_script": str(JOB),
         # The script prints no cluster_workers= line: a worker has joined once it trains.
         "tf_startup_pattern": "Epoch 1/",
-        # The chief's saved model is the chief's output (only it writes model.keras).
-        "tf_collect_files": COLLECT_FILES,
-        "tf_verdict_marker": "model.keras",
+        "tf_worker_env": {"TF_USE_LEGACY_KERAS": "1"},
+        # The chief's saved model is the chief's output (only it writes model/model.keras).
+        "tf_collect_artifacts": ["model"],
+        "tf_verdict_marker": "model/model.keras",
     }
     # A marker outside the worker directory could never be judged: refused before launch.
     result = book.play("train.yml", extra={**settings, "tf_run_id": "outside", "tf_verdict_marker": "../model.keras"})
@@ -74,8 +74,8 @@ def test_stock_keras_script_is_judged_from_its_epoch_lines(
         assert checks[name]["ok"] is None and checks[name]["result"] == "not checked"
         assert f"[  --] {name}: not checked: " in result.stdout
     assert "not checked (the job's output does not show it): cluster_seen, training_complete" in result.stdout
-    assert (book.runs / "keras" / "node0" / "worker-0" / "model.keras").is_file()
-    assert not (book.runs / "keras" / "node1" / "worker-1" / "model.keras").exists()
+    assert (book.runs / "keras" / "node0" / "worker-0" / "model" / "model.keras").is_file()
+    assert not (book.runs / "keras" / "node1" / "worker-1" / "model").exists()
 
     # One metric of one epoch altered in worker 1's log, on its host; only collect reruns.
     log = "~/tf-runbook/runs/keras/worker-1/worker.log"

@@ -77,6 +77,11 @@ class ActionModule(ActionBase):
             return {**result, **packed}
         files = packed.get("files", [])
         left_out = packed.get("left_out", [])
+        if self._task.check_mode:
+            # A dry run fetches nothing and writes nothing under dest: it names what it would fetch.
+            preview = "".join(f"{os.path.join(dest, name)}\n" for name in files)
+            return {**result, "changed": bool(files), "files": files, "left_out": left_out, "dest": dest,
+                    **({"diff": {"before": "", "after": preview, "after_header": dest}} if self._task.diff else {})}
         if not packed.get("bundle"):
             return {**result, "changed": False, "files": files, "left_out": left_out, "dest": dest}
         with tempfile.TemporaryDirectory(prefix="tf-collect-") as scratch:

@@ -22,6 +22,7 @@ short_description: Restrict a TensorFlow run's worker ports to the cluster's mem
 description:
   - Creates (C(present)) or deletes (C(absent)) the nftables table of one run on a host.
     C(check) only tells whether nftables can be used. Needs root (become).
+  - Supports check mode and diff mode (the table's rules before and after).
 options:
   state:
     type: str
@@ -48,6 +49,10 @@ table:
 allowed:
   description: Source addresses the table accepts.
   type: list
+diff:
+  description: In diff mode, the run's table as nft lists it now and the rules it would have.
+  type: dict
+  returned: diff mode, states present and absent
 """
 
 
@@ -130,12 +135,14 @@ def main() -> None:
 
     if params["state"] == "check":
         module.exit_json(changed=False, table=name)
+    diff = {"before_header": f"nft table inet {name}", "after_header": f"nft table inet {name}",
+            "before": before or "", "after": ""}
     if params["state"] == "absent":
         if before is not None and not module.check_mode:
             out = _nft(nft, "delete", "table", "inet", name)
             if out.returncode != 0:
                 module.fail_json(msg=f"cannot delete table {name}: {out.stderr.strip()}")
-        module.exit_json(changed=before is not None, table=name)
+        module.exit_json(changed=before is not None, table=name, **({"diff": diff} if module._diff else {}))
 
     if not params["ports"]:
         module.fail_json(msg="state present needs the worker ports")
@@ -144,14 +151,19 @@ def main() -> None:
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     script = ruleset(name, params["ports"], v4, v6)
+    diff["after"] = script
     if module.check_mode:
-        module.exit_json(changed=before is None, table=name, allowed=v4 + v6, script=script)
+        module.exit_json(
+            changed=before is None, table=name, allowed=v4 + v6, script=script, **({"diff": diff} if module._diff else {})
+        )
     # Replace in one transaction: the ports are never open to all in between.
     prefix = f"table inet {name}\ndelete table inet {name}\n" if before is not None else ""
     out = _nft(nft, script=prefix + script)
     if out.returncode != 0:
         module.fail_json(msg=f"nft refused the rules: {out.stderr.strip()}", script=script)
-    module.exit_json(changed=listing(nft, name) != before, table=name, allowed=v4 + v6)
+    module.exit_json(
+        changed=listing(nft, name) != before, table=name, allowed=v4 + v6, **({"diff": diff} if module._diff else {})
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tarfile
@@ -21,7 +22,9 @@ description:
   - Idempotent for a run that has not been launched yet. Fails, changing nothing, when a
     worker directory of this run already holds a launch record (C(state.json) or
     C(exit.json)): a run id is used once, and an earlier run's files are never touched.
-  - Supports check mode.
+  - Supports check mode and diff mode. The diff lists what the run would have on this
+    host: the TF_CONFIG cluster list (once), every directory, each job file with its
+    sha256, each worker's TF_CONFIG index and port, and the interpreter that trains.
 options:
   base_dir:
     description: Where this host keeps its runs.
@@ -71,6 +74,10 @@ options:
     description: Put the job directory first on each worker's C(PYTHONPATH).
     type: bool
     default: false
+  interpreter:
+    description: The interpreter that will run the job; only shown in the diff (C(~) allowed).
+    type: str
+    default: ""
 """
 
 RETURN = r"""
@@ -95,6 +102,10 @@ written:
 read_back:
   description: Each TF_CONFIG as read from disk after writing, with C(index) and C(content).
   type: list
+diff:
+  description: In diff mode, this host's part of the run before and after, one line per item.
+  type: dict
+  returned: diff mode
 """
 
 LAUNCH_RECORDS = ("state.json", "exit.json")
@@ -242,6 +253,69 @@ def write_files(
     return written, read_back
 
 
+def sha256_text(content: str) -> str:
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+def describe_layout(
+    interpreter: str, dirs: list[str], files: list[tuple[str, str]], configs: list[tuple[str, str]]
+) -> str:
+    """One line per item of a run on a host: the interpreter, the cluster list once, each
+    directory, each job file ``(path, sha256)`` and each TF_CONFIG ``(path, content)``
+    with the worker's index and port. Used for both sides of the diff."""
+    lines = [f"interpreter: {interpreter}"] if interpreter else []
+    parsed = []
+    for path, content in configs:
+        try:
+            data = json.loads(content)
+            workers = [str(w) for w in data["cluster"]["worker"]]
+            index = int(data["task"]["index"])
+        except (ValueError, KeyError, TypeError):
+            parsed.append((path, None, -1, "unreadable TF_CONFIG"))
+            continue
+        endpoint = workers[index] if 0 <= index < len(workers) else "?"
+        parsed.append((path, workers, index, f"index {index}, port {endpoint.rpartition(':')[2]}"))
+    clusters = [workers for _, workers, _, _ in parsed if workers is not None]
+    shared = clusters[0] if clusters and all(c == clusters[0] for c in clusters) else None
+    if shared is not None:
+        lines.append(f"TF_CONFIG cluster ({len(shared)} workers): {', '.join(shared)}")
+    lines += [f"directory {path}/ (mode 0700)" for path in dirs]
+    lines += [f"file {path} sha256 {digest}" for path, digest in files]
+    for path, workers, _, what in parsed:
+        own = "" if shared is not None or workers is None else f", cluster {', '.join(workers)}"
+        lines.append(f"TF_CONFIG {path}: {what}{own}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def layout_diff(
+    interpreter: str, run_dir: str, dirs: list[str], job_dir: str, worker_dirs: dict[str, str],
+    job_files: list[dict[str, Any]], configs: list[dict[str, Any]],
+) -> dict[str, str]:
+    """The diff of this host's run: what exists on disk now against what is wanted."""
+    wanted_files = [(os.path.join(job_dir, str(f.get("name", ""))), str(f.get("content", ""))) for f in job_files]
+    wanted_configs = [
+        (os.path.join(worker_dirs[str(int(c["index"]))], "tf_config.json"), str(c["content"]))
+        for c in configs
+        if str(int(c["index"])) in worker_dirs
+    ]
+
+    def on_disk(path: str) -> str | None:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.read()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    before_files = [(p, sha256_text(c)) for p, c in ((p, on_disk(p)) for p, _ in wanted_files) if c is not None]
+    before_configs = [(p, c) for p, c in ((p, on_disk(p)) for p, _ in wanted_configs) if c is not None]
+    return {
+        "before_header": run_dir,
+        "after_header": run_dir,
+        "before": describe_layout(interpreter, [d for d in dirs if os.path.isdir(d)], before_files, before_configs),
+        "after": describe_layout(interpreter, dirs, [(p, sha256_text(c)) for p, c in wanted_files], wanted_configs),
+    }
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -255,6 +329,7 @@ def main() -> None:
             "job_env": {"type": "dict", "default": {}},
             "visible_devices": {"type": "dict", "default": {}},
             "pythonpath": {"type": "bool", "default": False},
+            "interpreter": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -292,6 +367,13 @@ def main() -> None:
         *worker_dirs.values(),
     ]
     private = {run_dir, job_dir, checkpoint_dir, attempt_dir, *worker_dirs.values()}
+    diff = None
+    if module._diff:
+        interpreter = module.params["interpreter"]
+        diff = layout_diff(
+            os.path.expanduser(interpreter) if interpreter else "", run_dir, [p for p in dict.fromkeys(wanted) if p in private],
+            job_dir, worker_dirs, module.params["job_files"], module.params["configs"],
+        )
     changed = False
     for path in dict.fromkeys(wanted):
         mode = 0o700 if path in private else None
@@ -340,6 +422,7 @@ def main() -> None:
         job_dir=job_dir,
         checkpoint_dir=checkpoint_dir,
         worker_dirs=worker_dirs,
+        **({"diff": diff} if diff is not None else {}),
     )
 
 

@@ -10,9 +10,10 @@ import shutil
 import tempfile
 
 # Keras 3's model.fit fails under MultiWorkerMirroredStrategy with two workers in TF 2.21;
-# tf_keras trains. Set here, before TensorFlow is imported, until the runbook can hand the
-# job environment variables (tf_worker_env): then it belongs in the inventory instead.
-os.environ["TF_USE_LEGACY_KERAS"] = "1"
+# tf_keras trains. The inventory hands TF_USE_LEGACY_KERAS=1 to the job (tf_worker_env):
+# without it, say so at once rather than fail deep inside model.fit.
+if os.environ.get("TF_USE_LEGACY_KERAS") != "1":
+    raise SystemExit("TF_USE_LEGACY_KERAS=1 must be set (tf_worker_env)")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -64,7 +65,8 @@ with strategy.scope():
 multi_worker_model.fit(make_dataset(global_batch_size), epochs=3, steps_per_epoch=5, verbose=2)
 
 task_type, task_id = strategy.cluster_resolver.task_type, strategy.cluster_resolver.task_id
-model_path = write_filepath("model.keras", task_type, task_id)
+model_path = write_filepath(os.path.join("model", "model.keras"), task_type, task_id)
+os.makedirs(os.path.dirname(model_path), exist_ok=True)
 multi_worker_model.save(model_path)  # every worker saves: saving may use collectives
 if not is_chief(task_type, task_id):
     shutil.rmtree(os.path.dirname(model_path))
