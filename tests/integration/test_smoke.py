@@ -10,12 +10,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import browser  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
@@ -84,6 +90,8 @@ def test_smoke_run_trains_two_workers_and_proves_it(dirs: dict[str, Path]) -> No
         "exit_status", "metrics_agree", "chief_marker", "cluster_seen", "training_complete",
     }
 
+    assert_report_drawn(dirs["runs"] / "smoke-1", summary, dirs["runs"].parent)
+
     # Independently of the verifier: both logs hold the same epoch metrics.
     fetched = dirs["runs"] / "smoke-1" / "localhost"
     logs = [(fetched / f"worker-{i}" / "worker.log").read_text() for i in (0, 1)]
@@ -99,10 +107,13 @@ def test_smoke_run_trains_two_workers_and_proves_it(dirs: dict[str, Path]) -> No
         assert not pid_alive(state["pid"]) and not pid_alive(state["supervisor_pid"])
         assert oct((host_run / f"worker-{index}").stat().st_mode & 0o777) == "0o700"
 
-    # collect.yml runs alone on an earlier run and reaches the same verdict.
+    # collect.yml runs alone on an earlier run and reaches the same verdict, and report.
+    (dirs["runs"] / "smoke-1" / "report.html").unlink()
     again = run_playbook("playbooks/collect.yml", *extra(dirs, tf_run_id="smoke-1"))
     assert again.returncode == 0, again.stdout[-3000:]
     assert json.loads((dirs["runs"] / "smoke-1" / "summary.json").read_text())["status"] == "succeeded"
+    assert f"Report: {dirs['runs'] / 'smoke-1' / 'report.html'}" in again.stdout
+    assert 'id="status">SUCCEEDED<' in (dirs["runs"] / "smoke-1" / "report.html").read_text()
 
     # A run id is used once: a second launch under it is refused and changes nothing.
     before = tree_digest(dirs["base"]) | tree_digest(dirs["runs"])
@@ -110,6 +121,37 @@ def test_smoke_run_trains_two_workers_and_proves_it(dirs: dict[str, Path]) -> No
     assert reused.returncode != 0
     assert "already launched" in reused.stdout
     assert tree_digest(dirs["base"]) | tree_digest(dirs["runs"]) == before
+
+
+def assert_report_drawn(run: Path, summary: dict[str, Any], tmp: Path) -> None:
+    """The run's report.html, opened in headless chromium: every chart and the timeline
+    were drawn with non-zero sizes, one curve and one timeline row per worker; the
+    screenshot is kept under .artifacts/ (tests/integration/browser.py)."""
+    report = run / "report.html"
+    assert report.is_file() and report.stat().st_size < 2 * 1024 * 1024
+    assert not re.search(r"https?:|url\(|@import|<script|<link", report.read_text(), re.I)
+    browser.ensure_chromium()
+    drawn = browser.measure(report, tmp)
+    size = summary["cluster"]["size"]
+    metrics = sorted(next(iter(summary["metrics"].values())))
+    assert sorted(c["metric"] for c in drawn["charts"]) == metrics, drawn
+    for chart in drawn["charts"]:
+        assert chart["width"] > 300 and chart["height"] > 100, chart
+        assert [s["worker"] for s in chart["series"]] == [str(i) for i in range(size)], chart
+        for series in chart["series"]:
+            assert series["points"] == len(summary["metrics"]) and series["width"] > 100, chart
+        assert chart["disagreements"] == 0
+    [timeline] = drawn["timelines"]
+    assert timeline["width"] > 600 and timeline["height"] > 40, timeline
+    assert [r["worker"] for r in timeline["rows"]] == [str(i) for i in range(size)]
+    for row in timeline["rows"]:
+        assert row["status"] == "row ok", row
+        for part in ("bar", "epochs", "join", "exit"):
+            assert row[part] and row[part]["width"] > 0 and row[part]["height"] > 0, (part, row)
+        assert row["bar"]["width"] > 100, row
+    shot = browser.screenshot(report, browser.ARTIFACTS / f"report-{summary['run_id']}.png",
+                              min(drawn["page"]["height"], 4000))
+    print(f"report screenshot: {shot}")
 
 
 def test_forks_one_and_two_runs_in_a_row_keep_both_results(dirs: dict[str, Path]) -> None:
@@ -165,6 +207,9 @@ def test_workers_that_disagree_fail_the_verdict(dirs: dict[str, Path], tmp_path:
     assert "metrics_agree: epoch 1 loss: 0.5000 from worker(s) [0], 1.5000 from worker(s) [1]" in result.stdout
     summary = json.loads((dirs["runs"] / "disagree" / "summary.json").read_text())
     assert summary["status"] == "failed"
+    report = (dirs["runs"] / "disagree" / "report.html").read_text()
+    assert "epoch 1: 0.5000 on worker 0; 1.5000 on worker 1" in report
+    assert report.count('class="disagree"') == 2
 
 
 def test_a_crashed_worker_stops_the_others_and_fails_the_run(dirs: dict[str, Path], tmp_path: Path) -> None:
@@ -184,6 +229,9 @@ def test_a_crashed_worker_stops_the_others_and_fails_the_run(dirs: dict[str, Pat
     summary = json.loads((dirs["runs"] / "crash" / "summary.json").read_text())
     assert summary["status"] == "failed"
     assert summary["reason"].startswith("worker 1 on host localhost failed first")
+    report = (dirs["runs"] / "crash" / "report.html").read_text()
+    assert re.findall(r'<g class="row (\w+)" data-worker="(\d)"', report) == [("stopped", "0"), ("culprit", "1")]
+    assert f"Report: {dirs['runs'] / 'crash' / 'report.html'}" in result.stdout
     assert (dirs["runs"] / "crash" / "localhost" / "worker-1" / "worker.log").is_file()
 
 
@@ -280,6 +328,9 @@ def test_a_restart_resumes_from_the_last_completed_epoch(dirs: dict[str, Path], 
         epoch = int(resumed[0].rsplit("=", 1)[1])
         assert 1 <= epoch < 4
         assert epoch_lines(log) == reference[epoch:], (epoch_lines(log), reference)
+    report = (dirs["runs"] / "resume" / "report.html").read_text()
+    assert f"attempt 1 resumed after epoch {epoch}</text>" in report
+    assert re.findall(r'<g class="row (\w+)" data-worker="1"', report) == ["culprit", "ok"]
     # The first attempt's files are kept next to the final one's.
     assert (dirs["runs"] / "resume" / "localhost" / "worker-1" / "worker.log").is_file()
     assert (dirs["base"] / "runs" / "resume" / "retry-1" / "worker-0" / "multiworker-complete.txt").is_file()

@@ -34,6 +34,8 @@ MODULES: dict[str, Path] = {
     "tf_wait": ROLES / "tf_wait" / "filter_plugins" / "tf_wait.py",
     "tf_launch": ROLES / "tf_launch" / "filter_plugins" / "tf_launch.py",
     "tf_verdict": ROLES / "tf_verdict" / "library" / "tf_verdict.py",
+    "tf_report": ROLES / "tf_verdict" / "filter_plugins" / "tf_report.py",
+    "tf_report_action": ROLES / "tf_verdict" / "action_plugins" / "tf_report.py",
     "tf_worker_stop": ROLES / "tf_stop" / "library" / "tf_worker_stop.py",
     "tf_worker_status": ROLES / "tf_wait" / "library" / "tf_worker_status.py",
     "tf_supervisor": SUPERVISOR,

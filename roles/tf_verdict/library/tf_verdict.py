@@ -815,6 +815,133 @@ def table(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+# --- The run report's data: every attempt, worker by worker (added to the summary) ------
+
+
+def _as_int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _pairs(line: str) -> tuple[str, dict[str, str]] | None:
+    match = LINE.match(line.strip())
+    if not match:
+        return None
+    rest = match.group("rest").strip()
+    return rest, {m.group("key"): m.group("value") for m in PAIR.finditer(rest)}
+
+
+def worker_timeline(run_dir: str, worker: dict[str, Any], series: dict[str, Any]) -> dict[str, Any]:
+    """One worker of one attempt as the run report draws it: when it launched, joined
+    (its ``cluster_workers`` line), finished each epoch and exited, with its own metric
+    values per epoch (``series``: what ``parse_log`` or ``parse_keras`` read from its log,
+    as the checks did) and the epoch it resumed after. Times come from the supervisor's
+    ``timed_lines`` in exit.json; they are None where no record says."""
+    exit_ = _dict(worker.get("exit"))
+    state = _dict(_read_json(os.path.join(worker["dir"], "state.json")))
+    joined_at = completed_at = None
+    epoch_at: dict[str, float] = {}
+    for entry in exit_.get("timed_lines") or []:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], (int, float))):
+            continue
+        seen = _pairs(str(entry[1]))
+        if seen is None:
+            continue
+        rest, pairs = seen
+        if rest == "training_complete":
+            completed_at = completed_at or entry[0]
+        elif "epoch" in pairs:
+            value = EPOCH_VALUE.match(pairs["epoch"])
+            if value:
+                epoch_at.setdefault(str(int(value.group("epoch"))), entry[0])
+        elif "cluster_workers" in pairs or "replicas" in pairs:
+            joined_at = joined_at or entry[0]
+    return {
+        "index": worker["index"],
+        "host": worker["host"],
+        "log": os.path.relpath(os.path.join(worker["dir"], "worker.log"), run_dir),
+        "has_log": worker.get("log") is not None,
+        "launched_at": exit_.get("started_at", state.get("started_at")),
+        "joined_at": joined_at,
+        "epoch_at": epoch_at,
+        "completed_at": completed_at,
+        "finished_at": exit_.get("finished_at"),
+        "exit_status": exit_.get("returncode"),
+        "exit_reason": exit_.get("reason"),
+        "signal": exit_.get("signal"),
+        "stopped": stopped_as_victim(exit_),
+        "culprit": False,
+        "resumed_from_epoch": parse_log(worker.get("log") or "").get("resumed"),
+        "metrics": {str(epoch): values for epoch, values in (series.get("epochs") or {}).items()},
+    }
+
+
+def metric_disagreements(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every epoch and metric where the workers of one attempt printed different values."""
+    found = []
+    epochs = sorted({e for row in rows for e in row["metrics"]}, key=lambda e: (_as_int(e) is None, _as_int(e), e))
+    for epoch in epochs:
+        values: dict[str, dict[str, list[int]]] = {}
+        for row in rows:
+            for key, value in (row["metrics"].get(epoch) or {}).items():
+                values.setdefault(key, {}).setdefault(value, []).append(row["index"])
+        for key, seen in sorted(values.items()):
+            if len(seen) > 1:
+                shown = [{"value": value, "workers": idx} for value, idx in sorted(seen.items())]
+                found.append({"epoch": epoch, "metric": key, "values": shown})
+    return found
+
+
+def attempt_timeline(run_dir: str, attempt: int, workers: list[dict[str, Any]], failed: list[Any]) -> dict[str, Any]:
+    """One attempt: its workers, the culprit (the first worker to fail that the runbook did
+    not stop, else the first the wait reported in ``failed``), the epoch it resumed after
+    and where its workers' metrics differ."""
+    # The metrics come from where the checks read them: the contract, else Keras' lines.
+    logs = [parse_log(w.get("log") or "") for w in workers]
+    if not any(p["counts"] or p["errors"] for p in logs):
+        logs = [parse_keras(w.get("log") or "") for w in workers]
+    rows = [worker_timeline(run_dir, w, series) for w, series in zip(workers, logs)]
+    culprits = [r for r in rows if r["exit_status"] not in (None, 0) and not r["stopped"]]
+    culprit = None
+    if culprits:
+        culprit = min(culprits, key=lambda r: r["finished_at"] or float("inf"))["index"]
+    elif failed:
+        culprit = _as_int(failed[0].get("index") if isinstance(failed[0], dict) else failed[0])
+    for row in rows:
+        row["culprit"] = row["index"] == culprit
+    resumed = [r["resumed_from_epoch"] for r in rows if r["resumed_from_epoch"] is not None]
+    launched = [r["launched_at"] for r in rows if r["launched_at"] is not None]
+    ends = [t for r in rows for t in (r["finished_at"], r["completed_at"], *r["epoch_at"].values()) if t is not None]
+    return {
+        "attempt": attempt,
+        "started_at": min(launched) if launched else None,
+        "finished_at": max(ends) if ends else None,
+        "culprit": culprit,
+        "resumed_from_epoch": min(resumed) if resumed else None,
+        "workers": rows,
+        "disagreements": metric_disagreements(rows),
+    }
+
+
+def add_timeline(summary: dict[str, Any], run_dir: str, marker_name: str) -> dict[str, Any]:
+    """Add ``timeline`` to a summary (one entry per attempt, see ``attempt_timeline``) for
+    the run report; every other key stays as it is."""
+    numbers = [a["attempt"] for a in summary.get("attempts") or []] or attempts_in(run_dir) or [0]
+    context = summary.get("context") or {}
+    history = {_as_int(h.get("attempt")): h for h in context.get("attempts") or [] if isinstance(h, dict)}
+    timeline = []
+    for number in numbers:
+        outcome = (history.get(number) or {}).get("outcome") or {}
+        if number == numbers[-1] and not outcome:
+            outcome = context.get("wait") or {}
+        failed = (outcome.get("failed_workers") or []) if isinstance(outcome, dict) else []
+        timeline.append(attempt_timeline(run_dir, number, load_run(run_dir, marker_name, number), failed))
+    summary["timeline"] = timeline
+    return summary
+
+
 def left_out_lines(left_out: dict[str, list[dict[str, Any]]]) -> list[str]:
     """One line per file that stayed on its host because of tf_collect_max_mb."""
     return [
@@ -850,6 +977,11 @@ def main() -> None:
         summary = summarize(params["run_id"], params["run_dir"], params["marker"], params["expected_size"], params["context"])
     except Exception as exc:  # noqa: BLE001 - whatever the run holds, a summary.json is written
         summary = unreadable_summary(params["run_id"], f"{type(exc).__name__}: {exc}", params["context"])
+    try:
+        summary = add_timeline(summary, params["run_dir"], params["marker"])
+    except Exception as exc:  # noqa: BLE001 - the report's data never costs the verdict its summary
+        summary["timeline"] = []
+        summary["timeline_error"] = f"{type(exc).__name__}: {exc}"
     if not module.check_mode:
         try:
             write_summary(params["run_dir"], summary)

@@ -13,7 +13,9 @@ Started by the launch phase through an Ansible async task. It:
   peer and ignores SIGTERM while doing so;
 - on SIGTERM/SIGINT, or a passed deadline, stops the whole process group: SIGTERM, then
   SIGKILL after a grace period;
-- writes ``exit.json`` (return code, signal, reason, times) last, atomically;
+- writes ``exit.json`` (return code, signal, reason, times) last, atomically, with the time
+  it first saw each line of the metrics contract (``worker=...``) in the log, which has no
+  timestamps of its own (the run report's timeline reads them through the verdict);
 - tells the job its attempt number and checkpoint directory through the environment
   (``TF_RUNBOOK_ATTEMPT``, ``TF_RUNBOOK_CHECKPOINT_DIR``);
 - owns the job for its whole life: a keeper process in the job's group holds one end of
@@ -71,6 +73,9 @@ PR_SET_PDEATHSIG = 1
 STOPPED_BY = (
     "operator", "runbook", "signal", "startup-deadline", "job-deadline", "controller", "peer", "supervisor",
 )  # fmt: skip
+# Lines of the metrics contract (``worker=I ...``) timed in exit.json, and at most how many.
+CONTRACT_PREFIX = b"worker="
+MAX_TIMED_LINES = 20000
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -401,6 +406,44 @@ def announce_failure(
                     return
 
 
+class LineClock:
+    """Notes the time at which each contract line first appeared in the log.
+
+    Reads the log incrementally in binary (a partial last line waits for its end) and keeps
+    ``[time, line]`` for lines that start with ``worker=``, at most ``limit`` of them.
+    """
+
+    def __init__(self, path: Path, limit: int = MAX_TIMED_LINES) -> None:
+        self.path = path
+        self.limit = limit
+        self.offset = 0
+        self.partial = b""
+        self.lines: list[list[Any]] = []
+
+    def _note(self, raw: bytes, now: float) -> None:
+        line = raw.strip()
+        if line.startswith(CONTRACT_PREFIX) and len(self.lines) < self.limit:
+            # Rounded down to the millisecond: never later than the exit recorded after it.
+            self.lines.append([int(now * 1000) / 1000, line.decode("utf-8", errors="replace")])
+
+    def poll(self, now: float | None = None, final: bool = False) -> None:
+        now = time.time() if now is None else now
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+                self.offset = handle.tell()
+        except OSError:  # the exit record must be written whatever happened to the log
+            return
+        *complete, self.partial = (self.partial + chunk).split(b"\n")
+        self.partial = self.partial[-65536:]
+        for raw in complete:
+            self._note(raw, now)
+        if final and self.partial:
+            self._note(self.partial, now)
+            self.partial = b""
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Supervise one TensorFlow worker.")
     parser.add_argument("--worker-dir", required=True, type=Path)
@@ -555,6 +598,7 @@ def supervise(args: argparse.Namespace) -> int:
 
     watcher = LogWatcher(log_path, args.startup_pattern)
     peer_watch = PeerWatch(peers, args.peer_timeout) if args.peer_timeout and peers else None
+    clock = LineClock(log_path)
     reason = "exited"
     stopped_by: str | None = None
     t0 = time.monotonic()
@@ -568,6 +612,7 @@ def supervise(args: argparse.Namespace) -> int:
             now = time.monotonic()
             elapsed = now - t0
             joined = watcher.poll()
+            clock.poll()
             if joined and state["joined_at"] is None:
                 state["joined_at"] = time.time()
                 write_json_atomic(worker_dir / STATE_FILE, state)
@@ -598,6 +643,7 @@ def supervise(args: argparse.Namespace) -> int:
         stopped_by, reason = "supervisor", f"supervisor error: {type(exc).__name__}: {exc}"
         stop_group(pgid, child, args.grace)
     returncode = child.wait()
+    clock.poll(final=True)
     if reason == "exited" and stop_reason:
         # The job ended on the same signal the supervisor got, before the loop saw it.
         stopped_by, reason = stop_reason[0]
@@ -606,6 +652,7 @@ def supervise(args: argparse.Namespace) -> int:
         stop_group(pgid, child, min(args.grace, 2.0))
     os.close(keeper_write)
     result = exit_record(returncode, reason, stopped_by, started, watcher.poll())
+    result["timed_lines"] = clock.lines
     write_json_atomic(worker_dir / EXIT_FILE, result)
     if peers and args.peer_timeout and result["returncode"] != 0 and stopped_by is None:
         # The job failed on its own: tell the peers, which would otherwise wait for it.

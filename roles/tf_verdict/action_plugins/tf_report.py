@@ -1,0 +1,128 @@
+"""Write a run's report.html from its summary.json, on the controller.
+
+The layout (chart and timeline geometry) is the ``tf_report_view`` filter of this role;
+this action reads summary.json, applies it and renders the template with Jinja2 directly.
+Rendering the same page through the template module costs seconds for a large run
+(32 workers x 200 epochs), because Ansible wraps and inspects every value of a
+one-megabyte summary; here it takes a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import jinja2
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+DOCUMENTATION = r"""
+action: tf_report
+short_description: Render a run's report.html from its summary.json
+description:
+  - Reads O(summary) (written by the tf_verdict module), lays it out with the
+    C(tf_report_view) filter and renders O(template) into O(dest), atomically, mode 0600.
+  - Runs on the controller. In check mode nothing is written.
+options:
+  summary:
+    description: Path of the run's summary.json.
+    type: path
+    required: true
+  template:
+    description: The report's Jinja template; it gets the layout as C(__tf_verdict_report).
+    type: path
+    required: true
+  dest:
+    description: Path of the report to write.
+    type: path
+    required: true
+"""
+
+RETURN = r"""
+path:
+  description: The report written.
+  type: str
+bytes:
+  description: Its size.
+  type: int
+seconds:
+  description: Time spent laying out and rendering it.
+  type: float
+"""
+
+VIEW_FILTER = Path(__file__).resolve().parents[1] / "filter_plugins" / "tf_report.py"
+
+
+def view_module() -> ModuleType:
+    """The role's tf_report filter plugin, loaded once by its path."""
+    name = "tf_verdict_report_filter"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, VIEW_FILTER)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
+def render_report(summary: dict[str, Any], template_text: str) -> str:
+    """The report page for ``summary`` (the template module's settings: trim_blocks)."""
+    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    template = env.from_string(template_text)
+    return template.render(__tf_verdict_report=view_module().tf_report_view(summary))
+
+
+def write_report(summary_path: str, template_path: str, dest: str) -> dict[str, Any]:
+    """Render and write the report atomically (0600); return its path, size and time."""
+    started = time.perf_counter()
+    try:
+        with open(summary_path, encoding="utf-8") as handle:
+            summary = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise AnsibleActionFail(f"tf_report: cannot read the run's summary {summary_path}: {exc}") from exc
+    try:
+        template_text = Path(template_path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise AnsibleActionFail(f"tf_report: cannot read the report template {template_path}: {exc}") from exc
+    page = render_report(summary, template_text)
+    directory = os.path.dirname(os.path.abspath(dest))
+    fd, tmp = tempfile.mkstemp(prefix=".report.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(page)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, dest)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return {"path": dest, "bytes": len(page.encode()), "seconds": round(time.perf_counter() - started, 3)}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(
+            argument_spec={
+                "summary": {"type": "path", "required": True},
+                "template": {"type": "path", "required": True},
+                "dest": {"type": "path", "required": True},
+            }
+        )
+        template = self._find_needle("templates", args["template"])
+        if self._task.check_mode:
+            result.update(changed=True, path=args["dest"], msg="check mode: the report would be written")
+            return result
+        result.update(write_report(args["summary"], template, args["dest"]))
+        result["changed"] = True
+        return result
