@@ -457,3 +457,15 @@ def test_a_name_and_an_ip_of_one_machine_sharing_a_port_are_refused_as_a_host_se
     ]
     fine = {"a": {"resolved": {"gpu-a": ["10.0.0.1"], "10.0.0.2": ["10.0.0.2"], "gpu-c": ["10.0.0.3"]}}}
     assert tf_preflight.tf_preflight_address_problems(fine, spec) == []
+
+
+def test_a_table_whose_ports_only_counted_down_holds_the_same_rules() -> None:
+    import tf_firewall
+
+    listed = "table inet t {{\n\tset ports {{\n\t\telements = {{ 2940 timeout 10m expires {left} }}\n\t}}\n}}\n"
+    first, later = listed.format(left="9m59s996ms"), listed.format(left="9m41s2ms")
+    assert tf_firewall.same_rules(first, later)
+    assert not tf_firewall.same_rules(first, first.replace("2940", "2941"))
+    assert not tf_firewall.same_rules(first, first.replace("timeout 10m", "timeout 20m"))
+    assert not tf_firewall.same_rules(None, first)
+    assert tf_firewall.same_rules(None, None)

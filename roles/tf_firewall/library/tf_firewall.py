@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -173,6 +174,17 @@ def listing(nft: str, name: str) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
+_COUNTDOWN = re.compile(r" expires [0-9a-z]+")
+
+
+def same_rules(before: str | None, after: str | None) -> bool:
+    """Whether two listings of a table hold the same rules: the time left on each port
+    (``expires 9m59s``) counts down between two listings and is no change."""
+    if before is None or after is None:
+        return before is after
+    return _COUNTDOWN.sub("", before) == _COUNTDOWN.sub("", after)
+
+
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
@@ -236,7 +248,7 @@ def main() -> None:
         module.fail_json(msg=f"nft refused the rules: {out.stderr.strip()}", script=script)
     expired = sweep_expired(nft, name)
     module.exit_json(
-        changed=listing(nft, name) != before or bool(expired), table=name, allowed=v4 + v6, expired=expired,
+        changed=not same_rules(before, listing(nft, name)) or bool(expired), table=name, allowed=v4 + v6, expired=expired,
         expires=params["expires"], **({"diff": diff} if module._diff else {})
     )
 
