@@ -26,6 +26,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
 SUPERVISOR = ROLES / "tf_worker" / "files" / "tf_supervisor.py"
+# The clone as the collection tf_runbook.multiworker (its plugins import the shared
+# plugins/module_utils/ by that name), as ansible.cfg's collections_path finds it.
+sys.path.insert(0, str(REPO / "collections"))
+# The tests' shared helpers (tests/helpers.py).
+sys.path.insert(0, str(REPO / "tests"))
 
 MODULES: dict[str, Path] = {
     "tf_cluster": ROLES / "tf_cluster" / "filter_plugins" / "tf_cluster.py",

@@ -29,6 +29,13 @@ import subprocess
 import time
 from typing import Any
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    LAUNCH_RECORDS,
+    RETRY_PREFIX,
+    WORKER_PREFIX,
+    run_dir_of,
+)
+
 DOCUMENTATION = r"""
 module: tf_preflight_probe
 short_description: Probe a worker host before a TensorFlow run is launched
@@ -128,7 +135,6 @@ failures:
   type: list
 """
 
-LAUNCH_RECORDS = ("state.json", "exit.json")
 STOP = b"stop\n"
 PROBE = "tf-runbook-probe"
 
@@ -229,11 +235,11 @@ def nearest_existing(path: str) -> str:
 
 def launched_record(base_dir: str, run_id: str) -> str:
     """A record that shows ``run_id`` was already launched under ``base_dir``, or ''."""
-    run_dir = os.path.join(base_dir, "runs", run_id)
+    run_dir = run_dir_of(base_dir, run_id)
     if not os.path.isdir(run_dir):
         return ""
     for root, dirs, files in os.walk(run_dir):
-        dirs[:] = [d for d in dirs if d.startswith(("worker-", "retry-"))]
+        dirs[:] = [d for d in dirs if d.startswith((WORKER_PREFIX, RETRY_PREFIX))]
         for record in LAUNCH_RECORDS:
             if record in files:
                 return os.path.join(root, record)
