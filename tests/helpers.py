@@ -5,6 +5,7 @@ put tests/ on sys.path)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -41,3 +42,92 @@ def run_module(path: str | Path, args: dict[str, Any], check_mode: bool = False,
         return json.loads(out.stdout)
     except ValueError as exc:
         raise AssertionError(f"{path} gave no JSON (rc {out.returncode}): {out.stdout}\n{out.stderr}") from exc
+
+
+# -- playbook runs -----------------------------------------------------------------------
+
+PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
+
+
+def playbook_env(**more: str) -> dict[str, str]:
+    """A playbook run's environment: the clone's ansible.cfg, no colours."""
+    return {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", **more}
+
+
+def playbook_argv(
+    playbook: str, *args: str, inventory: Path | None = None, extra: dict[str, Any] | None = None
+) -> list[str]:
+    argv = [str(PLAYBOOK_BIN), playbook]
+    if inventory is not None:
+        argv += ["-i", str(inventory)]
+    if extra is not None:
+        argv += ["-e", json.dumps(extra)]
+    return [*argv, *args]
+
+
+def run_playbook(
+    playbook: str,
+    *args: str,
+    inventory: Path | None = None,
+    extra: dict[str, Any] | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``ansible-playbook`` from the clone as a user does; never raises on failure."""
+    return subprocess.run(
+        playbook_argv(playbook, *args, inventory=inventory, extra=extra),
+        cwd=REPO,
+        env=playbook_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def start_playbook(
+    playbook: str, *args: str, inventory: Path | None = None, extra: dict[str, Any] | None = None
+) -> subprocess.Popen[str]:
+    """Start ``ansible-playbook`` in the background, stdout and stderr together."""
+    return subprocess.Popen(
+        playbook_argv(playbook, *args, inventory=inventory, extra=extra),
+        cwd=REPO,
+        env=playbook_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+# -- files and processes -----------------------------------------------------------------
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file under ``root`` with its sha256, to prove a later run changed nothing."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def proc_stat(pid: int | str) -> tuple[str, list[str]] | None:
+    """``/proc/<pid>/stat`` as (the text up to the command's closing parenthesis, the
+    fields after it: state, ppid, pgrp, ...); None when the process is gone. The command
+    may hold spaces and parentheses, so the split is after the last ')'."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    end = data.rfind(")")
+    return data[: end + 1], data[end + 2 :].split()
+
+
+def pid_running(pid: int) -> bool:
+    """Whether ``pid`` exists and is neither a zombie nor dead."""
+    stat = proc_stat(pid)
+    return stat is not None and stat[1][0] not in ("Z", "X")
+
+
+def processes() -> list[int]:
+    """Every pid of this machine's (or namespace's) process table."""
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
