@@ -5,13 +5,14 @@ put tests/ on sys.path)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 # The clone as the collection tf_runbook.multiworker, as ansible.cfg's collections_path
@@ -131,3 +132,20 @@ def pid_running(pid: int) -> bool:
 def processes() -> list[int]:
     """Every pid of this machine's (or namespace's) process table."""
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+@contextlib.contextmanager
+def port_held(port: int, host: str = "0.0.0.0") -> Iterator[subprocess.Popen[str]]:
+    """A process of this machine listening on ``port`` while the block runs (a port
+    another program already uses); killed and waited for after it."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import socket, time; s = socket.socket(); s.bind(({host!r}, {port})); "
+         "s.listen(); print('ready', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready", f"port {port} not held"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from helpers import run_playbook
+from helpers import port_held, run_playbook
 from nshosts import NamespaceHosts
 from test_preflight import (  # noqa: F401  (sudo_for is a fixture)
     EARLIER,
@@ -103,21 +103,12 @@ def test_check_and_diff_on_local_hosts_preview_the_run_and_change_nothing(tmp_pa
 
 def test_check_refuses_a_bad_inventory_with_the_preflight_message(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 2470)); "
-         "s.listen(); print('ready', flush=True); time.sleep(120)"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    with port_held(2470):
         output = cluster.assert_refused(
             cluster.play("--check", "--diff", tf_run_id="dry"),
             "Preflight refused the run: host w1: worker 1's port 2470 is already in use by pid",
         )
         assert "TF_CONFIG cluster" not in output
-    finally:
-        holder.kill()
-        holder.wait()
     assert not (tmp_path / "w0" / "runs" / "dry").exists() and not (cluster.runs / "dry").exists()
 
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from helpers import run_playbook, tree_digest
+from helpers import port_held, run_playbook, tree_digest
 from nshosts import NamespaceHosts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,20 +134,11 @@ def test_two_workers_on_the_same_address_and_port_are_refused(cluster: LocalClus
 
 
 def test_a_port_already_in_use_is_refused_naming_the_process(cluster: LocalCluster) -> None:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 2470)); "
-         "s.listen(); print('ready', flush=True); time.sleep(120)"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    with port_held(2470) as holder:
         name = Path(f"/proc/{holder.pid}/comm").read_text().strip()
         cluster.assert_refused(
             cluster.play(), f"host w1: worker 1's port 2470 is already in use by pid {holder.pid} ({name})"
         )
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_missing_training_script_is_refused(cluster: LocalCluster) -> None:

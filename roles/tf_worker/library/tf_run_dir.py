@@ -232,26 +232,7 @@ def checkpoint_dir_of(run_dir: str, run_id: str, root: str) -> str:
 
 def write_if_changed(path: str, content: str, check: bool, mode: int = 0o600) -> bool:
     """Write ``content`` atomically when the file is missing or differs; True if it did."""
-    data = content.encode("utf-8")
-    try:
-        with open(path, "rb") as handle:
-            if handle.read() == data and (os.stat(path).st_mode & 0o7777) == mode:
-                return False
-    except FileNotFoundError:
-        pass
-    if check:
-        return True
-    fd, pending = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(pending, mode)
-        os.replace(pending, path)
-    except BaseException:
-        if os.path.exists(pending):
-            os.unlink(pending)
-        raise
-    return True
+    return write_bytes_if_changed(path, content.encode("utf-8"), check, mode)
 
 
 def write_files(
