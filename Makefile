@@ -12,12 +12,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: help setup smoke test lint unit molecule integration multihost bench clean
+.PHONY: help setup smoke test lint unit sanity molecule integration multihost bench clean
 
 help:
 	@echo "make smoke  - set up and run the two-worker smoke training on localhost"
 	@echo "make test   - set up and run every test (lint, unit, molecule, integration)"
-	@echo "make lint | unit | molecule | integration | multihost | bench"
+	@echo "make lint | unit | sanity | molecule | integration | multihost | bench"
 
 # The controller needs Python >= 3.12 (ansible-core 2.21). Look on PATH, then in pyenv and
 # the usual prefixes; say clearly what was tried when none is found.
@@ -54,6 +54,30 @@ lint: setup
 unit: setup
 	$(PYTEST) tests/unit
 
+# The collection tf_runbook.multiworker (galaxy.yml): build it with ansible-galaxy, unpack
+# it under <temporary dir>/ansible_collections/tf_runbook/multiworker/ (where ansible-test
+# needs it, outside this git tree) and run ansible-test sanity on its plugins/, in a
+# virtualenv of its own (.cache/sanity-venv: ansible-test installs its pinned linters
+# there, never in .venv) and a private HOME (.cache/sanity-home) whose pip bootstrap is
+# tests/sanity/get_pip.py.
+SANITY_VENV := $(CURDIR)/.cache/sanity-venv
+SANITY_HOME := $(CURDIR)/.cache/sanity-home
+SANITY_TARGETS := plugins/
+sanity: setup
+	@if [ ! -x "$(SANITY_VENV)/bin/ansible-test" ]; then \
+	  $(VENV)/bin/python -m venv "$(SANITY_VENV)"; \
+	  "$(SANITY_VENV)/bin/python" -m pip install --quiet $$(grep -i '^ansible-core' requirements.txt) 2> >(grep -v "^WARNING: Location" >&2); \
+	fi
+	pip=$$("$(SANITY_VENV)/bin/python" -c 'import re, ansible_test._internal.python_requirements as r, inspect; print(re.search(r"pip=.([0-9.]+)", inspect.getsource(r)).group(1))'); \
+	  mkdir -p "$(SANITY_HOME)/.ansible/test/cache"; \
+	  cp tests/sanity/get_pip.py "$(SANITY_HOME)/.ansible/test/cache/get_pip_$${pip//./_}.py"
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  tree="$$tmp/ansible_collections/tf_runbook/multiworker"; mkdir -p "$$tree"; \
+	  ansible-galaxy collection build --output-path "$$tmp"; \
+	  tar -xzf "$$tmp"/tf_runbook-multiworker-*.tar.gz -C "$$tree"; \
+	  cd "$$tree" && HOME="$(SANITY_HOME)" PATH="$(SANITY_VENV)/bin:$$PATH" \
+	    ansible-test sanity --local --python 3.12 --requirements $(SANITY_TARGETS)
+
 # Every scenario of every role (roles/*/molecule/*/), one role after the other, with the
 # time each took. They share this machine's ports 2940/2950 and /tmp/molecule-tf-*.
 molecule: setup
@@ -75,6 +99,7 @@ multihost: setup
 test: setup
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory sanity
 	$(MAKE) --no-print-directory molecule
 	$(PYTEST) tests/integration --ignore=tests/integration/test_faults.py
 	$(PYTEST) tests/integration/test_faults.py

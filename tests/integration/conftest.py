@@ -25,6 +25,8 @@ import pytest
 
 # Import by plain module name whatever pytest's import mode / package layout.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The tests' shared helpers (tests/helpers.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nshosts import NamespaceHosts, NamespaceHostsError, preflight  # noqa: E402
 

@@ -9,19 +9,16 @@ playbook's exit.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import helpers
 from nshosts import NamespaceHosts
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
 # A default job that runs until stopped: thousands of short epochs.
 LONG_JOB_ARGS = ["--epochs=100000", "--steps-per-epoch=5"]
 
@@ -41,16 +38,7 @@ class Outcome:
 def start_playbook(
     inventory: Path, runs_dir: Path, extra: dict[str, Any], *args: str, playbook: str = "train.yml"
 ) -> subprocess.Popen[str]:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    data = {"tf_runs_dir": str(runs_dir), **extra}
-    return subprocess.Popen(
-        [str(PLAYBOOK_BIN), playbook, "-i", str(inventory), "-e", json.dumps(data), *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return helpers.start_playbook(playbook, *args, inventory=inventory, extra={"tf_runs_dir": str(runs_dir), **extra})
 
 
 def wait_for_log(hosts: NamespaceHosts, host: int, path: str, needle: str, timeout: float = 300) -> None:

@@ -7,14 +7,13 @@ A bad inventory is refused under --check exactly as without it.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
+from helpers import port_held, run_playbook
 from nshosts import NamespaceHosts
 from test_preflight import (  # noqa: F401  (sudo_for is a fixture)
     EARLIER,
@@ -30,8 +29,6 @@ from test_preflight import (  # noqa: F401  (sudo_for is a fixture)
 
 from test_smoke import extra, run_playbook
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
 
 
 def tree(root: Path) -> list[str]:
@@ -52,12 +49,7 @@ def local_port_free(port: int) -> bool:
 
 
 def phase(cluster: LocalCluster, playbook: str, *args: str, **extra: object) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    data = {"tf_runs_dir": str(cluster.runs), **extra}
-    return subprocess.run(
-        [str(PLAYBOOK_BIN), playbook, "-i", str(cluster.inventory()), "-e", json.dumps(data), *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
-    )
+    return run_playbook(playbook, *args, inventory=cluster.inventory(), extra={"tf_runs_dir": str(cluster.runs), **extra})
 
 
 def test_the_smoke_inventory_under_check_ends_with_success_and_creates_nothing(tmp_path: Path) -> None:
@@ -111,21 +103,12 @@ def test_check_and_diff_on_local_hosts_preview_the_run_and_change_nothing(tmp_pa
 
 def test_check_refuses_a_bad_inventory_with_the_preflight_message(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 2470)); "
-         "s.listen(); print('ready', flush=True); time.sleep(120)"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    with port_held(2470):
         output = cluster.assert_refused(
             cluster.play("--check", "--diff", tf_run_id="dry"),
             "Preflight refused the run: host w1: worker 1's port 2470 is already in use by pid",
         )
         assert "TF_CONFIG cluster" not in output
-    finally:
-        holder.kill()
-        holder.wait()
     assert not (tmp_path / "w0" / "runs" / "dry").exists() and not (cluster.runs / "dry").exists()
 
 

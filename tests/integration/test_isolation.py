@@ -17,7 +17,6 @@ itself and the next run sweeps it.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import json
 import os
@@ -29,6 +28,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from helpers import tree_digest
 from nshosts import NamespaceHosts
 from test_preflight import ensure_tool, nft_tables, ns_play
 
@@ -86,9 +86,7 @@ def secondary_address(hosts: NamespaceHosts) -> str:
     return next(str(a) for a in reversed(list(hosts.network.hosts())) if str(a) not in used)
 
 
-def digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+digest = tree_digest
 
 
 def output(result: subprocess.CompletedProcess[str]) -> str:

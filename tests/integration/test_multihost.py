@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
+from helpers import run_playbook
 from nshosts import NamespaceHosts
 from workerenv import HOST_PYTHON, SHARED_VENV_ROOT, WORKER_PINS
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
 class Runbook:
     """Runs the runbook's playbooks against one NamespaceHosts inventory."""
 
@@ -31,17 +28,8 @@ class Runbook:
         self.inventory = hosts.write_inventory(workdir / "inventory" / "hosts.yml", **inventory)
 
     def play(self, playbook: str, *args: str, extra: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
         data = {"tf_runs_dir": str(self.runs), **(extra or {})}
-        return subprocess.run(
-            [str(PLAYBOOK_BIN), playbook, "-i", str(self.inventory), "-e", json.dumps(data), *args],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
+        return run_playbook(playbook, *args, inventory=self.inventory, extra=data, timeout=900)
 
     def summary(self, run_id: str) -> dict[str, Any]:
         return json.loads((self.runs / run_id / "summary.json").read_text())

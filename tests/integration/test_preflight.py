@@ -11,7 +11,6 @@ namespace hosts.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -24,6 +23,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
+from helpers import port_held, run_playbook, tree_digest
 from nshosts import NamespaceHosts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,12 +31,7 @@ PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
 EARLIER = "earlier-run"
 
 
-def digest(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
+digest = tree_digest
 
 
 class LocalCluster:
@@ -72,12 +67,8 @@ class LocalCluster:
         return path
 
     def play(self, *args: str, **extra: Any) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
         data = {"tf_runs_dir": str(self.runs), "tf_run_id": "refused", **extra}
-        return subprocess.run(
-            [str(PLAYBOOK_BIN), "train.yml", "-i", str(self.inventory()), "-e", json.dumps(data), *args],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
-        )
+        return run_playbook("train.yml", *args, inventory=self.inventory(), extra=data)
 
     def assert_refused(self, result: subprocess.CompletedProcess[str], *fragments: str) -> str:
         output = result.stdout + result.stderr
@@ -143,20 +134,11 @@ def test_two_workers_on_the_same_address_and_port_are_refused(cluster: LocalClus
 
 
 def test_a_port_already_in_use_is_refused_naming_the_process(cluster: LocalCluster) -> None:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 2470)); "
-         "s.listen(); print('ready', flush=True); time.sleep(120)"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    with port_held(2470) as holder:
         name = Path(f"/proc/{holder.pid}/comm").read_text().strip()
         cluster.assert_refused(
             cluster.play(), f"host w1: worker 1's port 2470 is already in use by pid {holder.pid} ({name})"
         )
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_missing_training_script_is_refused(cluster: LocalCluster) -> None:

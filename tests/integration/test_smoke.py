@@ -7,7 +7,6 @@ temporary directories so that it can check exactly what a run left behind.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -23,30 +22,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import browser  # noqa: E402
 
+import helpers
+
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
 
 
 def run_playbook(playbook: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run(
-        [str(PLAYBOOK_BIN), playbook, "--limit", "localhost", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    """Every file under root with its sha256, to prove a later run changed nothing."""
-    return {
-        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(root.rglob("*"))
-        if path.is_file()
-    }
+    return helpers.run_playbook(playbook, "--limit", "localhost", *args, timeout=timeout)
 
 
 def pid_alive(pid: int) -> bool:

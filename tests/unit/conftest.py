@@ -26,6 +26,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
 SUPERVISOR = ROLES / "tf_worker" / "files" / "tf_supervisor.py"
+# The clone as the collection tf_runbook.multiworker (its plugins import the shared
+# plugins/module_utils/ by that name), as ansible.cfg's collections_path finds it.
+sys.path.insert(0, str(REPO / "collections"))
+# The tests' shared helpers (tests/helpers.py).
+sys.path.insert(0, str(REPO / "tests"))
+
+import helpers  # noqa: E402
 
 MODULES: dict[str, Path] = {
     "tf_cluster": ROLES / "tf_cluster" / "filter_plugins" / "tf_cluster.py",
@@ -84,17 +91,13 @@ def _zombie_orphans() -> list[int]:
     me = os.getpid()
     own_group = os.getpgrp()
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for pid in helpers.processes():
+        stat = helpers.proc_stat(pid)
+        if stat is None:
             continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
-                data = handle.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(")") + 2 :].split()
+        fields = stat[1]
         if fields[0] == "Z" and int(fields[1]) == me and int(fields[2]) != own_group:
-            found.append(int(entry))
+            found.append(pid)
     return found
 
 

@@ -41,6 +41,7 @@ def write_worker(
     complete: bool = True,
     exit_status: int = 0,
     reason: str = "exited",
+    stopped_by: str | None = None,
     signal: str | None = None,
     finished_at: float | None = None,
 ) -> Path:
@@ -79,6 +80,7 @@ def write_worker(
                 "returncode": exit_status,
                 "signal": signal,
                 "reason": reason,
+                "stopped_by": stopped_by,
                 "started_at": start,
                 "finished_at": finished_at if finished_at is not None else now + 0.5,
                 "joined": True,

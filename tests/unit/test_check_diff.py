@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tf_run_dir
-from test_tf_collect_files import run_module
+from helpers import run_module
 
 CLUSTER = ["10.0.0.1:2222", "10.0.0.1:2223", "10.0.0.2:2222"]
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -14,6 +11,7 @@ import pytest
 import tf_collect_bundle as bundle
 import tf_collect_unpack as unpack
 import tf_run_dir
+from helpers import run_module
 
 PATTERNS = ["worker.log", "exit.json", "state.json", "tf_config.json", "multiworker-complete.txt"]
 
@@ -71,15 +69,6 @@ def test_unpack_ignores_members_it_was_not_told_about_and_unsafe_paths(tmp_path:
     written = unpack.unpack(str(archive), str(dest), ["worker-0/worker.log", "../escape.txt", "/abs.txt"])
     assert written == ["worker-0/worker.log"]
     assert not (tmp_path / "escape.txt").exists() and not (dest / "worker-0" / "extra.txt").exists()
-
-
-def run_module(path: str, args: dict[str, object], check_mode: bool = False) -> dict[str, object]:
-    module_args = dict(args, _ansible_check_mode=check_mode)
-    out = subprocess.run(
-        [sys.executable, path], input=json.dumps({"ANSIBLE_MODULE_ARGS": module_args}),
-        capture_output=True, text=True, check=False,
-    )
-    return json.loads(out.stdout)
 
 
 def test_the_bundle_module_runs_as_ansible_runs_it(tmp_path: Path) -> None:

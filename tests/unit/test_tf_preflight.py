@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -15,6 +14,7 @@ import pytest
 import tf_firewall
 import tf_preflight
 import tf_preflight_probe as probe
+from helpers import run_module
 
 SPEC = {
     "workers": [
@@ -202,13 +202,8 @@ def test_an_endpoint_nobody_listens_on_is_reported_with_the_reason() -> None:
 
 def test_the_probe_module_runs_as_ansible_runs_it(tmp_path: Path) -> None:
     """The module file itself, through AnsibleModule's JSON arguments."""
-    import json
-
-    args = {"ANSIBLE_MODULE_ARGS": {"mode": "host", "ports": [free_port()], "base_dir": str(tmp_path), "run_id": "x"}}
-    out = subprocess.run(
-        [sys.executable, str(Path(probe.__file__))], input=json.dumps(args), capture_output=True, text=True, check=False
-    )
-    result = json.loads(out.stdout)
+    args = {"mode": "host", "ports": [free_port()], "base_dir": str(tmp_path), "run_id": "x"}
+    result = run_module(probe.__file__, args)
     assert result["busy_ports"] == [] and result["run_launched"] == "" and result["free_mb"] > 0
 
 

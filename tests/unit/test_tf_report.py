@@ -139,7 +139,10 @@ def disagreeing(tmp_path: Path) -> dict[str, Any]:
 
 def write_killed(run: Path, hosts: list[str], eps: list[str]) -> None:
     """Worker 1 killed during epoch 2; the runbook stopped the others after it."""
-    stopped = {"complete": False, "exit_status": 143, "reason": "stopped by signal SIGTERM", "signal": "SIGTERM"}
+    stopped = {
+        "complete": False, "exit_status": 143, "reason": "stopped by the runbook", "stopped_by": "runbook",
+        "signal": "SIGTERM",
+    }
     write_worker(run, hosts[0], 0, eps, epochs=range(1, 3), finished_at=T0 + 6.0, **stopped)
     write_worker(run, hosts[1], 1, eps, epochs=range(1, 2), complete=False, exit_status=137, signal="SIGKILL",
                  finished_at=T0 + 4.5)
@@ -201,7 +204,9 @@ def test_timeline_names_the_culprit_victims_and_resume_point(resumed: dict[str, 
 def test_culprit_from_the_wait_when_no_exit_record_says(tmp_path: Path) -> None:
     run = tmp_path / "nolaunch"
     hosts, eps = endpoints(2)
-    write_worker(run, hosts[0], 0, eps, complete=False, exit_status=143, reason="stopped by signal SIGTERM")
+    write_worker(
+        run, hosts[0], 0, eps, complete=False, exit_status=143, reason="stopped by the runbook", stopped_by="runbook"
+    )
     (run / "node0" / "worker-1").mkdir(parents=True)  # never launched: no files at all
     summary = build(run, 2, {"wait": {"failed_workers": [{"index": 1, "host": "node0", "returncode": -1}]}})
     assert summary["timeline"][0]["culprit"] == 1

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import tf_supervisor
+from helpers import pid_running
 from test_tf_supervisor import assert_group_gone, command, job, make_worker_dir, read_json, wait_for
 
 pytestmark = pytest.mark.usefixtures("reaper")
@@ -55,13 +56,7 @@ def launch(supervisor: Path, wdir: Path, script: Path, *options: str) -> subproc
     )  # fmt: skip
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            data = handle.read()
-    except OSError:
-        return False
-    return data[data.rfind(")") + 2 :].split()[0] not in ("Z", "X")
+alive = pid_running
 
 
 def wait_dead(pids: list[int], timeout: float) -> list[int]:

@@ -21,6 +21,8 @@ from typing import Any, Iterator
 
 import pytest
 
+from helpers import proc_stat, processes
+
 pytestmark = pytest.mark.usefixtures("reaper")
 
 TF_CONFIG = {"cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}, "task": {"type": "worker", "index": 1}}
@@ -199,15 +201,10 @@ def wait_for(path: Path, text: str | None = None, timeout: float = 10.0) -> None
 
 def group_members(pgid: int) -> list[str]:
     members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                data = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = data[data.rfind(")") + 2 :].split()
-            if int(fields[2]) == pgid:
-                members.append(f"{entry} state={fields[0]} {data[: data.rfind(')') + 1]}")
+    for pid in processes():
+        stat = proc_stat(pid)
+        if stat is not None and int(stat[1][2]) == pgid:
+            members.append(f"{pid} state={stat[1][0]} {stat[0]}")
     return members
 
 

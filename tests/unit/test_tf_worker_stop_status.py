@@ -146,15 +146,17 @@ def test_stop_worker_kills_the_supervisor_job_and_children(launched: Launched) -
     # The process of the group that moved to another directory was stopped too.
     with pytest.raises(ProcessLookupError):
         os.kill(launched.pids["stray"], 0)
-    assert launched.proc.wait(timeout=10) is not None
+    # The supervisor ended (wait raises TimeoutExpired otherwise) after recording the exit
+    # itself: it outlived its job, and its own status is the record's, not a signal's.
+    supervisor_status = launched.proc.wait(timeout=10)
+    exit_ = json.loads((launched.worker_dir / "exit.json").read_text())
+    assert exit_["reason"] == "stopped by signal SIGTERM"
+    assert exit_["returncode"] == 137
+    assert supervisor_status == exit_["returncode"]
     assert run_processes(str(launched.worker_dir), launched.state) == []
     assert wait_group_gone(launched.state["pgid"]), f"process group {launched.state['pgid']} survived"
     # SIGTERM was ignored: stop_worker had to wait for the grace period, not much more.
     assert 1.0 <= elapsed < 6, f"took {elapsed:.1f} s"
-    # The supervisor outlived its job long enough to record the exit itself.
-    exit_ = json.loads((launched.worker_dir / "exit.json").read_text())
-    assert exit_["reason"] == "stopped by signal SIGTERM"
-    assert exit_["returncode"] == 137
     # A second stop finds nothing left.
     assert stop_worker(str(launched.worker_dir), 1.0) == []
 

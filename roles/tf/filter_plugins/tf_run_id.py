@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import secrets
 from datetime import datetime, timezone
 from typing import Any
 
-try:
-    from ansible.errors import AnsibleFilterError
-except ImportError:  # pragma: no cover - lets the unit tests run without ansible
-    class AnsibleFilterError(Exception):  # type: ignore[no-redef]
-        """Stand-in when ansible is not importable."""
+from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import RUN_ID_RULE, run_id_is_safe
 
 
 DOCUMENTATION = r"""
@@ -31,9 +27,6 @@ EXAMPLES = r"""
   run_once: true
 """
 
-# A run id becomes a directory name on every host and on the controller.
-RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
 
 def tf_run_id_new(
     _value: Any = None, now: datetime | None = None, token: str | None = None
@@ -50,11 +43,8 @@ def tf_run_id_new(
 def tf_run_id_check(run_id: Any) -> str:
     """Return ``run_id`` when it is safe as one path component, else raise."""
     text = "" if run_id is None else str(run_id)
-    if not RUN_ID_PATTERN.fullmatch(text) or text in {".", ".."} or ".." in text:
-        raise AnsibleFilterError(
-            f"tf_run_id {text!r} is not safe as a directory name: use 1-64 letters, digits, "
-            "'.', '_' or '-', starting with a letter or digit, without '..'"
-        )
+    if not run_id_is_safe(text):
+        raise AnsibleFilterError(f"tf_run_id {text!r} is not safe as a directory name: {RUN_ID_RULE}")
     return text
 
 

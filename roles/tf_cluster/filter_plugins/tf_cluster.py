@@ -8,18 +8,13 @@ still consistent.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
-import json
 import re
 import socket
 from typing import Any, Callable
 
-try:
-    from ansible.errors import AnsibleFilterError
-except ImportError:  # pragma: no cover - lets the unit tests run without ansible
-    class AnsibleFilterError(Exception):  # type: ignore[no-redef]
-        """Stand-in when ansible is not importable."""
+from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import cluster_checksum
 
 
 DOCUMENTATION = r"""
@@ -114,11 +109,6 @@ def format_endpoint(address: str, port: int) -> str:
         return f"[{address}]:{port}"
     return f"{address}:{port}"
 
-
-def cluster_checksum(cluster: dict[str, list[str]]) -> str:
-    """Checksum of the cluster dict in a canonical JSON form."""
-    canonical = json.dumps(cluster, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def tf_cluster_spec(

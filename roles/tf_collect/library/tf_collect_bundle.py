@@ -10,6 +10,13 @@ import re
 import tarfile
 from typing import Any
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    JOB_ENV_FILE,
+    RETRY_PREFIX,
+    WORKER_PREFIX,
+    run_dir_of,
+)
+
 DOCUMENTATION = r"""
 module: tf_collect_bundle
 short_description: Pack a run's worker files on a host into one archive
@@ -57,7 +64,7 @@ left_out:
 WORKER_PATH = re.compile(r"^(retry-[0-9]+/)?worker-[0-9]+/[^/]+$")
 BUNDLE_NAME = ".collect.tar.gz"
 # Written by the deploy for the supervisor; may hold secrets, never leaves the host.
-NEVER_COLLECTED = ("job_env.json",)
+NEVER_COLLECTED = (JOB_ENV_FILE,)
 WORKER_DIR = re.compile(r"^(retry-[0-9]+/)?worker-[0-9]+$")
 MB = 1024 * 1024
 
@@ -71,7 +78,7 @@ def artifact_files(run_dir: str, patterns: list[str]) -> list[str]:
     for top in sorted(os.listdir(run_dir)):
         candidates = [top] + (
             [f"{top}/{d}" for d in sorted(os.listdir(os.path.join(run_dir, top)))]
-            if top.startswith("retry-") and os.path.isdir(os.path.join(run_dir, top))
+            if top.startswith(RETRY_PREFIX) and os.path.isdir(os.path.join(run_dir, top))
             else []
         )
         for worker_rel in candidates:
@@ -119,7 +126,7 @@ def run_files(run_dir: str, patterns: list[str]) -> list[str]:
     for root, dirs, files in os.walk(run_dir):
         rel_root = os.path.relpath(root, run_dir)
         depth = 0 if rel_root == "." else rel_root.count(os.sep) + 1
-        dirs[:] = [d for d in dirs if depth < 2 and (d.startswith("worker-") or d.startswith("retry-"))]
+        dirs[:] = [d for d in dirs if depth < 2 and d.startswith((WORKER_PREFIX, RETRY_PREFIX))]
         for name in files:
             rel = os.path.normpath(os.path.join(rel_root, name))
             path = os.path.join(root, name)
@@ -162,7 +169,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    run_dir = os.path.join(os.path.abspath(os.path.expanduser(params["base_dir"])), "runs", params["run_id"])
+    run_dir = run_dir_of(os.path.abspath(os.path.expanduser(params["base_dir"])), params["run_id"])
     if not os.path.isdir(run_dir):
         module.exit_json(
             changed=False, bundle="", files=[], left_out=[], run_dir=run_dir, msg="no such run on this host"

@@ -9,11 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-try:
-    from ansible.errors import AnsibleFilterError
-except ImportError:  # pragma: no cover - lets the unit tests run without ansible
-    class AnsibleFilterError(Exception):  # type: ignore[no-redef]
-        """Stand-in when ansible is not importable."""
+from ansible.errors import AnsibleFilterError
 
 
 DOCUMENTATION = r"""

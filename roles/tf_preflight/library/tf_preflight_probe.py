@@ -7,8 +7,6 @@ Four modes, all read-only for the host's runs:
   can be seen), the free disk space under the base directory, whether the run id was
   already launched here, and how many GPUs the host shows; with ``listen``, it then
   holds short-lived listeners on the ports from a detached process.
-* ``listen``: hold short-lived listeners on this host's worker ports (run as an async
-  task), until every expected peer has said hello, a ``stop`` arrives or the lifetime ends.
 * ``connect``: from this host, open a connection to every worker endpoint of the cluster,
   as TensorFlow will, and report those that cannot be reached and why.
 * ``stop``: tell this host's listeners to end and wait until the ports are free again.
@@ -29,19 +27,26 @@ import subprocess
 import time
 from typing import Any
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    LAUNCH_RECORDS,
+    RETRY_PREFIX,
+    WORKER_PREFIX,
+    run_dir_of,
+)
+
 DOCUMENTATION = r"""
 module: tf_preflight_probe
 short_description: Probe a worker host before a TensorFlow run is launched
 description:
   - C(host) mode reports taken ports with their owning process, free disk space, a run id
     already launched, and the number of GPUs.
-  - C(listen), C(connect) and C(stop) check that every worker can reach every other
-    worker's port, with short-lived listeners in place of TensorFlow.
+  - C(host) with O(listen), then C(connect) and C(stop), check that every worker can reach
+    every other worker's port, with short-lived listeners in place of TensorFlow.
 options:
   mode:
     type: str
     required: true
-    choices: [host, listen, connect, stop, versions]
+    choices: [host, connect, stop, versions]
   ports:
     description: This host's worker ports.
     type: list
@@ -61,18 +66,18 @@ options:
     default: []
   me:
     description: This host's inventory name, sent to each listener (C(connect) mode); with
-      O(run_id), what this host's listener answers and which stop it obeys (C(host),
-      C(listen), C(stop) modes).
+      O(run_id), what this host's listener answers and which stop it obeys (C(host) and
+      C(stop) modes).
     type: str
     default: ""
   peers:
-    description: Inventory names a listener waits to hear from before it ends (C(listen) mode).
+    description: Inventory names a listener waits to hear from before it ends (C(host) mode with O(listen)).
     type: list
     elements: str
     default: []
   timeout:
     description: Seconds to keep trying one endpoint (C(connect)) or for a listener to live
-      (C(listen), and C(host) with O(listen)).
+      (C(host) with O(listen)).
     type: float
     default: 10
   addresses:
@@ -128,7 +133,6 @@ failures:
   type: list
 """
 
-LAUNCH_RECORDS = ("state.json", "exit.json")
 STOP = b"stop\n"
 PROBE = "tf-runbook-probe"
 
@@ -229,11 +233,11 @@ def nearest_existing(path: str) -> str:
 
 def launched_record(base_dir: str, run_id: str) -> str:
     """A record that shows ``run_id`` was already launched under ``base_dir``, or ''."""
-    run_dir = os.path.join(base_dir, "runs", run_id)
+    run_dir = run_dir_of(base_dir, run_id)
     if not os.path.isdir(run_dir):
         return ""
     for root, dirs, files in os.walk(run_dir):
-        dirs[:] = [d for d in dirs if d.startswith(("worker-", "retry-"))]
+        dirs[:] = [d for d in dirs if d.startswith((WORKER_PREFIX, RETRY_PREFIX))]
         for record in LAUNCH_RECORDS:
             if record in files:
                 return os.path.join(root, record)
@@ -510,7 +514,7 @@ def main() -> None:
 
     module = AnsibleModule(
         argument_spec={
-            "mode": {"type": "str", "required": True, "choices": ["host", "listen", "connect", "stop", "versions"]},
+            "mode": {"type": "str", "required": True, "choices": ["host", "connect", "stop", "versions"]},
             "ports": {"type": "list", "elements": "int", "default": []},
             "base_dir": {"type": "str"},
             "run_id": {"type": "str"},
@@ -550,12 +554,6 @@ def main() -> None:
         if not params["python"]:
             module.fail_json(msg="versions mode needs python")
         module.exit_json(changed=False, versions=interpreter_versions(params["python"], params["versions_code"]))
-    elif mode == "listen":
-        try:
-            token = probe_token(params["run_id"], params["me"]) if params["run_id"] else ""
-            module.exit_json(changed=False, **listen(params["ports"], params["peers"], params["timeout"], token))
-        except OSError as exc:
-            module.fail_json(msg=f"cannot listen on {params['ports']}: {exc}")
     elif mode == "connect":
         failures = connect_all(params["endpoints"], params["me"], params["timeout"], params["run_id"])
         module.exit_json(changed=False, failures=failures)

@@ -4,12 +4,22 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    EXIT_FILE,
+    RETRY_PREFIX,
+    STATE_FILE,
+    STOP_FILE,
+    STOP_REQUESTERS,
+    WORKER_PREFIX,
+    killed_exit_record,
+    read_json,
+    write_json_atomic,
+)
 
 DOCUMENTATION = r"""
 module: tf_worker_stop
@@ -58,14 +68,6 @@ workers:
   type: list
   returned: always
 """
-
-
-def _read_json(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -141,17 +143,14 @@ def _signal_all(pids: list[int], sig: int) -> None:
 
 def write_stop_request(worker_dir: str, stopped_by: str, reason: str) -> None:
     """Tell the supervisor who stops it, before it gets the signal (first request wins)."""
-    path = os.path.join(worker_dir, "stop.json")
+    path = os.path.join(worker_dir, STOP_FILE)
     if os.path.exists(path):
         return
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump({"by": stopped_by, "reason": reason, "at": time.time()}, handle, sort_keys=True)
-    os.replace(tmp, path)
+    write_json_atomic(path, {"by": stopped_by, "reason": reason, "at": time.time()})
 
 
 def stop_worker(worker_dir: str, grace: float, stopped_by: str | None = None, reason: str = "") -> list[int]:
-    state = _read_json(os.path.join(worker_dir, "state.json"))
+    state = read_json(os.path.join(worker_dir, STATE_FILE))
     if state is None:
         return []
     pgid = state.get("pgid")
@@ -195,17 +194,18 @@ def main() -> None:
             "run_dir": {"type": "str", "required": True},
             "grace": {"type": "float", "default": 5},
             "reason": {"type": "str", "default": "stopped by the runbook"},
-            "stopped_by": {"type": "str", "default": "runbook", "choices": ["operator", "runbook"]},
+            "stopped_by": {"type": "str", "default": "runbook", "choices": list(STOP_REQUESTERS)},
         },
         supports_check_mode=True,
     )
     run_dir = os.path.abspath(os.path.expanduser(module.params["run_dir"]))
     worker_dirs = sorted(
-        glob.glob(os.path.join(run_dir, "worker-*")) + glob.glob(os.path.join(run_dir, "retry-*", "worker-*"))
+        glob.glob(os.path.join(run_dir, f"{WORKER_PREFIX}*"))
+        + glob.glob(os.path.join(run_dir, f"{RETRY_PREFIX}*", f"{WORKER_PREFIX}*"))
     )
     stopped = []
     for worker_dir in worker_dirs:
-        state = _read_json(os.path.join(worker_dir, "state.json"))
+        state = read_json(os.path.join(worker_dir, STATE_FILE))
         if state is None:
             continue
         if module.check_mode:
@@ -216,7 +216,7 @@ def main() -> None:
             )
         if pids:
             stopped.append({"dir": worker_dir, "pids": pids})
-        exit_path = os.path.join(worker_dir, "exit.json")
+        exit_path = os.path.join(worker_dir, EXIT_FILE)
         if pids and not module.check_mode:
             # Give the supervisor a moment to record the exit itself.
             for _ in range(20):
@@ -224,19 +224,10 @@ def main() -> None:
                     break
                 time.sleep(0.1)
             if not os.path.exists(exit_path):
-                record = {
-                    "returncode": 137,
-                    "signal": "SIGKILL",
-                    "reason": module.params["reason"],
-                    "stopped_by": module.params["stopped_by"],
-                    "started_at": state.get("started_at"),
-                    "finished_at": time.time(),
-                    "joined": None,
-                }
-                tmp = exit_path + ".tmp"
-                with open(tmp, "w", encoding="utf-8") as handle:
-                    json.dump(record, handle, sort_keys=True)
-                os.replace(tmp, exit_path)
+                record = killed_exit_record(
+                    module.params["reason"], module.params["stopped_by"], state.get("started_at"), time.time()
+                )
+                write_json_atomic(exit_path, record)
     module.exit_json(changed=bool(stopped), stopped=stopped, workers=worker_dirs, run_dir=run_dir)
 
 

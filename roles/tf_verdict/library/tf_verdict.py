@@ -11,6 +11,16 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    CONFIG_FILE,
+    EXIT_FILE,
+    LOG_FILE,
+    STATE_FILE,
+    attempt_dir_of,
+    printable,
+    read_json,
+    stopped_as_victim,
+)
 
 DOCUMENTATION = r"""
 module: tf_verdict
@@ -226,20 +236,6 @@ def stopped_by_runbook(exit_: dict[str, Any]) -> str | None:
     if reason == "exited":
         return None
     return str(reason) if reason else "the exit record gives no reason"
-
-
-# Who stopped a worker that was only collateral of another's failure or of a decision:
-# the wait stopping the rest of the run, an operator's stop.yml, a peer's failure heard.
-VICTIM_STOPS = frozenset({"runbook", "operator", "peer"})
-
-
-def stopped_as_victim(exit_: dict[str, Any]) -> bool:
-    """Whether the runbook stopped this worker because of someone else (it is then no
-    culprit). Reads the exit record's structured ``stopped_by``; a record without one
-    (an older supervisor) is read by its reason's ``stopped by`` prefix."""
-    if "stopped_by" in exit_:
-        return exit_.get("stopped_by") in VICTIM_STOPS
-    return str(exit_.get("reason", "")).startswith("stopped by")
 
 
 def _finite(value: str) -> bool:
@@ -569,19 +565,6 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _read_json(path: str) -> dict | None:
-    """A JSON object from ``path``; None when the file is missing, unreadable or holds
-    anything but an object."""
-    text = _read(path)
-    if text is None:
-        return None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _listdir(path: str) -> list[str]:
     try:
         return sorted(os.listdir(path))
@@ -616,9 +599,7 @@ def load_run(run_dir: str, marker_name: str, attempt: int = 0) -> list[dict[str,
     ``run_dir/<host>/retry-<attempt>/worker-<index>`` for a restart."""
     workers = []
     for host in _listdir(run_dir):
-        host_dir = os.path.join(run_dir, host)
-        if attempt:
-            host_dir = os.path.join(host_dir, f"retry-{attempt}")
+        host_dir = attempt_dir_of(os.path.join(run_dir, host), attempt)
         if not os.path.isdir(host_dir):
             continue
         for name in _listdir(host_dir):
@@ -631,9 +612,9 @@ def load_run(run_dir: str, marker_name: str, attempt: int = 0) -> list[dict[str,
                     "index": int(match.group(1)),
                     "host": host,
                     "dir": wdir,
-                    "log": _read(os.path.join(wdir, "worker.log")),
-                    "exit": _read_json(os.path.join(wdir, "exit.json")),
-                    "config": _read_json(os.path.join(wdir, "tf_config.json")),
+                    "log": _read(os.path.join(wdir, LOG_FILE)),
+                    "exit": read_json(os.path.join(wdir, EXIT_FILE)),
+                    "config": read_json(os.path.join(wdir, CONFIG_FILE)),
                     "marker": marker_inside(marker_name) and os.path.exists(os.path.join(wdir, marker_name)),
                 }
             )
@@ -666,14 +647,11 @@ def _port(endpoint: str) -> int | None:
     return _int(endpoint.rsplit(":", 1)[1]) if ":" in endpoint else None
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
 def _log_tail(text: str | None, lines: int = 5) -> list[str]:
     """The last non-blank lines of a log, with control characters shown as escapes
     (``\\x1b``): they reach the operator's terminal in the failure reason."""
     tail = [line for line in (text or "").splitlines() if line.strip()][-lines:]
-    return [_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), line) for line in tail]
+    return [printable(line) for line in tail]
 
 
 def _finished_at(worker: dict[str, Any]) -> float:
@@ -751,7 +729,7 @@ def summarize(run_id: str, run_dir: str, marker_name: str, expected_size: int, c
                 "port": _port(cluster[w["index"]]) if w["index"] < len(cluster) else None,
                 "exit_status": _dict(w["exit"]).get("returncode"),
                 "exit_reason": _dict(w["exit"]).get("reason"),
-                "log": os.path.join(w["dir"], "worker.log"),
+                "log": os.path.join(w["dir"], LOG_FILE),
             }
             for w in workers
         ],
@@ -840,7 +818,7 @@ def worker_timeline(run_dir: str, worker: dict[str, Any], series: dict[str, Any]
     as the checks did) and the epoch it resumed after. Times come from the supervisor's
     ``timed_lines`` in exit.json; they are None where no record says."""
     exit_ = _dict(worker.get("exit"))
-    state = _dict(_read_json(os.path.join(worker["dir"], "state.json")))
+    state = _dict(read_json(os.path.join(worker["dir"], STATE_FILE)))
     joined_at = completed_at = None
     epoch_at: dict[str, float] = {}
     for entry in exit_.get("timed_lines") or []:
@@ -861,7 +839,7 @@ def worker_timeline(run_dir: str, worker: dict[str, Any], series: dict[str, Any]
     return {
         "index": worker["index"],
         "host": worker["host"],
-        "log": os.path.relpath(os.path.join(worker["dir"], "worker.log"), run_dir),
+        "log": os.path.relpath(os.path.join(worker["dir"], LOG_FILE), run_dir),
         "has_log": worker.get("log") is not None,
         "launched_at": exit_.get("started_at", state.get("started_at")),
         "joined_at": joined_at,

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from typing import Any
 
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import printable
 
 display = Display()
 
@@ -47,17 +47,6 @@ options:
   (all other options): passed to the tf_worker_status module.
 """
 
-
-# Control characters (C0, DEL, C1) of a worker's output; ESC among them starts the
-# terminal escape sequences that must not reach the operator's terminal raw.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def printable(text: Any) -> str:
-    """``text`` safe to print on a terminal: every control character shown as an escape
-    (``\\x1b``), so that a worker's log line cannot move the cursor, recolour or retitle
-    the operator's terminal, or hide earlier output."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 def deadline_passed(deadline: Any, now: float) -> bool:

@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    EXIT_FILE,
+    LOG_FILE,
+    STATE_FILE,
+    read_json,
+    retry_index,
+    worker_index,
+)
 
 DOCUMENTATION = r"""
 module: tf_worker_status
@@ -94,14 +101,6 @@ launch:
 """
 
 
-def _read_json(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
-
-
 def _tail(path: str, lines: int, max_bytes: int = 65536) -> list[str]:
     try:
         with open(path, "rb") as handle:
@@ -118,7 +117,7 @@ def _async_failure(job_id: str | None) -> str | None:
     """The error of a launch whose async job ended without starting the supervisor."""
     if not job_id:
         return None
-    result = _read_json(os.path.join(os.path.expanduser("~/.ansible_async"), job_id))
+    result = read_json(os.path.join(os.path.expanduser("~/.ansible_async"), job_id))
     # While the job runs the file holds {"started": 1, "finished": 0}; the module's final
     # result replaces it, with no "finished" key of its own.
     if not result or result.get("finished") == 0 or not (result.get("failed") or result.get("rc", 0) != 0):
@@ -145,9 +144,9 @@ def supervisor_alive(pid: object, worker_dir: str) -> bool:
 
 def worker_state(entry: dict, progress: re.Pattern, tail_lines: int) -> dict:
     wdir = entry["dir"]
-    state = _read_json(os.path.join(wdir, "state.json"))
-    exit_ = _read_json(os.path.join(wdir, "exit.json"))
-    tail = _tail(os.path.join(wdir, "worker.log"), max(tail_lines, 50))
+    state = read_json(os.path.join(wdir, STATE_FILE))
+    exit_ = read_json(os.path.join(wdir, EXIT_FILE))
+    tail = _tail(os.path.join(wdir, LOG_FILE), max(tail_lines, 50))
     progress_lines = [line for line in tail if progress.search(line)]
     info = {
         "index": int(entry["index"]),
@@ -163,7 +162,7 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int) -> dict:
     }
     if exit_ is None and state is not None and not supervisor_alive(state.get("supervisor_pid"), wdir):
         # It may have written exit.json just before it ended: read it again.
-        exit_ = _read_json(os.path.join(wdir, "exit.json"))
+        exit_ = read_json(os.path.join(wdir, EXIT_FILE))
         if exit_ is None:
             info.update(
                 state="exited",
@@ -199,17 +198,19 @@ def find_workers(run_dir: str) -> tuple[list[dict], dict]:
     """The worker directories of the run's latest attempt, and its launch record."""
     attempts = [(0, run_dir)]
     for name in os.listdir(run_dir) if os.path.isdir(run_dir) else []:
-        if name.startswith("retry-") and name[6:].isdigit():
-            attempts.append((int(name[6:]), os.path.join(run_dir, name)))
+        retry = retry_index(name)
+        if retry is not None:
+            attempts.append((retry, os.path.join(run_dir, name)))
     attempt, attempt_dir = max(attempts)
     workers = []
     for name in sorted(os.listdir(attempt_dir)) if os.path.isdir(attempt_dir) else []:
-        if name.startswith("worker-") and name[7:].isdigit():
-            workers.append({"index": int(name[7:]), "dir": os.path.join(attempt_dir, name)})
+        index = worker_index(name)
+        if index is not None:
+            workers.append({"index": index, "dir": os.path.join(attempt_dir, name)})
     workers.sort(key=lambda w: w["index"])
     launch: dict = {"attempt": attempt}
     for worker in workers:
-        state = _read_json(os.path.join(worker["dir"], "state.json"))
+        state = read_json(os.path.join(worker["dir"], STATE_FILE))
         if state and isinstance(state.get("launch"), dict):
             launch = {**state["launch"], "attempt": attempt}
             break

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
-try:
-    from ansible.errors import AnsibleFilterError
-except ImportError:  # pragma: no cover - lets the unit tests run without ansible
-    class AnsibleFilterError(Exception):  # type: ignore[no-redef]
-        """Stand-in when ansible is not importable."""
+from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import cluster_checksum
 
 
 DOCUMENTATION = r"""
@@ -31,11 +27,6 @@ EXAMPLES = r"""
     mode: "0600"
 """
 
-
-def cluster_checksum(cluster: Any) -> str:
-    """Checksum of a cluster dict in canonical JSON form."""
-    canonical = json.dumps(cluster, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def tf_config(spec: dict[str, Any], index: Any) -> dict[str, Any]:

@@ -11,6 +11,19 @@ import tempfile
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    CHECKPOINTS_DIR,
+    CONFIG_FILE,
+    JOB_DIR,
+    JOB_ENV_FILE,
+    LAUNCH_RECORDS,
+    RUN_ID_RULE,
+    RUNS_DIR,
+    attempt_dir_of,
+    run_dir_of,
+    run_id_is_safe,
+    worker_dir_name,
+)
 
 DOCUMENTATION = r"""
 module: tf_run_dir
@@ -117,9 +130,6 @@ diff:
   returned: diff mode
 """
 
-LAUNCH_RECORDS = ("state.json", "exit.json")
-# The supervisor reads it; never collected (it may hold secrets).
-JOB_ENV_FILE = "job_env.json"
 
 
 def job_env_files(
@@ -213,7 +223,7 @@ def checkpoint_dir_of(run_dir: str, run_id: str, root: str) -> str:
     set a root (``~`` expanded for this user). Raises ValueError for a relative root,
     which would otherwise land in each worker's working directory."""
     if not root:
-        return os.path.join(run_dir, "checkpoints")
+        return os.path.join(run_dir, CHECKPOINTS_DIR)
     expanded = os.path.expanduser(root)
     if not os.path.isabs(expanded):
         raise ValueError(f"tf_checkpoint_dir {root!r} is not an absolute path (nor starts with ~)")
@@ -222,26 +232,7 @@ def checkpoint_dir_of(run_dir: str, run_id: str, root: str) -> str:
 
 def write_if_changed(path: str, content: str, check: bool, mode: int = 0o600) -> bool:
     """Write ``content`` atomically when the file is missing or differs; True if it did."""
-    data = content.encode("utf-8")
-    try:
-        with open(path, "rb") as handle:
-            if handle.read() == data and (os.stat(path).st_mode & 0o7777) == mode:
-                return False
-    except FileNotFoundError:
-        pass
-    if check:
-        return True
-    fd, pending = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(pending, mode)
-        os.replace(pending, path)
-    except BaseException:
-        if os.path.exists(pending):
-            os.unlink(pending)
-        raise
-    return True
+    return write_bytes_if_changed(path, content.encode("utf-8"), check, mode)
 
 
 def write_files(
@@ -258,7 +249,7 @@ def write_files(
         index = str(int(entry["index"]))
         if index not in worker_dirs:
             raise ValueError(f"TF_CONFIG for worker {index}, which does not run on this host")
-        targets.append((os.path.join(worker_dirs[index], "tf_config.json"), str(entry["content"]), int(index)))
+        targets.append((os.path.join(worker_dirs[index], CONFIG_FILE), str(entry["content"]), int(index)))
     written = []
     for path, content, _ in targets:
         if not os.path.isdir(os.path.dirname(path)):
@@ -315,7 +306,7 @@ def layout_diff(
     """The diff of this host's run: what exists on disk now against what is wanted."""
     wanted_files = [(os.path.join(job_dir, str(f.get("name", ""))), str(f.get("content", ""))) for f in job_files]
     wanted_configs = [
-        (os.path.join(worker_dirs[str(int(c["index"]))], "tf_config.json"), str(c["content"]))
+        (os.path.join(worker_dirs[str(int(c["index"]))], CONFIG_FILE), str(c["content"]))
         for c in configs
         if str(int(c["index"])) in worker_dirs
     ]
@@ -356,11 +347,11 @@ def main() -> None:
         supports_check_mode=True,
     )
     run_id = module.params["run_id"]
-    if not run_id or "/" in run_id or run_id in {".", ".."}:
-        module.fail_json(msg=f"run id {run_id!r} is not one path component")
+    if not run_id_is_safe(run_id):
+        module.fail_json(msg=f"run id {run_id!r} is not safe as a directory name: {RUN_ID_RULE}")
     base_dir = os.path.abspath(os.path.expanduser(module.params["base_dir"]))
-    run_dir = os.path.join(base_dir, "runs", run_id)
-    job_dir = os.path.join(run_dir, "job")
+    run_dir = run_dir_of(base_dir, run_id)
+    job_dir = os.path.join(run_dir, JOB_DIR)
     try:
         checkpoint_dir = checkpoint_dir_of(run_dir, run_id, module.params["checkpoint_root"])
     except ValueError as exc:
@@ -368,8 +359,8 @@ def main() -> None:
     attempt = module.params["attempt"]
     if attempt < 0:
         module.fail_json(msg=f"attempt {attempt} is negative")
-    attempt_dir = run_dir if attempt == 0 else os.path.join(run_dir, f"retry-{attempt}")
-    worker_dirs = {str(i): os.path.join(attempt_dir, f"worker-{i}") for i in module.params["indices"]}
+    attempt_dir = attempt_dir_of(run_dir, attempt)
+    worker_dirs = {str(i): os.path.join(attempt_dir, worker_dir_name(i)) for i in module.params["indices"]}
 
     for index, path in worker_dirs.items():
         for record in LAUNCH_RECORDS:
@@ -384,7 +375,7 @@ def main() -> None:
 
     wanted = [
         base_dir,
-        os.path.join(base_dir, "runs"),
+        os.path.join(base_dir, RUNS_DIR),
         run_dir,
         job_dir,
         attempt_dir,
@@ -392,7 +383,7 @@ def main() -> None:
         checkpoint_dir,
     ]
     # The base directory and runs/ too: an existing one keeps no wider mode.
-    private = {base_dir, os.path.join(base_dir, "runs"), run_dir, job_dir, checkpoint_dir, attempt_dir,
+    private = {base_dir, os.path.join(base_dir, RUNS_DIR), run_dir, job_dir, checkpoint_dir, attempt_dir,
                *worker_dirs.values()}
     diff = None
     if module._diff:

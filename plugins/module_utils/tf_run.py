@@ -1,0 +1,149 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The on-disk contract of a run, in one place (issue 12).
+
+A run lives on every host under ``<tf_worker_base_dir>/runs/<run_id>/``: the job
+directory ``job/``, a worker directory ``worker-<index>/`` per worker of the first attempt
+and ``retry-<n>/worker-<index>/`` per restart. A worker directory holds the records its
+supervisor (``roles/tf_worker/files/tf_supervisor.py``) writes; the supervisor stays
+standard-library only on the host and keeps its own copies of the constants below, which
+``tests/unit/test_tf_run_contract.py`` checks are equal to these.
+
+Every module, action and filter that reads or writes a run's files imports this module,
+as ``ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from typing import Any
+
+# Layout.
+RUNS_DIR = "runs"
+JOB_DIR = "job"
+CHECKPOINTS_DIR = "checkpoints"
+WORKER_PREFIX = "worker-"
+RETRY_PREFIX = "retry-"
+
+# The records of a worker directory.
+STATE_FILE = "state.json"
+EXIT_FILE = "exit.json"
+LOG_FILE = "worker.log"
+CONFIG_FILE = "tf_config.json"
+JOB_ENV_FILE = "job_env.json"
+# Written by tf_worker_stop before it signals: who asked for the stop, and why.
+STOP_FILE = "stop.json"
+# A worker directory holding one of these was launched: it is never launched again.
+LAUNCH_RECORDS = (STATE_FILE, EXIT_FILE)
+
+# The fields of exit.json.
+EXIT_FIELDS = ("returncode", "signal", "reason", "stopped_by", "started_at", "finished_at", "joined")
+# Values of exit.json's "stopped_by": who ended the job; None when it exited on its own.
+STOPPED_BY = (
+    "operator", "runbook", "signal", "startup-deadline", "job-deadline", "controller", "peer", "supervisor",
+)  # fmt: skip
+# Who can ask a stop through stop.json (tf_worker_stop's choices).
+STOP_REQUESTERS = ("operator", "runbook")
+# Stops that make a worker collateral of another's failure or of a decision (the wait
+# stopping the rest of the run, an operator's stop.yml, a peer's failure heard): such a
+# worker is a victim, never the culprit of a failed run.
+VICTIM_STOPS = frozenset({"runbook", "operator", "peer"})
+
+# A run id becomes a directory name on every host and on the controller.
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+RUN_ID_RULE = "use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit, without '..'"
+
+# Control characters (C0, DEL, C1); ESC among them starts terminal escape sequences.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def run_id_is_safe(run_id: Any) -> bool:
+    """Whether ``run_id`` is safe as one path component (see RUN_ID_RULE)."""
+    text = "" if run_id is None else str(run_id)
+    return bool(RUN_ID_PATTERN.fullmatch(text)) and ".." not in text
+
+
+def run_dir_of(base_dir: str, run_id: str) -> str:
+    """A run's directory under a host's (or the controller's) base directory."""
+    return os.path.join(base_dir, RUNS_DIR, run_id)
+
+
+def attempt_dir_of(run_dir_path: str, attempt: int) -> str:
+    """The directory of one attempt's worker directories: the run's own for the first
+    launch (0), ``retry-<n>/`` for restart n."""
+    return run_dir_path if attempt == 0 else os.path.join(run_dir_path, f"{RETRY_PREFIX}{attempt}")
+
+
+def worker_dir_name(index: Any) -> str:
+    return f"{WORKER_PREFIX}{int(index)}"
+
+
+def worker_index(name: str) -> int | None:
+    """The index of a worker directory's name (``worker-3``: 3); None for another name."""
+    rest = name[len(WORKER_PREFIX):] if name.startswith(WORKER_PREFIX) else ""
+    return int(rest) if rest.isdigit() else None
+
+
+def retry_index(name: str) -> int | None:
+    """The attempt of a restart directory's name (``retry-2``: 2); None for another name."""
+    rest = name[len(RETRY_PREFIX):] if name.startswith(RETRY_PREFIX) else ""
+    return int(rest) if rest.isdigit() else None
+
+
+def read_json(path: str) -> dict[str, Any] | None:
+    """A JSON object from ``path``; None when the file is missing, unreadable or holds
+    anything but an object."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    """Write JSON so that a reader sees either the old file or the whole new one (the
+    temporary name carries the writer's pid: two writers never share one)."""
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, sort_keys=True)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def cluster_checksum(cluster: Any) -> str:
+    """Checksum of a cluster dict in canonical JSON form (the same on every host)."""
+    canonical = json.dumps(cluster, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def killed_exit_record(reason: str, stopped_by: str, started_at: Any, finished_at: float) -> dict[str, Any]:
+    """The exit record of a worker whose supervisor was gone or killed before it could
+    write one: SIGKILL, with who stopped it and why."""
+    return {
+        "returncode": 137,
+        "signal": "SIGKILL",
+        "reason": reason,
+        "stopped_by": stopped_by,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "joined": None,
+    }
+
+
+def stopped_as_victim(exit_record: dict[str, Any]) -> bool:
+    """Whether the runbook stopped this worker because of someone else (it is then no
+    culprit): the exit record's structured ``stopped_by``, never its free-text reason."""
+    return exit_record.get("stopped_by") in VICTIM_STOPS
+
+
+def printable(text: Any) -> str:
+    """``text`` safe to print on a terminal: every control character shown as an escape
+    (``\\x1b``), so that a worker's log line cannot move the cursor, recolour or retitle
+    the operator's terminal, or hide earlier output."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))

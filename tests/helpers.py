@@ -1,0 +1,151 @@
+"""Helpers shared by the unit and integration tests (issue 12): one copy of each.
+
+Imported as ``import helpers`` (tests/unit/conftest.py and tests/integration/conftest.py
+put tests/ on sys.path)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+REPO = Path(__file__).resolve().parents[1]
+# The clone as the collection tf_runbook.multiworker, as ansible.cfg's collections_path
+# finds it: the plugins import the shared plugins/module_utils/ by that name.
+COLLECTIONS = REPO / "collections"
+
+
+def module_env(**more: str) -> dict[str, str]:
+    """The environment of a module run as a plain script: the collection importable, as
+    AnsiballZ bundles it for a real run."""
+    path = os.pathsep.join(p for p in (str(COLLECTIONS), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **more}
+
+
+def run_module(path: str | Path, args: dict[str, Any], check_mode: bool = False, **env: str) -> dict[str, Any]:
+    """Run a module file as Ansible runs it (JSON arguments on stdin); its JSON result."""
+    module_args = dict(args, _ansible_check_mode=check_mode)
+    out = subprocess.run(
+        [sys.executable, str(path)],
+        input=json.dumps({"ANSIBLE_MODULE_ARGS": module_args}),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env=module_env(**env),
+    )
+    try:
+        return json.loads(out.stdout)
+    except ValueError as exc:
+        raise AssertionError(f"{path} gave no JSON (rc {out.returncode}): {out.stdout}\n{out.stderr}") from exc
+
+
+# -- playbook runs -----------------------------------------------------------------------
+
+PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
+
+
+def playbook_env(**more: str) -> dict[str, str]:
+    """A playbook run's environment: the clone's ansible.cfg, no colours."""
+    return {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", **more}
+
+
+def playbook_argv(
+    playbook: str, *args: str, inventory: Path | None = None, extra: dict[str, Any] | None = None
+) -> list[str]:
+    argv = [str(PLAYBOOK_BIN), playbook]
+    if inventory is not None:
+        argv += ["-i", str(inventory)]
+    if extra is not None:
+        argv += ["-e", json.dumps(extra)]
+    return [*argv, *args]
+
+
+def run_playbook(
+    playbook: str,
+    *args: str,
+    inventory: Path | None = None,
+    extra: dict[str, Any] | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``ansible-playbook`` from the clone as a user does; never raises on failure."""
+    return subprocess.run(
+        playbook_argv(playbook, *args, inventory=inventory, extra=extra),
+        cwd=REPO,
+        env=playbook_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def start_playbook(
+    playbook: str, *args: str, inventory: Path | None = None, extra: dict[str, Any] | None = None
+) -> subprocess.Popen[str]:
+    """Start ``ansible-playbook`` in the background, stdout and stderr together."""
+    return subprocess.Popen(
+        playbook_argv(playbook, *args, inventory=inventory, extra=extra),
+        cwd=REPO,
+        env=playbook_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+# -- files and processes -----------------------------------------------------------------
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file under ``root`` with its sha256, to prove a later run changed nothing."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def proc_stat(pid: int | str) -> tuple[str, list[str]] | None:
+    """``/proc/<pid>/stat`` as (the text up to the command's closing parenthesis, the
+    fields after it: state, ppid, pgrp, ...); None when the process is gone. The command
+    may hold spaces and parentheses, so the split is after the last ')'."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    end = data.rfind(")")
+    return data[: end + 1], data[end + 2 :].split()
+
+
+def pid_running(pid: int) -> bool:
+    """Whether ``pid`` exists and is neither a zombie nor dead."""
+    stat = proc_stat(pid)
+    return stat is not None and stat[1][0] not in ("Z", "X")
+
+
+def processes() -> list[int]:
+    """Every pid of this machine's (or namespace's) process table."""
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+@contextlib.contextmanager
+def port_held(port: int, host: str = "0.0.0.0") -> Iterator[subprocess.Popen[str]]:
+    """A process of this machine listening on ``port`` while the block runs (a port
+    another program already uses); killed and waited for after it."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import socket, time; s = socket.socket(); s.bind(({host!r}, {port})); "
+         "s.listen(); print('ready', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready", f"port {port} not held"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()

@@ -1,0 +1,51 @@
+"""The shared test helpers (tests/helpers.py) do what the integration tests rely on."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import helpers
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_port_held_takes_the_port_and_gives_it_back() -> None:
+    port = free_port()
+    with helpers.port_held(port, "127.0.0.1") as holder:
+        assert helpers.pid_running(holder.pid)
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) == 0
+    assert holder.returncode is not None and not helpers.pid_running(holder.pid)
+
+
+def test_tree_digest_sees_every_file_and_every_change(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x").write_text("1")
+    (tmp_path / "y").write_text("2")
+    before = helpers.tree_digest(tmp_path)
+    assert sorted(before) == ["a/x", "y"]
+    (tmp_path / "y").write_text("3")
+    assert helpers.tree_digest(tmp_path)["y"] != before["y"]
+
+
+def test_proc_stat_reads_this_process() -> None:
+    stat = helpers.proc_stat(os.getpid())
+    assert stat is not None
+    comm, fields = stat
+    assert comm.endswith(")") and int(fields[1]) == os.getppid() and int(fields[2]) == os.getpgrp()
+    assert os.getpid() in helpers.processes()
+    assert helpers.proc_stat(2**22 + 1) is None
+
+
+def test_the_playbook_argv_names_inventory_and_extra_vars() -> None:
+    argv = helpers.playbook_argv("train.yml", "--check", inventory=Path("/i"), extra={"tf_run_id": "r"})
+    assert argv == [str(Path(sys.executable).with_name("ansible-playbook")), "train.yml", "-i", "/i",
+                    "-e", '{"tf_run_id": "r"}', "--check"]  # fmt: skip
+    assert helpers.playbook_env()["ANSIBLE_CONFIG"] == str(helpers.REPO / "ansible.cfg")

@@ -1,0 +1,142 @@
+"""The run's on-disk contract lives in one module (issue 12):
+``plugins/module_utils/tf_run.py``. The supervisor, standard-library only on the hosts,
+keeps copies of its constants, checked here; no other plugin spells them out."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tf_supervisor
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_run
+
+REPO = Path(__file__).resolve().parents[2]
+SUPERVISOR = REPO / "roles" / "tf_worker" / "files" / "tf_supervisor.py"
+# The contract's literals no plugin may spell out again.
+CONTRACT_LITERALS = {
+    tf_run.STATE_FILE, tf_run.EXIT_FILE, tf_run.LOG_FILE, tf_run.CONFIG_FILE, tf_run.JOB_ENV_FILE,
+    tf_run.STOP_FILE, tf_run.WORKER_PREFIX, tf_run.RETRY_PREFIX, tf_run.RUNS_DIR,
+}  # fmt: skip
+DOC_NAMES = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["STATE_FILE", "EXIT_FILE", "LOG_FILE", "CONFIG_FILE", "JOB_ENV_FILE", "STOP_FILE", "STOPPED_BY"],
+)
+def test_the_supervisor_keeps_the_contracts_constants(name: str) -> None:
+    assert getattr(tf_supervisor, name) == getattr(tf_run, name)
+
+
+def test_the_supervisors_exit_record_has_the_contracts_fields() -> None:
+    record = tf_supervisor.exit_record(-signal.SIGTERM, "stopped", "runbook", 1.0, True)
+    assert tuple(record) == tf_run.EXIT_FIELDS
+    assert record["returncode"] == 128 + signal.SIGTERM
+
+
+def test_a_killed_workers_record_has_the_contracts_fields() -> None:
+    record = tf_run.killed_exit_record("stopped by the operator", "operator", 1.0, 2.0)
+    assert tuple(record) == tf_run.EXIT_FIELDS
+    assert (record["returncode"], record["stopped_by"]) == (137, "operator")
+
+
+def test_stop_requesters_and_victims_are_stopped_by_values() -> None:
+    assert set(tf_run.STOP_REQUESTERS) <= set(tf_run.STOPPED_BY)
+    assert tf_run.VICTIM_STOPS <= set(tf_run.STOPPED_BY)
+
+
+@pytest.mark.parametrize(
+    ("run_id", "safe"),
+    [("20260101T000000Z-abc123", True), ("exp1", True), ("a" * 64, True), ("a" * 65, False),
+     ("../x", False), ("a..b", False), (".", False), ("", False), (None, False), ("a/b", False), ("-a", False)],
+)  # fmt: skip
+def test_run_id_rules(run_id: Any, safe: bool) -> None:
+    assert tf_run.run_id_is_safe(run_id) is safe
+
+
+def test_layout() -> None:
+    run = tf_run.run_dir_of("/b", "r1")
+    assert run == "/b/runs/r1"
+    assert tf_run.attempt_dir_of(run, 0) == run
+    assert tf_run.attempt_dir_of(run, 2) == "/b/runs/r1/retry-2"
+    assert tf_run.worker_dir_name("3") == "worker-3"
+    assert [tf_run.worker_index(n) for n in ("worker-3", "worker-x", "retry-1", "worker-")] == [3, None, None, None]
+    assert [tf_run.retry_index(n) for n in ("retry-2", "retry-", "worker-1")] == [2, None, None]
+
+
+def test_json_read_and_atomic_write(tmp_path: Path) -> None:
+    path = str(tmp_path / "exit.json")
+    assert tf_run.read_json(path) is None
+    tf_run.write_json_atomic(path, {"b": 1, "a": [1]})
+    assert tf_run.read_json(path) == {"a": [1], "b": 1}
+    assert os.listdir(tmp_path) == ["exit.json"]
+    (tmp_path / "list.json").write_text("[1]")
+    (tmp_path / "bad.json").write_text("{")
+    assert tf_run.read_json(str(tmp_path / "list.json")) is None
+    assert tf_run.read_json(str(tmp_path / "bad.json")) is None
+    assert json.loads((tmp_path / "exit.json").read_text()) == {"a": [1], "b": 1}
+
+
+def test_cluster_checksum_ignores_key_order() -> None:
+    one = tf_run.cluster_checksum({"worker": ["a:1"], "ps": ["b:2"]})
+    assert one == tf_run.cluster_checksum({"ps": ["b:2"], "worker": ["a:1"]})
+    assert one != tf_run.cluster_checksum({"worker": ["b:2"], "ps": ["a:1"]})
+
+
+@pytest.mark.parametrize(
+    ("record", "victim"),
+    [({"stopped_by": "peer"}, True), ({"stopped_by": None, "reason": "stopped by the operator"}, False),
+     ({"reason": "stopped by signal SIGTERM"}, False), ({"stopped_by": "job-deadline"}, False)],
+)  # fmt: skip
+def test_only_the_structured_field_makes_a_victim(record: dict[str, Any], victim: bool) -> None:
+    assert tf_run.stopped_as_victim(record) is victim
+
+
+def test_printable_escapes_control_characters() -> None:
+    assert tf_run.printable("a\x1b[2Jb\x9b\tc") == "a\\x1b[2Jb\\x9b\\tc"
+
+
+def plugin_files() -> list[Path]:
+    roles = REPO / "roles"
+    return sorted(
+        path
+        for kind in ("library", "action_plugins", "filter_plugins")
+        for path in roles.glob(f"*/{kind}/*.py")
+    )
+
+
+def code_literals(path: Path) -> set[str]:
+    """String constants of a file's code: not its docstrings nor its documentation blocks."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in DOC_NAMES for t in node.targets):
+            skipped.update(id(n) for n in ast.walk(node.value))
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and ast.get_docstring(node) is not None:
+            skipped.add(id(node.body[0].value))  # type: ignore[attr-defined]
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped
+    }
+
+
+@pytest.mark.parametrize("path", plugin_files(), ids=lambda p: f"{p.parts[-3]}/{p.parts[-2]}/{p.name}")
+def test_no_plugin_spells_out_the_contract(path: Path) -> None:
+    spelled = sorted(code_literals(path) & CONTRACT_LITERALS)
+    assert not spelled, f"{path.name} writes {spelled} itself: import them from tf_run"
+
+
+def test_plugins_that_touch_a_runs_files_import_the_contract() -> None:
+    touching = [p for p in plugin_files() if "module_utils.tf_run import" in p.read_text(encoding="utf-8")]
+    names = {p.name for p in touching}
+    assert {
+        "tf_run_dir.py", "tf_preflight_probe.py", "tf_worker_status.py", "tf_worker_stop.py",
+        "tf_collect_bundle.py", "tf_verdict.py", "tf_cluster.py", "tf_worker_config.py", "tf_run_id.py",
+    } <= names  # fmt: skip
