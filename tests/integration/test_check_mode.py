@@ -27,8 +27,8 @@ from test_preflight import (  # noqa: F401  (sudo_for is a fixture)
     sudo_for,
 )
 
-from test_smoke import extra, run_playbook
-
+from test_smoke import extra
+from test_smoke import run_playbook as run_smoke_playbook
 
 
 def tree(root: Path) -> list[str]:
@@ -55,7 +55,7 @@ def phase(cluster: LocalCluster, playbook: str, *args: str, **extra: object) -> 
 def test_the_smoke_inventory_under_check_ends_with_success_and_creates_nothing(tmp_path: Path) -> None:
     """The report of issue 15: `train.yml --limit localhost --check` failed in the wait phase."""
     dirs = {"base": tmp_path / "host", "runs": tmp_path / "runs"}
-    result = run_playbook("train.yml", "--check", *extra(dirs, tf_run_id="dry", tf_worker_port=2480))
+    result = run_smoke_playbook("train.yml", "--check", *extra(dirs, tf_run_id="dry", tf_worker_port=2480))
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "--check: run dry would start 2 worker(s)" in result.stdout
     assert list(tmp_path.iterdir()) == []
