@@ -99,11 +99,11 @@ def test_smoke_run_trains_two_workers_and_proves_it(dirs: dict[str, Path]) -> No
     assert 'id="status">SUCCEEDED<' in (dirs["runs"] / "smoke-1" / "report.html").read_text()
 
     # A run id is used once: a second launch under it is refused and changes nothing.
-    before = tree_digest(dirs["base"]) | tree_digest(dirs["runs"])
+    before = helpers.tree_digest(dirs["base"]) | helpers.tree_digest(dirs["runs"])
     reused = run_playbook("train.yml", *extra(dirs, tf_run_id="smoke-1"))
     assert reused.returncode != 0
     assert "already launched" in reused.stdout
-    assert tree_digest(dirs["base"]) | tree_digest(dirs["runs"]) == before
+    assert helpers.tree_digest(dirs["base"]) | helpers.tree_digest(dirs["runs"]) == before
 
 
 def assert_report_drawn(run: Path, summary: dict[str, Any], tmp: Path) -> None:
@@ -248,10 +248,10 @@ def test_stop_playbook_ends_a_run_the_controller_abandoned(dirs: dict[str, Path]
         assert record["returncode"] != 0 and "stopped" in record["reason"]
 
     # Safe to run twice: nothing left to stop, nothing changes.
-    before = tree_digest(run)
+    before = helpers.tree_digest(run)
     again = run_playbook("playbooks/stop.yml", *extra(dirs, tf_run_id="abandoned"))
     assert again.returncode == 0 and "changed: [localhost]" not in again.stdout
-    assert tree_digest(run) == before
+    assert helpers.tree_digest(run) == before
 
 
 def uninterrupted_epochs(tmp: Path, train_args: list[str]) -> list[str]:

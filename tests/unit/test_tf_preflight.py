@@ -455,8 +455,6 @@ def test_a_name_and_an_ip_of_one_machine_sharing_a_port_are_refused_as_a_host_se
 
 
 def test_a_table_whose_ports_only_counted_down_holds_the_same_rules() -> None:
-    import tf_firewall
-
     listed = "table inet t {{\n\tset ports {{\n\t\telements = {{ 2940 timeout 10m expires {left} }}\n\t}}\n}}\n"
     first, later = listed.format(left="9m59s996ms"), listed.format(left="9m41s2ms")
     assert tf_firewall.same_rules(first, later)
