@@ -464,3 +464,38 @@ def test_a_stop_ends_the_announcement(tmp_path: Path) -> None:
         peer.close()
         timer.cancel()
     assert time.monotonic() - started < 4
+
+
+def test_the_failure_is_heard_at_once_while_the_announcer_probes_its_peers() -> None:
+    """A peer that listens and stays silent makes every probe of the announcer take about a
+    second; a connection arriving meanwhile must still be answered at once, or two
+    supervisors whose checks fall in step never hear each other."""
+    port = free_port()
+    peer = socket.create_server(("127.0.0.1", 0))  # silent: each probe of it waits
+    stop: list[bool] = []
+    announcer = threading.Thread(
+        target=tf_supervisor.announce_failure,
+        args=(port, [(1, "127.0.0.1", peer.getsockname()[1])], "worker exit status 137", 30, lambda: bool(stop)),
+    )
+    announcer.start()
+    try:
+        heard = []
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
+                    conn.settimeout(0.3)
+                    heard.append(conn.recv(200))
+            except OSError:
+                heard.append(b"")
+            time.sleep(0.13)
+        answered = [h for h in heard if h.startswith(b"TF-RUNBOOK-FAILED worker exit status 137")]
+        # Allow the first tries before the port is bound; after that every try is answered.
+        first = next(i for i, h in enumerate(heard) if h)
+        assert len(answered) == len(heard) - first, heard
+        assert len(answered) >= 20
+    finally:
+        stop.append(True)
+        announcer.join(10)
+        peer.close()
+    assert not announcer.is_alive()

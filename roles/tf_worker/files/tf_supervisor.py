@@ -49,6 +49,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -373,37 +374,69 @@ class PeerWatch:
         return None
 
 
+def bind_announcer(port: int, attempts: int = 10) -> socket.socket | None:
+    """A listening socket on this worker's port, retried for a few seconds: the job's own
+    server may take a moment to let go of it."""
+    for attempt in range(attempts):
+        try:
+            if socket.has_dualstack_ipv6():
+                return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+            return socket.create_server(("", port))
+        except OSError:
+            if attempt + 1 < attempts:
+                time.sleep(0.5)
+    return None
+
+
+def serve_announcement(server: socket.socket, message: bytes, done: threading.Event) -> None:
+    """Answer every connection with ``message`` until ``done`` is set."""
+    server.settimeout(0.2)
+    while not done.is_set():
+        try:
+            conn, _ = server.accept()
+        except socket.timeout:
+            continue
+        except OSError:
+            if done.wait(0.2):
+                return
+            continue
+        with conn:
+            try:
+                conn.settimeout(1.0)
+                conn.sendall(message)
+            except OSError:
+                pass
+
+
 def announce_failure(
     port: int, peers: list[tuple[int, str, int]], reason: str, window: float, stopped: Callable[[], bool]
 ) -> None:
     """Answer every connection to this worker's port with the failure, until every peer
     port refuses (they stopped), ``window`` seconds passed or ``stopped()`` is true (a
-    stop reached the supervisor)."""
-    try:
-        if socket.has_dualstack_ipv6():
-            server = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, reuse_port=False)
-        else:
-            server = socket.create_server(("", port))
-    except OSError:
+    stop reached the supervisor).
+
+    The answering runs in a thread of its own: while this one probes the peers (up to a
+    second each time), a peer probing this port must still hear the failure at once,
+    or two supervisors whose checks fall in step would never hear each other."""
+    server = bind_announcer(port)
+    if server is None:
         return
     message = ANNOUNCE_MAGIC + reason.replace("\n", " ").encode("utf-8")[:400] + b"\n"
     end = time.monotonic() + window
-    next_check = 0.0
-    with server:
-        server.settimeout(0.5)
+    done = threading.Event()
+    answering = threading.Thread(target=serve_announcement, args=(server, message, done), daemon=True)
+    answering.start()
+    try:
         while time.monotonic() < end and not stopped():
-            try:
-                conn, _ = server.accept()
-                with conn:
-                    conn.settimeout(1.0)
-                    conn.sendall(message)
-            except (socket.timeout, OSError):
-                pass
-            if peers and time.monotonic() >= next_check:
-                next_check = time.monotonic() + WATCH_SECONDS
+            time.sleep(min(WATCH_SECONDS, max(0.0, end - time.monotonic())))
+            if peers and not stopped():
                 probes = probe_peers(peers, 1.0)
                 if all(status in ("refused", "unreachable") for status, _ in probes.values()):
                     return
+    finally:
+        done.set()
+        answering.join(2.0)
+        server.close()
 
 
 class LineClock:
