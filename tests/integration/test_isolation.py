@@ -33,7 +33,7 @@ from nshosts import NamespaceHosts
 from test_preflight import ensure_tool, nft_tables, ns_play
 
 REPO = Path(__file__).resolve().parents[2]
-FIREWALL_MODULE = REPO / "roles" / "tf_firewall" / "library" / "tf_firewall.py"
+FIREWALL_MODULE = REPO / "plugins" / "modules" / "tf_firewall.py"
 SUDOERS = Path("/etc/sudoers.d/tf-runbook-tests-isolation")
 
 # An unrelated service: accepts anything and appends what it is sent to a file.

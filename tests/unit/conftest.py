@@ -25,6 +25,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
+PLUGINS = REPO / "plugins"
 SUPERVISOR = ROLES / "tf_worker" / "files" / "tf_supervisor.py"
 # The clone as the collection tf_runbook.multiworker (its plugins import the shared
 # plugins/module_utils/ by that name), as ansible.cfg's collections_path finds it.
@@ -35,26 +36,26 @@ sys.path.insert(0, str(REPO / "tests"))
 import helpers  # noqa: E402
 
 MODULES: dict[str, Path] = {
-    "tf_cluster": ROLES / "tf_cluster" / "filter_plugins" / "tf_cluster.py",
-    "tf_run_id": ROLES / "tf" / "filter_plugins" / "tf_run_id.py",
-    "tf_worker_config": ROLES / "tf_worker" / "filter_plugins" / "tf_worker_config.py",
-    "tf_wait": ROLES / "tf_wait" / "filter_plugins" / "tf_wait.py",
-    "tf_launch": ROLES / "tf_launch" / "filter_plugins" / "tf_launch.py",
-    "tf_verdict": ROLES / "tf_verdict" / "library" / "tf_verdict.py",
-    "tf_report": ROLES / "tf_verdict" / "filter_plugins" / "tf_report.py",
-    "tf_report_action": ROLES / "tf_verdict" / "action_plugins" / "tf_report.py",
-    "tf_worker_stop": ROLES / "tf_stop" / "library" / "tf_worker_stop.py",
-    "tf_worker_status": ROLES / "tf_wait" / "library" / "tf_worker_status.py",
+    "tf_cluster": PLUGINS / "filter" / "tf_cluster.py",
+    "tf_run_id": PLUGINS / "filter" / "tf_run_id.py",
+    "tf_worker_config": PLUGINS / "filter" / "tf_worker_config.py",
+    "tf_wait": PLUGINS / "filter" / "tf_wait.py",
+    "tf_launch": PLUGINS / "filter" / "tf_launch.py",
+    "tf_verdict": PLUGINS / "modules" / "tf_verdict.py",
+    "tf_report": PLUGINS / "filter" / "tf_report.py",
+    "tf_report_action": PLUGINS / "action" / "tf_report.py",
+    "tf_worker_stop": PLUGINS / "modules" / "tf_worker_stop.py",
+    "tf_worker_status": PLUGINS / "modules" / "tf_worker_status.py",
     "tf_supervisor": SUPERVISOR,
-    "tf_preflight": ROLES / "tf_preflight" / "filter_plugins" / "tf_preflight.py",
-    "tf_preflight_probe": ROLES / "tf_preflight" / "library" / "tf_preflight_probe.py",
-    "tf_firewall": ROLES / "tf_firewall" / "library" / "tf_firewall.py",
-    "tf_collect_bundle": ROLES / "tf_collect" / "library" / "tf_collect_bundle.py",
-    "tf_collect_unpack": ROLES / "tf_collect" / "action_plugins" / "tf_collect_bundle.py",
-    "tf_run_dir": ROLES / "tf_worker" / "library" / "tf_run_dir.py",
-    "tf_job_archive": ROLES / "tf_preflight" / "library" / "tf_job_archive.py",
-    "tf_worker_job": ROLES / "tf_preflight" / "filter_plugins" / "tf_worker_job.py",
-    "tf_worker_status_action": ROLES / "tf_wait" / "action_plugins" / "tf_worker_status.py",
+    "tf_preflight": PLUGINS / "filter" / "tf_preflight.py",
+    "tf_preflight_probe": PLUGINS / "modules" / "tf_preflight_probe.py",
+    "tf_firewall": PLUGINS / "modules" / "tf_firewall.py",
+    "tf_collect_bundle": PLUGINS / "modules" / "tf_collect_bundle.py",
+    "tf_collect_unpack": PLUGINS / "action" / "tf_collect_bundle.py",
+    "tf_run_dir": PLUGINS / "modules" / "tf_run_dir.py",
+    "tf_job_archive": PLUGINS / "modules" / "tf_job_archive.py",
+    "tf_worker_job": PLUGINS / "filter" / "tf_worker_job.py",
+    "tf_worker_status_action": PLUGINS / "action" / "tf_worker_status.py",
 }
 
 

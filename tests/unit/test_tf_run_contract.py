@@ -103,11 +103,11 @@ def test_printable_escapes_control_characters() -> None:
 
 
 def plugin_files() -> list[Path]:
-    roles = REPO / "roles"
+    plugins = REPO / "plugins"
     return sorted(
         path
-        for kind in ("library", "action_plugins", "filter_plugins")
-        for path in roles.glob(f"*/{kind}/*.py")
+        for kind in ("modules", "action", "filter")
+        for path in plugins.glob(f"{kind}/*.py")
     )
 
 

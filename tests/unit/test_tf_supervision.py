@@ -343,8 +343,8 @@ def _load(name: str, relative: str) -> Any:
     return module
 
 
-tf_attempts = _load("tf_attempts", "roles/tf_attempts/filter_plugins/tf_attempts.py")
-tf_ranges = _load("tf_ranges", "roles/tf/filter_plugins/tf_ranges.py")
+tf_attempts = _load("tf_attempts", "plugins/filter/tf_attempts.py")
+tf_ranges = _load("tf_ranges", "plugins/filter/tf_ranges.py")
 import tf_launch  # noqa: E402
 import tf_wait  # noqa: E402
 

@@ -92,7 +92,7 @@ class ActionModule(ActionBase):
         dest = args.pop("dest", None)
         if not dest:
             return {**result, "failed": True, "msg": "dest is required"}
-        packed = self._execute_module(module_name="tf_collect_bundle", module_args=args, task_vars=task_vars)
+        packed = self._execute_module(module_name="tf_runbook.multiworker.tf_collect_bundle", module_args=args, task_vars=task_vars)
         if packed.get("failed"):
             return {**result, **packed}
         files = packed.get("files", [])

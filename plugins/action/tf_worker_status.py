@@ -119,7 +119,9 @@ class ActionModule(ActionBase):
         for _ in range(rounds):
             try:
                 status = self._execute_module(
-                    module_name="tf_worker_status", module_args=args, task_vars=task_vars
+                    module_name="tf_runbook.multiworker.tf_worker_status",
+                    module_args=args,
+                    task_vars=task_vars,
                 )
             except AnsibleConnectionFailure as exc:
                 if flag_file:

@@ -9,19 +9,18 @@ one-megabyte summary; here it takes a fraction of a second.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jinja2
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+
+from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_report import tf_report_view
 
 DOCUMENTATION = r"""
 action: tf_report
@@ -57,26 +56,11 @@ seconds:
   type: float
 """
 
-VIEW_FILTER = Path(__file__).resolve().parents[1] / "filter_plugins" / "tf_report.py"
-
-
-def view_module() -> ModuleType:
-    """The role's tf_report filter plugin, loaded once by its path."""
-    name = "tf_verdict_report_filter"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, VIEW_FILTER)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules[name] = module
-    return sys.modules[name]
-
-
 def render_report(summary: dict[str, Any], template_text: str) -> str:
     """The report page for ``summary`` (the template module's settings: trim_blocks)."""
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     template = env.from_string(template_text)
-    return template.render(__tf_verdict_report=view_module().tf_report_view(summary))
+    return template.render(__tf_verdict_report=tf_report_view(summary))
 
 
 def write_report(summary_path: str, template_path: str, dest: str) -> dict[str, Any]:
