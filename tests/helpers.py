@@ -123,6 +123,12 @@ def proc_stat(pid: int | str) -> tuple[str, list[str]] | None:
     return data[: end + 1], data[end + 2 :].split()
 
 
+def kill_quietly(pid: int) -> None:
+    """SIGKILL ``pid`` if it still exists (the end of a test that started it)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, 9)
+
+
 def pid_running(pid: int) -> bool:
     """Whether ``pid`` exists and is neither a zombie nor dead."""
     stat = proc_stat(pid)

@@ -534,6 +534,17 @@ class NamespaceHosts:
         self.setup_seconds = time.monotonic() - t0
         return self
 
+
+    @staticmethod
+    def _start_keygen(comment: str, key: Path) -> subprocess.Popen[bytes]:
+        """Start ssh-keygen writing a new passphrase-less ed25519 key pair to ``key``."""
+        return subprocess.Popen(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)],
+            stdin=subprocess.DEVNULL,
+            env=dict(_SAFE_ENV),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
     def _setup(self) -> None:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd privsep dir
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -595,48 +606,10 @@ class NamespaceHosts:
                     "Give each instance its own workdir."
                 )
             self._own(p)
-        keygens = [
-            subprocess.Popen(
-                [
-                    "ssh-keygen",
-                    "-q",
-                    "-t",
-                    "ed25519",
-                    "-N",
-                    "",
-                    "-C",
-                    f"{self.user}@{self.prefix}",
-                    "-f",
-                    str(self.client_key),
-                ],
-                stdin=subprocess.DEVNULL,
-                env=dict(_SAFE_ENV),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
-        ]
+        keygens = [self._start_keygen(f"{self.user}@{self.prefix}", self.client_key)]
         for h in self.hosts:
             h.state_dir.mkdir(mode=0o700)
-            keygens.append(
-                subprocess.Popen(
-                    [
-                        "ssh-keygen",
-                        "-q",
-                        "-t",
-                        "ed25519",
-                        "-N",
-                        "",
-                        "-C",
-                        f"{h.name}.{self.prefix}",
-                        "-f",
-                        str(h.state_dir / "ssh_host_ed25519_key"),
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    env=dict(_SAFE_ENV),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                )
-            )
+            keygens.append(self._start_keygen(f"{h.name}.{self.prefix}", h.state_dir / "ssh_host_ed25519_key"))
         for kg in keygens:
             out, _ = kg.communicate(timeout=30)
             if kg.returncode != 0:

@@ -14,7 +14,7 @@ import pytest
 import tf_firewall
 import tf_preflight
 import tf_preflight_probe as probe
-from helpers import run_module
+from helpers import kill_quietly, run_module
 
 SPEC = {
     "workers": [
@@ -265,10 +265,7 @@ def test_the_host_probe_can_leave_listeners_served_by_a_detached_process() -> No
         # Every peer said hello on every port: the server ends and frees the ports.
         assert probe.stop_listeners(ports, 10) == []
     finally:
-        try:
-            os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
+        kill_quietly(pid)
 
 
 def test_stop_frees_ports_of_a_detached_listener_still_waiting_for_peers() -> None:
@@ -382,10 +379,7 @@ def test_the_probe_of_the_right_host_and_run_passes_and_another_run_does_not() -
         assert probe.connect_all([endpoint], "b", 2.0, run_id="r1") == []
         assert probe.stop_listeners([port], 10, probe.probe_token("r1", "a"), pid) == []
     finally:
-        try:
-            os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
+        kill_quietly(pid)
 
 
 def test_stop_sends_nothing_to_a_process_that_is_not_the_probes_listener() -> None:
@@ -405,10 +399,7 @@ def test_stop_sends_nothing_to_a_process_that_is_not_the_probes_listener() -> No
         assert probe.bind_error(other.port) != 0
     finally:
         other.close()
-        try:
-            os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
+        kill_quietly(pid)
 
 
 def test_a_stop_for_another_run_does_not_end_the_listener() -> None:
