@@ -17,35 +17,6 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import cluster_checksum
 
 
-DOCUMENTATION = r"""
-name: tf_cluster_spec
-short_description: Build the ordered TensorFlow worker cluster from play hosts
-description:
-  - Takes one entry per host, in inventory order, each with C(host), C(address), C(port)
-    and C(slots); returns every worker with its index, slot and endpoint, the C(cluster)
-    dict for TF_CONFIG and a checksum of the cluster list.
-  - Slot C(s) of a host listens on C(port + s). Worker 0 is the chief.
-options:
-  _input:
-    description: Hosts in worker order.
-    type: list
-    elements: dict
-    required: true
-"""
-
-EXAMPLES = r"""
-- name: Compute the cluster once
-  ansible.builtin.set_fact:
-    tf_cluster_spec: "{{ hosts_info | tf_cluster_spec }}"
-  run_once: true
-"""
-
-RETURN = r"""
-_value:
-  description: C(workers), C(cluster), C(size) and C(checksum).
-  type: dict
-"""
-
 MAX_PORT = 65535
 # A host name: labels of letters, digits, '-' and '_', separated by dots.
 HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*$")
@@ -108,7 +79,6 @@ def format_endpoint(address: str, port: int) -> str:
     if ":" in address and not address.startswith("["):
         return f"[{address}]:{port}"
     return f"{address}:{port}"
-
 
 
 def tf_cluster_spec(

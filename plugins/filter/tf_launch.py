@@ -4,17 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-DOCUMENTATION = r"""
-name: tf_launched_workers
-short_description: Workers launched on this host, with their directories and async job ids
-description:
-  - Takes the registered results of the launch loop and the worker directories; returns
-    one C(index), C(dir), C(job_id) entry per worker, in index order.
-  - C(tf_launch_job_seconds) turns the run's deadline into the seconds a supervisor
-    enforces (0: none); C(tf_launch_controller_timeout) gives the supervisors'
-    controller timeout (0 when detached or when --forks is below the number of hosts).
-"""
-
 
 def tf_launched_workers(results: list[dict[str, Any]], dirs: dict[str, str]) -> list[dict[str, Any]]:
     """One entry per launched worker, in index order."""

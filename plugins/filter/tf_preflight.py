@@ -12,34 +12,6 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 
-DOCUMENTATION = r"""
-name: tf_preflight_host_problems
-short_description: Problems the host probes of a TensorFlow run found
-description:
-  - C(tf_preflight_host_problems) takes the C(host) probe of every worker host and the
-    cluster spec; C(tf_preflight_unreachable) the C(connect) probes; C(tf_preflight_versions)
-    each host's interpreter versions; C(tf_preflight_script_problems) the training script.
-options:
-  _input:
-    description: Probe results by host name.
-    type: dict
-    required: true
-"""
-
-EXAMPLES = r"""
-- name: Refuse the run on any problem
-  ansible.builtin.fail:
-    msg: "{{ probes | tf_preflight_host_problems(tf_cluster_spec, 1024) | join('; ') }}"
-"""
-
-RETURN = r"""
-_value:
-  description: One message per problem.
-  type: list
-  elements: str
-"""
-
-
 def _worker_at(spec: dict[str, Any], host: str, port: int) -> str:
     for worker in spec.get("workers", []):
         if worker["host"] == host and int(worker["port"]) == int(port):

@@ -5,16 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-DOCUMENTATION = r"""
-name: tf_range_problems
-short_description: Timeouts and counts outside their range
-description:
-  - C(tf_range_names) returns the names of every range-checked variable (its input is
-    ignored); C(tf_range_problems) takes a dict of those names to their values (a value
-    of C(None) or C('') is not set and not checked) and the host, and returns one message per
-    value out of range, naming the host and the value.
-  - For every timeout, 0 means "none" where it is accepted; see the README's tables.
-"""
 
 # name: (lowest, highest or None, what 0 means or None when 0 is below the range)
 RANGES: dict[str, tuple[int, int | None, str | None]] = {

@@ -9,51 +9,23 @@ from urllib.parse import quote
 
 from ansible.errors import AnsibleFilterError
 
-DOCUMENTATION = r"""
-name: tf_report_view
-short_description: Lay out a run's report (charts, timelines, tables) from its summary
-description:
-  - Takes the summary the tf_verdict module returns (and writes as summary.json), with
-    its C(timeline) key, and returns what the report template draws, every coordinate
-    already computed; the template only prints it.
-  - One chart per metric over epochs with every worker's values (earlier attempts dashed)
-    and each disagreement marked and named; one timeline per attempt with each worker's
-    launch, join, epochs and exit, the culprit and the resume point; the cluster and the
-    checks.
-  - Reads nothing but its input; no log is parsed here.
-positional: _input
-options:
-  _input:
-    description: The verdict's summary.
-    type: dict
-    required: true
-"""
-
-EXAMPLES = r"""
-- name: Write the report
-  ansible.builtin.template:
-    src: report.html.j2
-    dest: runs/r1/report.html
-    mode: "0600"
-  vars:
-    report: "{{ tf_verdict_result.summary | tf_report_view }}"
-"""
-
-RETURN = r"""
-_value:
-  description: C(run) (id, status, reason, times), C(checks), C(cluster), C(charts),
-    C(attempts) (each with its timeline geometry and worker rows), C(notes).
-  type: dict
-"""
 
 # Chart box (SVG user units); the page scales it to its column.
-CHART_W, CHART_H = 520, 230
-CHART_LEFT, CHART_RIGHT, CHART_TOP, CHART_BOTTOM = 62, 12, 12, 34
+CHART_W = 520
+CHART_H = 230
+CHART_LEFT = 62
+CHART_RIGHT = 12
+CHART_TOP = 12
+CHART_BOTTOM = 34
 # Timeline box: labels on the left, seconds since the attempt's first launch across.
 TIMELINE_W = 1040
-TIMELINE_LABEL_W, TIMELINE_RIGHT, TIMELINE_TOP, TIMELINE_BOTTOM = 170, 16, 22, 30
+TIMELINE_LABEL_W = 170
+TIMELINE_RIGHT = 16
+TIMELINE_TOP = 22
+TIMELINE_BOTTOM = 30
 # Markers on every point only while a chart stays readable with them.
-MARKER_MAX_EPOCHS, MARKER_MAX_SERIES = 30, 8
+MARKER_MAX_EPOCHS = 30
+MARKER_MAX_SERIES = 8
 # Workers of an attempt drawn in widening strokes, so that coinciding curves all show.
 NESTED_MAX_WORKERS = 4
 
@@ -165,11 +137,11 @@ def chart(name: str, attempts: list[dict[str, Any]], colors: dict[int, str]) -> 
                     continue
                 points.append((epoch, value))
             series_points.append((row, attempt["attempt"], sorted(points)))
-    all_points = [p for _, _, points in series_points for p in points]
+    all_points = [p for entry in series_points for p in entry[2]]
     if not all_points:
         return {"metric": name, "empty": True, "skipped": skipped, "width": CHART_W, "height": CHART_H}
-    epochs = [e for e, _ in all_points]
-    values = [v for _, v in all_points]
+    epochs = [point[0] for point in all_points]
+    values = [point[1] for point in all_points]
     e_low, e_high = min(epochs), max(epochs)
     v_low, v_high = min(values), max(values)
     if v_high == v_low:
@@ -187,7 +159,7 @@ def chart(name: str, attempts: list[dict[str, Any]], colors: dict[int, str]) -> 
         x_ticks.insert(0, e_low)  # the first epoch is always labelled
     final = attempts[-1]["attempt"]
     per_attempt: dict[int, int] = {}
-    for row, number, _ in series_points:
+    for _row, number, _points in series_points:
         per_attempt[number] = per_attempt.get(number, 0) + 1
     markers = (e_high - e_low + 1) <= MARKER_MAX_EPOCHS and len(series_points) <= MARKER_MAX_SERIES
     series = []
@@ -198,7 +170,7 @@ def chart(name: str, attempts: list[dict[str, Any]], colors: dict[int, str]) -> 
         if not points:
             continue
         count = per_attempt[number]
-        order = sum(1 for r, n, _ in series_points[:position] if n == number)
+        order = sum(1 for entry in series_points[:position] if entry[1] == number)
         nested = 1 < count <= NESTED_MAX_WORKERS
         width = round(2.0 + 4.0 * (count - 1 - order), 1) if nested else 1.6
         coords = [(xs.get(e) or xs.setdefault(e, x(e)), ys.get(v) or ys.setdefault(v, y(v))) for e, v in points]

@@ -10,24 +10,6 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import RUN_ID_RULE, run_id_is_safe
 
 
-DOCUMENTATION = r"""
-name: tf_run_id_new
-short_description: Make or check a run id
-description:
-  - C(tf_run_id_new) returns a sortable UTC timestamp plus a short random part; its input
-    is ignored.
-  - C(tf_run_id_check) returns its input when it is safe as one path component on every
-    host and on the controller, and raises naming the value otherwise.
-"""
-
-EXAMPLES = r"""
-- name: Settle the run id
-  ansible.builtin.set_fact:
-    tf_run_id: "{{ (tf_run_id or ('' | tf_run_id_new)) | tf_run_id_check }}"
-  run_once: true
-"""
-
-
 def tf_run_id_new(
     _value: Any = None, now: datetime | None = None, token: str | None = None
 ) -> str:

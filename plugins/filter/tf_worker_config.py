@@ -9,26 +9,6 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import cluster_checksum
 
 
-DOCUMENTATION = r"""
-name: tf_config
-short_description: TF_CONFIG of one worker, and the cross-host check of what was written
-description:
-  - C(spec | tf_config(index)) returns the TF_CONFIG dict of worker C(index).
-  - C(readbacks | tf_config_check(spec)) takes the TF_CONFIG files read back from every
-    host (C(host), C(index), C(content)) and raises, naming the host and worker, unless
-    every cluster list is identical to the spec's and the indices are exactly 0..N-1.
-"""
-
-EXAMPLES = r"""
-- name: Write the worker's TF_CONFIG
-  ansible.builtin.copy:
-    content: "{{ tf_cluster_spec | tf_config(item.index) | to_json }}"
-    dest: "{{ dir }}/tf_config.json"
-    mode: "0600"
-"""
-
-
-
 def tf_config(spec: dict[str, Any], index: Any) -> dict[str, Any]:
     """The TF_CONFIG of worker ``index``."""
     index = int(index)

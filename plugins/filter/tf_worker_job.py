@@ -11,34 +11,6 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 
-DOCUMENTATION = r"""
-name: tf_worker_env_problems
-short_description: Problems of each host's tf_worker_env, and the GPUs of each worker
-description:
-  - C(tf_worker_env_problems) takes each host's C(tf_worker_env) by host name and returns
-    one message per bad name or value (names only, never values).
-  - C(tf_gpu_assignment) takes the cluster spec, the GPUs each host showed and each host's
-    C(tf_worker_gpus_per_slot); returns C(problems) and C(devices), by host, worker index
-    (a string) to its C(CUDA_VISIBLE_DEVICES) (none when the host shows no GPU under C(auto)).
-options:
-  _input:
-    description: Values by host name.
-    type: dict
-    required: true
-"""
-
-EXAMPLES = r"""
-- name: Refuse bad environments
-  ansible.builtin.fail:
-    msg: "{{ envs | tf_worker_env_problems | join('; ') }}"
-"""
-
-RETURN = r"""
-_value:
-  description: Messages (tf_worker_env_problems) or problems and devices (tf_gpu_assignment).
-  type: raw
-"""
-
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by the runbook itself; a user's value would break the cluster or the resume contract.
 RESERVED_NAMES = ("TF_CONFIG",)
