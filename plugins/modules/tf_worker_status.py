@@ -172,6 +172,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import works_in
 
+
 def _tail(path: str, lines: int, max_bytes: int = 65536) -> list[str]:
     try:
         with open(path, "rb") as handle:

@@ -109,7 +109,6 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc imp
 )
 
 
-
 def run_processes(worker_dir: str, state: dict) -> list[int]:
     """PIDs of the supervisor and of the training group that still belong to this worker."""
     wanted_dir = os.path.realpath(worker_dir)
