@@ -61,7 +61,8 @@ options:
     default: 8
   async_dir:
     description: Where Ansible keeps the results of async jobs on this host, to report a
-      launch (O(workers[].job_id)) that failed before its supervisor started.
+      launch (the C(job_id) of an entry of O(workers)) that failed before its supervisor
+      started.
     type: path
     default: ~/.ansible_async
   flag_file:
