@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Wait for one host's workers, print their progress, and react to other hosts' failures.
 
 The module of the same name runs on the worker host and reports its workers once (after
@@ -10,6 +12,9 @@ itself would keep a worker waiting for a missing peer for up to an hour.
 Every module call renews the controller heartbeat on the host (when given): the
 supervisors of a run tied to the controller stop once it goes stale. Without a flag file
 the action checks once and returns (status.yml, and finding a run's workers to reattach).
+
+Its options (the module's, and flag_file, until_joined and rounds that only this action
+reads) are documented in plugins/modules/tf_worker_status.py.
 """
 
 from __future__ import annotations
@@ -25,28 +30,6 @@ from ansible.utils.display import Display
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import printable
 
 display = Display()
-
-DOCUMENTATION = r"""
-action: tf_worker_status
-short_description: Wait for this host's workers on the controller side
-options:
-  flag_file:
-    description: Controller path of the run's failure flag for this attempt. The first
-      host that sees a failure writes it; every host stops waiting once it exists.
-      Without it, the host is checked once.
-    type: path
-  until_joined:
-    description: Stop waiting once every worker of the host has joined the cluster
-      (a detached run).
-    type: bool
-    default: false
-  rounds:
-    description: Upper bound of module calls (a backstop to the deadline).
-    type: int
-    default: 100000
-  (all other options): passed to the tf_worker_status module.
-"""
-
 
 
 def deadline_passed(deadline: Any, now: float) -> bool:
@@ -99,7 +82,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(
         (
             "flag_file", "rounds", "until_joined", "workers", "run_dir", "heartbeat_file", "wait", "deadline",
-            "progress_pattern", "tail_lines",
+            "progress_pattern", "tail_lines", "async_dir",
         )  # fmt: skip
     )
 
@@ -116,7 +99,7 @@ class ActionModule(ActionBase):
         started = time.monotonic()
         last_shown: list[str] = []
         status: dict[str, Any] = {}
-        for _ in range(rounds):
+        for _round in range(rounds):
             try:
                 status = self._execute_module(
                     module_name="tf_runbook.multiworker.tf_worker_status",

@@ -1,30 +1,15 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Judge a finished run from the files the collect phase fetched to the controller."""
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import re
-import time
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
-    CONFIG_FILE,
-    EXIT_FILE,
-    LOG_FILE,
-    STATE_FILE,
-    attempt_dir_of,
-    printable,
-    read_json,
-    stopped_as_victim,
-)
-
 DOCUMENTATION = r"""
 module: tf_verdict
 short_description: Check a collected run and write its summary.json
+version_added: "0.1.0"
+author: tf-runbook contributors (!UNKNOWN)
 description:
   - Reads C(<run_dir>/<host>/worker-<index>/) as fetched by the tf_collect role
     (C(worker.log), C(exit.json), C(tf_config.json) and the chief's marker, if any) and
@@ -63,12 +48,28 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Judge a collected run of the default job, on the controller, with a note in summary.json
+  tf_runbook.multiworker.tf_verdict:
+    run_dir: runs/20250114T100200Z-abc123
+    run_id: 20250114T100200Z-abc123
+    context:
+      note: nightly regression run
+  register: verdict
+  delegate_to: localhost
+  run_once: true
+
 - name: Judge a run whose chief saves its model as model/model.keras
-  tf_verdict:
+  tf_runbook.multiworker.tf_verdict:
     run_dir: runs/20250114T100200Z-abc123
     run_id: 20250114T100200Z-abc123
     marker: model/model.keras
     expected_size: 4
+  register: verdict
+
+- name: Fail when a check failed
+  ansible.builtin.assert:
+    that: verdict.failed_checks | length == 0
+    fail_msg: "{{ verdict.table | join('\n') }}"
 """
 
 RETURN = r"""
@@ -79,16 +80,46 @@ summary:
 table:
   description: Lines of the verdict table.
   type: list
+  elements: str
   returned: always
 failed_checks:
   description: Each failed check, as its name, a colon and its detail.
   type: list
+  elements: str
   returned: always
 not_checked:
   description: Each check the job's output did not allow, as its name, a colon and its detail.
   type: list
+  elements: str
+  returned: always
+status:
+  description: The run's status, as in summary.json.
+  type: str
+  returned: always
+reason:
+  description: Why the run failed, as in summary.json; null when it passed.
+  type: str
   returned: always
 """
+
+import json
+import math
+import os
+import re
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    CONFIG_FILE,
+    EXIT_FILE,
+    LOG_FILE,
+    STATE_FILE,
+    attempt_dir_of,
+    printable,
+    read_json,
+    stopped_as_victim,
+)
 
 DEFAULT_MARKER = "multiworker-complete.txt"
 
@@ -113,6 +144,11 @@ def _int(text: str | None) -> int | None:
     if text is None or not text.isdigit() or len(text) > 9:
         return None
     return int(text)
+
+
+def _is_zero(value: Any) -> bool:
+    """A return code of 0, as an integer: not false, not 0.0, not "0"."""
+    return isinstance(value, int) and not isinstance(value, bool) and value == 0
 
 
 def _dict(value: Any) -> dict:
@@ -318,7 +354,7 @@ def judge(workers: list[dict[str, Any]], size: int, marker_name: str, attempt: i
         exit_ = w.get("exit")
         if not isinstance(exit_, dict):
             problems.append(f"{who(w)}: no exit status (still running or lost)")
-        elif type(exit_.get("returncode")) is not int or exit_["returncode"] != 0:  # not false, not 0.0
+        elif not _is_zero(exit_.get("returncode")):
             problems.append(f"{who(w)}: exit status {exit_.get('returncode')} ({exit_.get('reason')})")
         else:
             by = stopped_by_runbook(exit_)
@@ -443,7 +479,7 @@ def _metrics_checks(
                 problems.append(f"epoch {epoch}: {who(w)} printed an epoch line without any metric")
             else:
                 printed.append((w, metrics))
-        names = sorted({name for _, metrics in printed for name in metrics})
+        names = sorted({name for _worker, metrics in printed for name in metrics})
         for w, metrics in printed:
             lacking = [name for name in names if name not in metrics]
             if lacking:

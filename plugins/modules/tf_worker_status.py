@@ -1,7 +1,162 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Report the state of this host's training workers; wait briefly for news."""
 
 from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tf_worker_status
+short_description: Read the supervisor records of this host's workers
+version_added: "0.1.0"
+author: tf-runbook contributors (!UNKNOWN)
+description:
+  - Reads C(state.json), C(exit.json) and C(worker.log) of each worker directory and
+    returns one entry per worker with its state, exit status and latest progress line.
+  - Waits up to O(wait) seconds for any of them to change (a new log line that matches
+    O(progress_pattern), an exit), so that the action of the same name, which calls it
+    in a loop from the controller, shows progress as it happens instead of polling blindly.
+  - The action of the same name runs on the controller and calls this module until the
+    host's workers have exited, one of them failed, the deadline passed, or another host
+    reported a failure through O(flag_file). Without O(flag_file) it checks once.
+  - A worker whose C(state.json) exists without C(exit.json) is only running while its
+    supervisor is alive (the recorded pid, still working in that worker's directory);
+    otherwise it is reported as exited with C(returncode) -1 and the reason.
+  - With O(heartbeat_file), renews that file (its modification time) on every check, so
+    that the supervisors of a run tied to the controller stop when it goes stale.
+  - Without O(workers), finds the workers of the latest attempt of the run in
+    O(run_dir) (reattaching from another controller) and returns them as C(workers_found)
+    with what their supervisors recorded about the launch (C(launch)).
+  - Read-only apart from the heartbeat; supports check mode (no heartbeat then).
+options:
+  workers:
+    description: Worker entries with C(index) and C(dir), and optionally C(job_id), the
+      Ansible async job id of its launch.
+    type: list
+    elements: dict
+  run_dir:
+    description: The run's directory on this host (C(~) allowed), to find the workers in
+      when O(workers) is not given.
+    type: path
+  heartbeat_file:
+    description: File whose modification time is renewed on every check; empty for none.
+    type: path
+    default: ""
+  wait:
+    description: Seconds to wait for a change before returning.
+    type: float
+    default: 0
+  deadline:
+    description: Controller epoch seconds after which C(deadline_passed) is true; 0 for
+      none. The action judges it on the controller's clock and never sends it to the host.
+    type: float
+    default: 0
+  progress_pattern:
+    description: Regular expression for the lines shown as progress.
+    type: str
+    default: epoch=
+  tail_lines:
+    description: How many of the log's last lines to return per worker.
+    type: int
+    default: 8
+  async_dir:
+    description: Where Ansible keeps the results of async jobs on this host, to report a
+      launch (the C(job_id) of an entry of O(workers)) that failed before its supervisor
+      started.
+    type: path
+    default: ~/.ansible_async
+  flag_file:
+    description:
+      - Controller path of the run's failure flag for this attempt, used by the action on
+        the controller. The first host that sees a failure writes it; every host stops
+        waiting once it exists.
+      - Without it, the host is checked once.
+    type: path
+  until_joined:
+    description: Used by the action on the controller. Stop waiting once every worker of
+      the host has joined the cluster (a detached run).
+    type: bool
+    default: false
+  rounds:
+    description: Used by the action on the controller. Upper bound of module calls (a
+      backstop to the deadline).
+    type: int
+    default: 100000
+attributes:
+  action:
+    description: The action of the same name runs on the controller and calls the module
+      on the host.
+    support: full
+  check_mode:
+    description: Reads only; the heartbeat is not renewed.
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Wait for this host's workers, renewing the controller heartbeat
+  tf_runbook.multiworker.tf_worker_status:
+    workers: "{{ tf_launch_jobs }}"
+    wait: 10
+    progress_pattern: "epoch="
+    heartbeat_file: "{{ tf_worker_run_dir }}/controller.heartbeat"
+    flag_file: "runs/{{ tf_run_id }}/.attempt-0.failed"
+  register: tf_wait_status
+
+- name: Find the workers of a run to reattach to it from another controller
+  tf_runbook.multiworker.tf_worker_status:
+    run_dir: ~/tf-runbook/runs/20250114T100200Z-abc123
+  register: found
+
+- name: Show the status of each worker
+  ansible.builtin.debug:
+    msg: "{{ found.workers | map(attribute='state') | list }}"
+"""
+
+RETURN = r"""
+workers:
+  description: One entry per worker, in the order given, with C(index), C(dir), C(pid),
+    C(state) (starting, running or exited), C(returncode), C(reason), C(stopped_by),
+    C(joined), C(last_line) and C(log_tail).
+  type: list
+  elements: dict
+  returned: always
+done:
+  description: Every worker has exited (or could not start).
+  type: bool
+  returned: always
+failed_workers:
+  description: Indices of workers that exited non-zero or could not start.
+  type: list
+  elements: int
+  returned: always
+deadline_passed:
+  description: O(deadline) is set and has passed.
+  type: bool
+  returned: always
+joined:
+  description: Every worker has joined the cluster (its supervisor saw the startup line).
+  type: bool
+  returned: always
+peer_failed:
+  description: The failure flag another host wrote, when the action stopped waiting
+    because of it.
+  type: dict
+  returned: when another host reported a failure
+workers_found:
+  description: Without O(workers), the workers found in O(run_dir) (C(index), C(dir)).
+  type: list
+  elements: dict
+  returned: when O(run_dir) is used
+launch:
+  description: Without O(workers), the attempt, deadline and what the supervisors were
+    started with (from the first worker's C(state.json)).
+  type: dict
+  returned: when O(run_dir) is used
+run_dir:
+  description: Without O(workers), the run's directory, absolute.
+  type: str
+  returned: when O(run_dir) is used
+"""
 
 import os
 import re
@@ -16,89 +171,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     retry_index,
     worker_index,
 )
-
-DOCUMENTATION = r"""
-module: tf_worker_status
-short_description: Read the supervisor records of this host's workers
-description:
-  - Reads C(state.json), C(exit.json) and C(worker.log) of each worker directory and
-    returns one entry per worker with its state, exit status and latest progress line.
-  - Waits up to O(wait) seconds for any of them to change (a new log line that matches
-    O(progress_pattern), an exit), so that the action of the same name, which calls it
-    in a loop from the controller, shows progress as it happens instead of polling blindly.
-  - A worker whose C(state.json) exists without C(exit.json) is only running while its
-    supervisor is alive (the recorded pid, still working in that worker's directory);
-    otherwise it is reported as exited with C(returncode) -1 and the reason.
-  - With O(heartbeat_file), renews that file (its modification time) on every check: the
-    supervisors of a run tied to the controller stop when it goes stale.
-  - Without O(workers), finds the workers of the latest attempt of the run in
-    O(run_dir) (reattaching from another controller) and returns them as C(workers_found)
-    with what their supervisors recorded about the launch (C(launch)).
-  - Read-only apart from the heartbeat; supports check mode (no heartbeat then).
-options:
-  workers:
-    description: Worker entries with C(index) and C(dir), and optionally C(job_id), the
-      Ansible async job id of its launch.
-    type: list
-    elements: dict
-  run_dir:
-    description: The run's directory on this host (C(~) allowed), to find the workers in
-      when O(workers) is not given.
-    type: str
-  heartbeat_file:
-    description: File whose modification time is renewed on every check; empty for none.
-    type: str
-    default: ""
-  wait:
-    description: Seconds to wait for a change before returning.
-    type: float
-    default: 0
-  deadline:
-    description: Epoch seconds after which C(deadline_passed) is true; 0 for none.
-    type: float
-    default: 0
-  progress_pattern:
-    description: Regular expression for the lines shown as progress.
-    type: str
-    default: 'epoch='
-  tail_lines:
-    description: How many of the log's last lines to return per worker.
-    type: int
-    default: 8
-"""
-
-RETURN = r"""
-workers:
-  description: One entry per worker, in the order given.
-  type: list
-  elements: dict
-  returned: always
-done:
-  description: Every worker has exited (or could not start).
-  type: bool
-  returned: always
-failed_workers:
-  description: Indices of workers that exited non-zero or could not start.
-  type: list
-  returned: always
-deadline_passed:
-  description: O(deadline) is set and has passed.
-  type: bool
-  returned: always
-joined:
-  description: Every worker has joined the cluster (its supervisor saw the startup line).
-  type: bool
-  returned: always
-workers_found:
-  description: Without O(workers), the workers found in O(run_dir) (C(index), C(dir)).
-  type: list
-  returned: when O(run_dir) is used
-launch:
-  description: Without O(workers), the attempt, deadline and what the supervisors were
-    started with (from the first worker's C(state.json)).
-  type: dict
-  returned: when O(run_dir) is used
-"""
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import works_in
 
 
 def _tail(path: str, lines: int, max_bytes: int = 65536) -> list[str]:
@@ -113,11 +186,11 @@ def _tail(path: str, lines: int, max_bytes: int = 65536) -> list[str]:
     return [line for line in data.splitlines() if line.strip()][-lines:]
 
 
-def _async_failure(job_id: str | None) -> str | None:
+def _async_failure(job_id: str | None, async_dir: str | None) -> str | None:
     """The error of a launch whose async job ended without starting the supervisor."""
-    if not job_id:
+    if not job_id or not async_dir:
         return None
-    result = read_json(os.path.join(os.path.expanduser("~/.ansible_async"), job_id))
+    result = read_json(os.path.join(async_dir, job_id))
     # While the job runs the file holds {"started": 1, "finished": 0}; the module's final
     # result replaces it, with no "finished" key of its own.
     if not result or result.get("finished") == 0 or not (result.get("failed") or result.get("rc", 0) != 0):
@@ -130,19 +203,10 @@ def _async_failure(job_id: str | None) -> str | None:
 
 def supervisor_alive(pid: object, worker_dir: str) -> bool:
     """The recorded supervisor still runs, in that worker's directory (not a reused pid)."""
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            data = handle.read()
-        if data[data.rfind(")") + 2 :].split()[0] in ("Z", "X"):
-            return False
-        return os.path.realpath(os.readlink(f"/proc/{pid}/cwd")) == os.path.realpath(worker_dir)
-    except (OSError, IndexError):
-        return False
+    return works_in(pid, worker_dir)
 
 
-def worker_state(entry: dict, progress: re.Pattern, tail_lines: int) -> dict:
+def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, async_dir: str | None = None) -> dict:
     wdir = entry["dir"]
     state = read_json(os.path.join(wdir, STATE_FILE))
     exit_ = read_json(os.path.join(wdir, EXIT_FILE))
@@ -184,14 +248,14 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int) -> dict:
     elif state is not None:
         info["state"] = "running"
     else:
-        failure = _async_failure(entry.get("job_id"))
+        failure = _async_failure(entry.get("job_id"), async_dir)
         if failure is not None:
             info.update(state="exited", returncode=-1, reason=f"the worker could not be launched: {failure}")
     return info
 
 
-def snapshot(workers: list[dict], progress: re.Pattern, tail_lines: int) -> list[dict]:
-    return [worker_state(entry, progress, tail_lines) for entry in workers]
+def snapshot(workers: list[dict], progress: re.Pattern, tail_lines: int, async_dir: str | None = None) -> list[dict]:
+    return [worker_state(entry, progress, tail_lines, async_dir) for entry in workers]
 
 
 def find_workers(run_dir: str) -> tuple[list[dict], dict]:
@@ -228,12 +292,17 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "workers": {"type": "list", "elements": "dict"},
-            "run_dir": {"type": "str"},
-            "heartbeat_file": {"type": "str", "default": ""},
+            "run_dir": {"type": "path"},
+            "heartbeat_file": {"type": "path", "default": ""},
             "wait": {"type": "float", "default": 0},
             "deadline": {"type": "float", "default": 0},
             "progress_pattern": {"type": "str", "default": "epoch="},
             "tail_lines": {"type": "int", "default": 8},
+            "async_dir": {"type": "path", "default": "~/.ansible_async"},
+            # Read by the action of the same name on the controller, never sent here.
+            "flag_file": {"type": "path"},
+            "until_joined": {"type": "bool", "default": False},
+            "rounds": {"type": "int", "default": 100000},
         },
         required_one_of=[("workers", "run_dir")],
         supports_check_mode=True,
@@ -243,11 +312,10 @@ def main() -> None:
     extra: dict = {}
     workers = params["workers"]
     if workers is None:
-        run_dir = os.path.abspath(os.path.expanduser(params["run_dir"]))
+        run_dir = os.path.abspath(params["run_dir"])
         workers, launch = find_workers(run_dir)
         extra = {"workers_found": workers, "launch": launch, "run_dir": run_dir}
     heartbeat = "" if module.check_mode else params["heartbeat_file"]
-    heartbeat = os.path.expanduser(heartbeat) if heartbeat else ""
 
     def beat() -> None:
         if heartbeat:
@@ -257,14 +325,14 @@ def main() -> None:
                 module.fail_json(msg=f"cannot renew the controller heartbeat {heartbeat}: {exc}")
 
     beat()
-    first = snapshot(workers, progress, params["tail_lines"])
+    first = snapshot(workers, progress, params["tail_lines"], params["async_dir"])
     current = first
     key = [(w["state"], w["last_line"], w["joined"]) for w in first]
     stop_at = time.monotonic() + max(0.0, params["wait"])
     while time.monotonic() < stop_at and not all(w["state"] == "exited" for w in current):
         time.sleep(0.5)
         beat()
-        current = snapshot(workers, progress, params["tail_lines"])
+        current = snapshot(workers, progress, params["tail_lines"], params["async_dir"])
         if [(w["state"], w["last_line"], w["joined"]) for w in current] != key:
             break
     failed = [w["index"] for w in current if w["state"] == "exited" and w["returncode"] != 0]

@@ -1,7 +1,87 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Stop the processes of one run on this host, found through the run's own records."""
 
 from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tf_worker_stop
+short_description: Stop every live process of one training run on this host
+version_added: "0.1.0"
+author: tf-runbook contributors (!UNKNOWN)
+description:
+  - For each C(worker-*) directory of the run (and C(retry-*/worker-*) of its restarts), reads C(state.json) written by the
+    supervisor and finds the supervisor and the training process group. The group is
+    signalled as a whole (every process of the job, also one that changed directory)
+    once one of its processes still works in that worker's directory, which shows that
+    the group still belongs to the run; the supervisor is signalled when its working
+    directory is that worker's directory. A reused PID of an unrelated process is never
+    touched, and nothing is ever found by name.
+  - Before signalling, writes the stop request C(stop.json) (O(stopped_by), O(reason))
+    into the worker directory; the supervisor records it in C(exit.json) as
+    C(stopped_by), and the wait never restarts a run an operator stopped.
+  - Sends SIGTERM, waits O(grace) seconds, then SIGKILL. Writes C(exit.json) for a
+    worker whose supervisor could not write it any more.
+  - Safe to run twice; a run with nothing alive reports no change. Supports check mode.
+options:
+  run_dir:
+    description: The run's directory on this host (C(~) allowed).
+    type: path
+    required: true
+  grace:
+    description: Seconds between SIGTERM and SIGKILL.
+    type: float
+    default: 5
+  reason:
+    description: Why the run is stopped; recorded in C(exit.json).
+    type: str
+    default: stopped by the runbook
+  stopped_by:
+    description: Who stops the run, recorded as C(stopped_by) in C(exit.json).
+    type: str
+    choices: [operator, runbook]
+    default: runbook
+"""
+
+EXAMPLES = r"""
+- name: Stop this host's workers of a run, as the runbook does at the end of a run
+  tf_runbook.multiworker.tf_worker_stop:
+    run_dir: ~/tf-runbook/runs/20250114T100200Z-abc123
+
+- name: Stop a run by hand, recorded as stopped by an operator, with more time to save
+  tf_runbook.multiworker.tf_worker_stop:
+    run_dir: ~/tf-runbook/runs/20250114T100200Z-abc123
+    stopped_by: operator
+    reason: stopped by an operator to free the GPUs
+    grace: 30
+
+- name: Show what a stop would signal, without signalling anything
+  tf_runbook.multiworker.tf_worker_stop:
+    run_dir: ~/tf-runbook/runs/20250114T100200Z-abc123
+  check_mode: true
+"""
+
+RETURN = r"""
+stopped:
+  description: Workers that had live processes, with the PIDs signalled (in check mode,
+    the PIDs that would be).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"dir": "/home/train/tf-runbook/runs/r1/worker-0", "pids": [4242, 4243]}]
+workers:
+  description: Worker directories found for the run.
+  type: list
+  elements: str
+  returned: always
+  sample: ["/home/train/tf-runbook/runs/r1/worker-0"]
+run_dir:
+  description: The run's directory, absolute.
+  type: str
+  returned: always
+  sample: /home/train/tf-runbook/runs/r1
+"""
 
 import glob
 import os
@@ -20,71 +100,13 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     read_json,
     write_json_atomic,
 )
-
-DOCUMENTATION = r"""
-module: tf_worker_stop
-short_description: Stop every live process of one training run on this host
-description:
-  - For each C(worker-*) directory of the run (and C(retry-*/worker-*) of its restarts), reads C(state.json) written by the
-    supervisor and finds the supervisor and the training process group. The group is
-    signalled as a whole (every process of the job, also one that changed directory)
-    once one of its processes still works in that worker's directory, which shows that
-    the group still belongs to the run; the supervisor is signalled when its working
-    directory is that worker's directory. A reused PID of an unrelated process is never
-    touched, and nothing is ever found by name.
-  - Before signalling, writes the stop request C(stop.json) (O(stopped_by), O(reason))
-    into the worker directory; the supervisor records it in C(exit.json) as
-    C(stopped_by), and the wait never restarts a run an operator stopped.
-  - Sends SIGTERM, waits O(grace) seconds, then SIGKILL. Writes C(exit.json) for a
-    worker whose supervisor could not write it any more.
-  - Safe to run twice; a run with nothing alive reports no change. Supports check mode.
-options:
-  run_dir:
-    description: The run's directory on this host (C(~) allowed).
-    type: str
-    required: true
-  grace:
-    description: Seconds between SIGTERM and SIGKILL.
-    type: float
-    default: 5
-  reason:
-    description: Why the run is stopped; recorded in C(exit.json).
-    type: str
-    default: stopped by the runbook
-  stopped_by:
-    description: Who stops the run, recorded as C(stopped_by) in C(exit.json).
-    type: str
-    choices: [operator, runbook]
-    default: runbook
-"""
-
-RETURN = r"""
-stopped:
-  description: Workers that had live processes, with the PIDs signalled.
-  type: list
-  returned: always
-workers:
-  description: Worker directories found for the run.
-  type: list
-  returned: always
-"""
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            data = handle.read()
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses: split after the last ')'.
-    return data[data.rfind(")") + 2 :].split()
-
-
-def _cwd(pid: int) -> str | None:
-    try:
-        return os.path.realpath(os.readlink(f"/proc/{pid}/cwd"))
-    except OSError:
-        return None
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import (
+    ENDED_STATES,
+    group_members,
+    process_cwd,
+    process_ids,
+    process_stat,
+)
 
 
 def run_processes(worker_dir: str, state: dict) -> list[int]:
@@ -93,44 +115,28 @@ def run_processes(worker_dir: str, state: dict) -> list[int]:
     pgid = state.get("pgid")
     supervisor = state.get("supervisor_pid")
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for pid in process_ids():
+        stat = process_stat(pid)
+        if stat is None or stat[0] in ENDED_STATES:
             continue
-        pid = int(entry)
-        fields = _stat_fields(pid)
-        if fields is None or fields[0] == "Z":
-            continue
-        in_group = pgid is not None and int(fields[2]) == int(pgid)
-        if (in_group or pid == supervisor) and _cwd(pid) == wanted_dir:
+        in_group = pgid is not None and stat[1] == int(pgid)
+        if (in_group or pid == supervisor) and process_cwd(pid) == wanted_dir:
             found.append(pid)
-    return sorted(found)
-
-
-def group_processes(pgid: object) -> list[int]:
-    """Live processes of the process group ``pgid``."""
-    if not isinstance(pgid, int) or pgid <= 1:
-        return []
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat_fields(int(entry))
-            if fields is not None and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-                found.append(int(entry))
-    return sorted(found)
+    return found
 
 
 def group_belongs(worker_dir: str, state: dict) -> bool:
     """The recorded group still belongs to this worker: one of its processes (the job or
     the supervisor's keeper) still works in the worker's directory."""
     wanted_dir = os.path.realpath(worker_dir)
-    return any(_cwd(pid) == wanted_dir for pid in group_processes(state.get("pgid")))
+    return any(process_cwd(pid) == wanted_dir for pid in group_members(state.get("pgid")))
 
 
 def _signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
-        _signal_all(group_processes(pgid), sig)
+        _signal_all(group_members(pgid), sig)
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
@@ -159,7 +165,7 @@ def stop_worker(worker_dir: str, grace: float, stopped_by: str | None = None, re
     owned_group = pgid if group_belongs(worker_dir, state) else None
 
     def alive() -> list[int]:
-        return sorted(set(run_processes(worker_dir, state)) | set(group_processes(owned_group)))
+        return sorted(set(run_processes(worker_dir, state)) | set(group_members(owned_group)))
 
     pids = alive()
     if not pids:
@@ -180,7 +186,7 @@ def stop_worker(worker_dir: str, grace: float, stopped_by: str | None = None, re
     if owned_group:
         _signal_group(owned_group, signal.SIGKILL)
     _signal_all([pid for pid in run_processes(worker_dir, state) if pid != supervisor], signal.SIGKILL)
-    for _ in range(30):
+    for _attempt in range(30):
         if not alive():
             break
         time.sleep(0.1)
@@ -191,14 +197,14 @@ def stop_worker(worker_dir: str, grace: float, stopped_by: str | None = None, re
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "run_dir": {"type": "str", "required": True},
+            "run_dir": {"type": "path", "required": True},
             "grace": {"type": "float", "default": 5},
             "reason": {"type": "str", "default": "stopped by the runbook"},
             "stopped_by": {"type": "str", "default": "runbook", "choices": list(STOP_REQUESTERS)},
         },
         supports_check_mode=True,
     )
-    run_dir = os.path.abspath(os.path.expanduser(module.params["run_dir"]))
+    run_dir = os.path.abspath(module.params["run_dir"])
     worker_dirs = sorted(
         glob.glob(os.path.join(run_dir, f"{WORKER_PREFIX}*"))
         + glob.glob(os.path.join(run_dir, f"{RETRY_PREFIX}*", f"{WORKER_PREFIX}*"))
@@ -219,7 +225,7 @@ def main() -> None:
         exit_path = os.path.join(worker_dir, EXIT_FILE)
         if pids and not module.check_mode:
             # Give the supervisor a moment to record the exit itself.
-            for _ in range(20):
+            for _attempt in range(20):
                 if os.path.exists(exit_path):
                     break
                 time.sleep(0.1)

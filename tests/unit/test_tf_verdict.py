@@ -873,8 +873,9 @@ def test_module_documentation_is_valid_yaml() -> None:
     assert set(yaml.safe_load(tf_verdict.DOCUMENTATION)["options"]) == {
         "run_dir", "run_id", "marker", "expected_size", "context"
     }
-    assert yaml.safe_load(tf_verdict.EXAMPLES)[0]["tf_verdict"]["marker"] == "model/model.keras"
-    assert set(yaml.safe_load(tf_verdict.RETURN)) == {"summary", "table", "failed_checks", "not_checked"}
+    examples = [task["tf_runbook.multiworker.tf_verdict"] for task in yaml.safe_load(tf_verdict.EXAMPLES)[:2]]
+    assert examples[1]["marker"] == "model/model.keras"
+    assert set(yaml.safe_load(tf_verdict.RETURN)) == {"summary", "table", "failed_checks", "not_checked", "status", "reason"}
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import helpers
 import pytest
+from conftest import PLUGINS
 
 from tf_worker_status import find_workers, worker_state
 from tf_worker_stop import group_belongs, run_processes, stop_worker
@@ -244,22 +246,35 @@ def test_status_log_tail_length(tmp_path: Path, tail_lines: int) -> None:
     assert info["last_line"] == "worker=0 epoch=3 loss=0.6 binary_accuracy=0.3"
 
 
-def test_status_of_a_launch_that_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_status_of_a_launch_that_failed(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".ansible_async").mkdir(parents=True)
     (home / ".ansible_async" / "j1.2").write_text(
         json.dumps({"finished": 1, "failed": True, "rc": 2, "msg": "No such file or directory: tf_supervisor.py"})
     )
-    monkeypatch.setenv("HOME", str(home))
     wdir = tmp_path / "worker-0"
     wdir.mkdir()
-    info = worker_state(entry(wdir, job_id="j1.2"), EPOCH, 8)
+    info = worker_state(entry(wdir, job_id="j1.2"), EPOCH, 8, str(home / ".ansible_async"))
     assert info["state"] == "exited"
     assert info["returncode"] == -1
     assert info["reason"] == "the worker could not be launched: No such file or directory: tf_supervisor.py"
     # A launch still in progress is only starting.
     (home / ".ansible_async" / "j1.2").write_text(json.dumps({"started": 1, "finished": 0}))
-    assert worker_state(entry(wdir, job_id="j1.2"), EPOCH, 8)["state"] == "starting"
+    assert worker_state(entry(wdir, job_id="j1.2"), EPOCH, 8, str(home / ".ansible_async"))["state"] == "starting"
+
+
+def test_the_module_finds_a_failed_launch_in_the_users_async_dir(tmp_path: Path) -> None:
+    """The module's default async_dir, ~/.ansible_async, is the home of the user it runs as."""
+    home = tmp_path / "home"
+    (home / ".ansible_async").mkdir(parents=True)
+    (home / ".ansible_async" / "j1.2").write_text(json.dumps({"finished": 1, "failed": True, "msg": "no python"}))
+    wdir = tmp_path / "worker-0"
+    wdir.mkdir()
+    result = helpers.run_module(
+        PLUGINS / "modules" / "tf_worker_status.py", {"workers": [entry(wdir, job_id="j1.2")]}, HOME=str(home)
+    )
+    assert result["workers"][0]["reason"] == "the worker could not be launched: no python"
+    assert result["failed_workers"] == [0]
 
 
 # --- supervision (issue 10) -------------------------------------------------------------

@@ -99,20 +99,53 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of a process group, from /proc."""
+# The reading of /proc below is a copy of plugins/module_utils/tf_proc.py (this script
+# stays one standard-library file on the hosts); tests/unit/test_tf_proc.py checks that
+# both give the same answers on the same /proc trees.
+PROC = "/proc"
+# The states of a process that has ended: a zombie waiting for its reaper, or dead.
+ENDED_STATES = ("Z", "X")
+
+
+def parse_stat(text: str) -> tuple[str, int] | None:
+    """(state, process group) from the text of ``/proc/<pid>/stat``; None when the text is
+    not one. The command name may hold spaces and parentheses: the fields start after the
+    last ')'."""
+    fields = text[text.rfind(")") + 2 :].split()
+    try:
+        return fields[0], int(fields[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def process_stat(pid: int | str, proc: str = PROC) -> tuple[str, int] | None:
+    """(state, process group) of ``pid``; None when it is gone or unreadable."""
+    try:
+        with open(f"{proc}/{pid}/stat", encoding="utf-8") as handle:
+            return parse_stat(handle.read())
+    except OSError:
+        return None
+
+
+def process_ids(proc: str = PROC) -> list[int]:
+    """Every pid of the process table, in order."""
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return []
+    return sorted(int(entry) for entry in entries if entry.isdigit())
+
+
+def group_members(pgid: object, proc: str = PROC) -> list[int]:
+    """Live (not ended) processes of the process group ``pgid``, in order; none for a
+    ``pgid`` that is not a whole number above 1 (never init's group, never "all")."""
+    if isinstance(pgid, bool) or not isinstance(pgid, int) or pgid <= 1:
+        return []
     members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
-                data = handle.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(")") + 2 :].split()
-        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-            members.append(int(entry))
+    for pid in process_ids(proc):
+        stat = process_stat(pid, proc)
+        if stat is not None and stat[0] not in ENDED_STATES and stat[1] == pgid:
+            members.append(pid)
     return members
 
 

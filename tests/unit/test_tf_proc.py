@@ -1,0 +1,121 @@
+"""/proc read in one place (plugins/module_utils/tf_proc.py), and the supervisor's copy of it.
+
+The supervisor stays one standard-library file on the hosts, so it keeps its own copy of
+the functions that read /proc; these tests give both the same /proc trees (a made-up one
+with the awkward cases, and this machine's) and require the same answers.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tf_supervisor
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_proc
+
+SHARED = ("ENDED_STATES", "PROC")
+COPIED = ("parse_stat", "process_stat", "process_ids", "group_members")
+
+
+def stat_line(pid: int, comm: str, state: str, pgid: int) -> str:
+    """A /proc/<pid>/stat line: pid (comm) state ppid pgrp session ... (52 fields)."""
+    rest = " ".join(["0"] * 48)
+    return f"{pid} ({comm}) {state} 1 {pgid} {pgid} {rest}\n"
+
+
+@pytest.fixture
+def proc(tmp_path: Path) -> Path:
+    """A /proc of made-up processes: group 300 has a sleeper, a command name with spaces
+    and parentheses, a zombie and a dead one; 400 is another group; then entries that are
+    not processes, a process gone while listed, and a stat that is not one."""
+    root = tmp_path / "proc"
+    entries = {
+        "300": stat_line(300, "python3", "S", 300),
+        "301": stat_line(301, "a) R 1 999 (b", "R", 300),
+        "302": stat_line(302, "defunct", "Z", 300),
+        "303": stat_line(303, "gone", "X", 300),
+        "400": stat_line(400, "other", "S", 400),
+        "1": stat_line(1, "init", "S", 1),
+        "500": "garbage",
+        "501": "501 (short) S 1\n",
+    }
+    for pid, text in entries.items():
+        (root / pid).mkdir(parents=True)
+        (root / pid / "stat").write_text(text)
+    (root / "600").mkdir()  # gone between the listing and the read: no stat
+    (root / "self").mkdir()
+    (root / "net").mkdir()
+    work = tmp_path / "worker-0"
+    work.mkdir()
+    (root / "300" / "cwd").symlink_to(work)
+    (root / "400" / "cwd").symlink_to(tmp_path)
+    (root / "302" / "cwd").symlink_to(work)
+    return root
+
+
+@pytest.mark.parametrize("name", SHARED + COPIED)
+def test_the_supervisor_keeps_the_same_code(name: str) -> None:
+    mine, theirs = getattr(tf_proc, name), getattr(tf_supervisor, name)
+    if callable(mine):
+        assert inspect.getsource(theirs) == inspect.getsource(mine)
+    else:
+        assert theirs == mine
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [(stat_line(7, "x", "S", 7), ("S", 7)), (stat_line(8, "a) Z 1 2 (b", "R", 9), ("R", 9)),
+     (stat_line(9, "tab\tname", "Z", 4), ("Z", 4)), ("", None), ("garbage", None), ("1 (x) S 1", None),
+     ("1 (x) S 1 abc 3", None)],
+)  # fmt: skip
+def test_parse_stat(text: str, expected: Any) -> None:
+    assert tf_proc.parse_stat(text) == expected
+    assert tf_supervisor.parse_stat(text) == expected
+
+
+def test_process_stat_and_ids_on_the_same_tree(proc: Path) -> None:
+    assert tf_proc.process_ids(str(proc)) == [1, 300, 301, 302, 303, 400, 500, 501, 600]
+    assert tf_supervisor.process_ids(str(proc)) == tf_proc.process_ids(str(proc))
+    assert tf_proc.process_ids(str(proc / "missing")) == []
+    for pid in tf_proc.process_ids(str(proc)) + [999]:
+        assert tf_supervisor.process_stat(pid, str(proc)) == tf_proc.process_stat(pid, str(proc))
+    assert tf_proc.process_stat(301, str(proc)) == ("R", 300)
+    assert [tf_proc.process_stat(pid, str(proc)) for pid in (500, 501, 600, 999)] == [None] * 4
+
+
+@pytest.mark.parametrize(
+    ("pgid", "members"),
+    [(300, [300, 301]), (400, [400]), (999, []), (1, []), (0, []), (-1, []), (None, []), ("300", []),
+     (True, []), (300.0, [])],
+)  # fmt: skip
+def test_group_members_on_the_same_tree(proc: Path, pgid: Any, members: list[int]) -> None:
+    assert tf_proc.group_members(pgid, str(proc)) == members
+    assert tf_supervisor.group_members(pgid, str(proc)) == members
+
+
+def test_group_members_on_this_machine() -> None:
+    group = os.getpgrp()
+    mine = tf_proc.group_members(group)
+    assert os.getpid() in mine
+    assert tf_supervisor.group_members(group) == mine
+
+
+def test_works_in_only_a_live_process_in_that_directory(proc: Path, tmp_path: Path) -> None:
+    work = str(tmp_path / "worker-0")
+    assert tf_proc.process_cwd(300, str(proc)) == work
+    assert tf_proc.process_cwd(301, str(proc)) is None
+    assert tf_proc.works_in(300, work, str(proc))
+    # Through a symlink to the same directory.
+    (tmp_path / "link").symlink_to(work)
+    assert tf_proc.works_in(300, str(tmp_path / "link"), str(proc))
+    # Another directory, a zombie, no cwd, no process, not a pid.
+    assert not tf_proc.works_in(400, work, str(proc))
+    assert not tf_proc.works_in(302, work, str(proc))
+    assert not tf_proc.works_in(301, work, str(proc))
+    assert not tf_proc.works_in(999, work, str(proc))
+    for pid in (None, "300", True, 0, -300):
+        assert not tf_proc.works_in(pid, work, str(proc))
+    assert tf_proc.works_in(os.getpid(), os.getcwd())
