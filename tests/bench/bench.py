@@ -299,9 +299,17 @@ def part_smoke(reps: int, tmp: Path, inst: Instruments, variants: list[tuple[str
             startup = inst.run(REPO, str(empty), ["--limit", "localhost"], {})
             out["startup"].append(slim(startup, 1))
         for label, tree, env in variants:
+            run_id = f"smoke-{label}-{len(out['variants'][label])}-{int(time.time())}"
             result = inst.run(tree, "train.yml", ["--limit", "localhost"], {
-                "tf_worker_base_dir": str(tmp / "host"), "tf_runs_dir": str(tmp / "runs")}, env_extra=env)
-            out["variants"][label].append(slim(result, 1))
+                "tf_run_id": run_id, "tf_worker_base_dir": str(tmp / "host"), "tf_runs_dir": str(tmp / "runs")},
+                env_extra=env)
+            sample = slim(result, 1)
+            if result["rc"] == 0:
+                try:
+                    sample["timings"] = run_timings(tmp / "host", run_id, result["started"], result["ended"])
+                except (RuntimeError, OSError, ValueError) as exc:
+                    sample["timings_error"] = str(exc)
+            out["variants"][label].append(sample)
             state = "ok" if result["rc"] == 0 else f"FAILED rc={result['rc']}\n{result.get('error', '')}"
             print(f"  smoke {label} rep {rep}: {result['wall']:.1f} s wall, {result['cpu']:.1f} s CPU, {state}", flush=True)
     ok = {label: [s for s in samples if s["rc"] == 0] for label, samples in out["variants"].items()}
@@ -526,6 +534,11 @@ def versions() -> dict[str, str]:
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}"}
 
 
+def _by_n(table: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    """Items of a table keyed by N (or by a name such as "smoke"), numbers in order first."""
+    return sorted(table.items(), key=lambda kv: (0, int(kv[0]), "") if str(kv[0]).isdigit() else (1, 0, str(kv[0])))
+
+
 def _ok(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [s for s in samples if s.get("rc") == 0]
 
@@ -537,7 +550,7 @@ def _med(samples: list[dict[str, Any]], get: Callable[[dict[str, Any]], float]) 
 def controller_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[list[Any]]:
     """Rows of the controller-cost table: one per N and variant, medians of the good runs."""
     rows = []
-    for n, by_label in sorted(table.items(), key=lambda kv: int(kv[0])):
+    for n, by_label in _by_n(table):
         for label, samples in by_label.items():
             rows.append([
                 n, label, _med(samples, lambda s: s["wall"]), _med(samples, lambda s: s["cpu"]),
@@ -566,7 +579,7 @@ def phase_rows(table: dict[Any, dict[str, list[dict[str, Any]]]], key: str) -> t
             for s in _ok(samples):
                 names += [p for p in s[key] if p not in names and p != "total"]
     rows = []
-    for n, by_label in sorted(table.items(), key=lambda kv: int(kv[0])):
+    for n, by_label in _by_n(table):
         for label, samples in by_label.items():
             rows.append([n, label, *[_med(samples, lambda s, p=p: s[key].get(p, 0.0)) for p in names],
                          _med(samples, lambda s: s[key].get("total", float("nan")))])
@@ -575,7 +588,7 @@ def phase_rows(table: dict[Any, dict[str, list[dict[str, Any]]]], key: str) -> t
 
 def ratio_rows(table: dict[Any, dict[str, list[dict[str, Any]]]], new: str, base: str) -> list[list[Any]]:
     rows = []
-    for n, by_label in sorted(table.items(), key=lambda kv: int(kv[0])):
+    for n, by_label in _by_n(table):
         if new in by_label and base in by_label:
             a = _med(by_label[new], lambda s: s["cpu_per_host"])
             b = _med(by_label[base], lambda s: s["cpu_per_host"])
@@ -681,8 +694,13 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
         m = data["mitogen"]
         lines += ["", "## Mitogen (`mitogen_linear`) vs the default strategy", ""]
         if m.get("smoke"):
-            lines += ["### Smoke", "", *metrics.md_table(["strategy", "wall s", "CPU s", "runs ok / failed"], [
+            lines += ["### Smoke", "", "CPU includes the two workers' training (local connection).", "",
+                      *metrics.md_table(["strategy", "wall s", "CPU s", "first worker start s", "job s (first start to last exit)",
+                                         "last exit to verdict s", "runs ok / failed"], [
                 [label, _med(samples, lambda s: s["wall"]), _med(samples, lambda s: s["cpu"]),
+                 _med(samples, lambda s: s.get("timings", {}).get("first_start", float("nan"))),
+                 _med(samples, lambda s: s.get("timings", {}).get("job", float("nan"))),
+                 _med(samples, lambda s: s.get("timings", {}).get("exit_to_verdict", float("nan"))),
                  f"{len(_ok(samples))} / {len(samples) - len(_ok(samples))}"]
                 for label, samples in m["smoke"]["variants"].items()])]
             headers, rows = phase_rows({"smoke": m["smoke"]["variants"]}, "cpu_phases")
@@ -722,16 +740,25 @@ def main() -> int:
                         help="JSON of inventory variables for every host (e.g. to turn a check off)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the parts and sizes of the last run's JSON that this run does not measure")
+    parser.add_argument("--report-only", action="store_true",
+                        help="measure nothing: write the report again from the last run's JSON")
     args = parser.parse_args()
+    if args.report_only:
+        data = json.loads(args.out.with_suffix(".json").read_text())
+        write_report(args.out, data, data.get("reps", args.reps), data.get("command", "python tests/bench/bench.py"))
+        print(f"wrote {args.out}")
+        return 0
     parts = set(args.parts.split(","))
     unknown = parts - {"smoke", "hosts", "orch", "mitogen", "faults"}
     if unknown:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
+    command = "python tests/bench/bench.py " + " ".join(sys.argv[1:])
     data: dict[str, Any] = {"versions": versions()}
     earlier: dict[str, Any] = {}
     if args.merge and args.out.with_suffix(".json").exists():
         earlier = json.loads(args.out.with_suffix(".json").read_text())
         data = {**earlier, "versions": data["versions"]}
+    data.update(reps=args.reps, command=command)
 
     def save() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -779,7 +806,7 @@ def main() -> int:
             data["faults"] = part_faults(tmp)
             save()
     save()
-    write_report(args.out, data, args.reps, "python tests/bench/bench.py " + " ".join(sys.argv[1:]))
+    write_report(args.out, data, args.reps, command)
     print(f"wrote {args.out}")
     return 0
 
