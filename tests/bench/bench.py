@@ -281,12 +281,12 @@ def slim(result: dict[str, Any], hosts: int) -> dict[str, Any]:
     return out
 
 
-def part_smoke(reps: int, tmp: Path, inst: Instruments, variants: list[tuple[str, Path, dict[str, str]]],
+def part_smoke(reps: int, tmp: Path, inst: Instruments, variants: list[tuple[Any, ...]],
                hand: bool = True) -> dict[str, Any]:
     """The smoke under each variant; with `hand`, also the hand launch and the start-up alone."""
     empty = tmp / "empty.yml"
     empty.write_text(EMPTY_PLAY)
-    out: dict[str, Any] = {"hand": [], "startup": [], "variants": {label: [] for label, _, _ in variants}}
+    out: dict[str, Any] = {"hand": [], "startup": [], "variants": {v[0]: [] for v in variants}}
     for rep in range(reps):
         # Interleaved, so that drift in the machine's load hits all alike.
         if hand:
@@ -298,11 +298,11 @@ def part_smoke(reps: int, tmp: Path, inst: Instruments, variants: list[tuple[str
                 print(f"  hand launch rep {rep} FAILED: {exc}", flush=True)
             startup = inst.run(REPO, str(empty), ["--limit", "localhost"], {})
             out["startup"].append(slim(startup, 1))
-        for label, tree, env in variants:
+        for label, tree, env, *more in variants:
             run_id = f"smoke-{label}-{len(out['variants'][label])}-{int(time.time())}"
             result = inst.run(tree, "train.yml", ["--limit", "localhost"], {
-                "tf_run_id": run_id, "tf_worker_base_dir": str(tmp / "host"), "tf_runs_dir": str(tmp / "runs")},
-                env_extra=env)
+                "tf_run_id": run_id, "tf_worker_base_dir": str(tmp / "host"), "tf_runs_dir": str(tmp / "runs"),
+                **(more[0] if more else {})}, env_extra=env)
             sample = slim(result, 1)
             if result["rc"] == 0:
                 try:
@@ -383,6 +383,22 @@ def checkout(ref: str, tmp: Path) -> tuple[Path, str]:
     archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", commit], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return dest, commit
+
+
+UNPIN = """#!/bin/sh
+# The smoke's worker interpreter under Mitogen, with every CPU allowed again: Mitogen pins
+# the processes it spawns (here the local connection's target, hence the supervisor and
+# the training) to the CPUs it does not reserve for itself, one of two on a 2-core machine.
+exec taskset --all-tasks --cpu-list 0-{last} {python} "$@"
+"""
+
+
+def unpinned_python(tmp: Path) -> Path:
+    """An interpreter for the smoke's workers that undoes Mitogen's CPU pinning (taskset)."""
+    path = tmp / "python-unpinned"
+    path.write_text(UNPIN.format(last=(os.cpu_count() or 1) - 1, python=PYTHON))
+    path.chmod(0o755)
+    return path
 
 
 def mitogen_env() -> dict[str, str]:
@@ -598,6 +614,20 @@ def ratio_rows(table: dict[Any, dict[str, list[dict[str, Any]]]], new: str, base
     return rows
 
 
+def marginal_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[list[Any]]:
+    sizes = [n for n, _ in _by_n(table) if str(n).isdigit()]
+    if len(sizes) < 2:
+        return []
+    low, high = sizes[0], sizes[-1]
+    rows = []
+    for label in table[high]:
+        if label in table[low]:
+            a = _med(table[low][label], lambda s: s["cpu"])
+            b = _med(table[high][label], lambda s: s["cpu"])
+            rows.append([label, low, high, (b - a) / (int(high) - int(low))])
+    return rows
+
+
 def _smoke_lines(s: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     if s.get("hand") and s.get("playbook"):
@@ -686,6 +716,12 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
         lines += ["", "### Controller CPU seconds per phase", "", *metrics.md_table(headers, rows)]
         headers, rows = phase_rows(table, "wall_phases")
         lines += ["", "### Wall seconds per phase", "", *metrics.md_table(headers, rows)]
+        marginal = marginal_rows(table)
+        if marginal:
+            lines += ["", "### Marginal controller CPU per added host", "",
+                      "(CPU at the largest N minus CPU at the smallest) / (difference in N): the per-host "
+                      "cost without the fixed cost that CPU per host still carries at small N.", "",
+                      *metrics.md_table(["tree", "from N", "to N", "CPU s per added host"], marginal)]
         ratios = ratio_rows(table, "new", "baseline")
         if ratios:
             lines += ["", "### This tree vs the baseline", "",
@@ -795,7 +831,10 @@ def main() -> int:
             print("mitogen vs the default strategy ...", flush=True)
             env = mitogen_env()
             variants = [("default", REPO, {}), ("mitogen", REPO, env)]
-            data["mitogen"] = {"smoke": part_smoke(args.reps, tmp, inst, variants, hand=False)}
+            # A third smoke variant: Mitogen with the workers' CPU pinning undone, to tell
+            # Mitogen's own cost from the pinning's (see tests/bench/NOTES.md).
+            unpinned = ("mitogen-unpinned", REPO, env, {"tf_worker_python": str(unpinned_python(tmp))})
+            data["mitogen"] = {"smoke": part_smoke(args.reps, tmp, inst, [*variants, unpinned], hand=False)}
             save()
             table = part_compare([int(n) for n in args.mitogen_sizes.split(",")], args.reps, tmp, inst, variants,
                                  "mitogen", extra_vars=args.vars)
