@@ -182,6 +182,7 @@ class Instruments:
         result: dict[str, Any] = {
             "rc": proc.returncode, "wall": ended - started, "cpu": usage / 1e6,
             "cpu_phases": metrics.phase_cpu(marks, usage), "wall_phases": metrics.phase_wall(marks, started, ended),
+            "cpu_tasks": dict(metrics.top(metrics.task_cpu(marks, usage), 25)),
             "runs": {h: dict(c) for h, c in metrics.module_runs(marks).items()},
             "ops": {h: dict(c) for h, c in metrics.ssh_ops(metrics.read_oplog(work / "oplog"), names).items()},
             "new_connections": {h.name: self._logins(h) - logins[h.name] for h in hosts} if hosts else {},
@@ -265,7 +266,7 @@ def slim(result: dict[str, Any], hosts: int) -> dict[str, Any]:
     ops = Counter()
     for counts in result["ops"].values():
         ops.update(counts)
-    out = {key: result[key] for key in ("rc", "wall", "cpu", "cpu_phases", "wall_phases", "left_in_cgroup")}
+    out = {key: result[key] for key in ("rc", "wall", "cpu", "cpu_phases", "wall_phases", "cpu_tasks", "left_in_cgroup")}
     out.update({
         "hosts": hosts,
         "cpu_per_host": result["cpu"] / hosts,
@@ -614,6 +615,28 @@ def ratio_rows(table: dict[Any, dict[str, list[dict[str, Any]]]], new: str, base
     return rows
 
 
+def task_lines(table: dict[Any, dict[str, list[dict[str, Any]]]], count: int = 12) -> list[str]:
+    """The tasks that cost the controller most at the largest N, per tree (medians)."""
+    sizes = [n for n, _ in _by_n(table) if str(n).isdigit()]
+    if not sizes:
+        return []
+    n = sizes[-1]
+    lines: list[str] = []
+    for label, samples in table[n].items():
+        good = [s for s in _ok(samples) if s.get("cpu_tasks")]
+        if not good:
+            continue
+        names = {name for s in good for name in s["cpu_tasks"]}
+        medians = {name: median([s["cpu_tasks"].get(name, 0.0) for s in good]) for name in names}
+        total = median([s["cpu"] for s in good])
+        lines += ["", f"### Where the controller's CPU goes at N = {n} ({label}): the {count} costliest tasks", "",
+                  "From each task's start to the next task's (with the linear strategy, every host's run "
+                  "of that task); names as the tree's task names.", "",
+                  *metrics.md_table(["phase: task", "CPU s", "share of the run"],
+                                    [[name, cpu, f"{100 * cpu / total:.0f}%"] for name, cpu in metrics.top(medians, count)])]
+    return lines
+
+
 def marginal_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[list[Any]]:
     sizes = [n for n, _ in _by_n(table) if str(n).isdigit()]
     if len(sizes) < 2:
@@ -716,6 +739,7 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
         lines += ["", "### Controller CPU seconds per phase", "", *metrics.md_table(headers, rows)]
         headers, rows = phase_rows(table, "wall_phases")
         lines += ["", "### Wall seconds per phase", "", *metrics.md_table(headers, rows)]
+        lines += task_lines(table)
         marginal = marginal_rows(table)
         if marginal:
             lines += ["", "### Marginal controller CPU per added host", "",

@@ -98,6 +98,34 @@ def phase_wall(events: Sequence[Mapping[str, Any]], started: float, ended: float
     return dict(out)
 
 
+def task_cpu(events: Sequence[Mapping[str, Any]], total_usec: int) -> dict[str, float]:
+    """CPU seconds per task, keyed "phase: task name" (same names summed), from task marks.
+
+    A task's share runs from its start mark to the next mark of any kind; the time from a
+    play's start to its first task is "phase: (play start)". Empty without readings.
+    """
+    marks = [e for e in events if e.get("event") in ("play", "task", "stats")]
+    if not marks or any(m.get("cpu_usec") is None for m in marks):
+        return {}
+    out: dict[str, float] = defaultdict(float)
+    phase = "startup"
+    for here, nxt in zip(marks, [*marks[1:], None]):
+        end = nxt["cpu_usec"] if nxt else total_usec
+        if here["event"] == "play":
+            phase = phase_of(here.get("file", ""), here.get("name", ""))
+            key = f"{phase}: (play start)"
+        elif here["event"] == "task":
+            key = f"{phase}: {here.get('name', '?')}"
+        else:
+            key = "exit"
+        out[key] += (end - here["cpu_usec"]) / 1e6
+    return dict(out)
+
+
+def top(values: Mapping[str, float], count: int) -> list[tuple[str, float]]:
+    return sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[:count]
+
+
 def module_runs(events: Iterable[Mapping[str, Any]]) -> dict[str, Counter[str]]:
     """Per host: task results (`results`), of which remote module runs (`remote`).
 

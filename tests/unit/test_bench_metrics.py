@@ -212,6 +212,7 @@ def _sample(cpu: float, hosts: int, rc: int = 0, skew: float = 0.2) -> dict:
             "results_per_host": 50.0, "remote_runs_per_host": 9.0, "ssh_per_host": {"exec": 10.0, "put": 2.0},
             "new_connections_per_host": 1.0, "timings": {"skew": skew},
             "cpu_phases": {"startup": 1.0, "preflight": cpu - 1.0, "total": cpu},
+            "cpu_tasks": {"preflight: Probe": cpu / 2, "deploy: Copy": 1.0},
             "wall_phases": {"startup": 1.0, "preflight": cpu * 2 - 1.0, "total": cpu * 2}}
 
 
@@ -236,4 +237,23 @@ def test_report_ratios_and_targets(tmp_path: Path) -> None:
     assert "| smoke / hand launch (wall) | 1.50 | <= 1.5x (stretch 1.25x) | met |" in text
     assert "| 32 | new | 72.00 | 36.00 | 1.12 | 50.00 | 9.00 | 10.00 | 2.00 | 0.00 | 1.00 | 0.20 | 2 / 1 |" in text
     assert "| ansible-playbook start-up (empty play) | 1.00 | 0.80 |" in text
+    assert "| preflight: Probe | 18.00 | 50% |" in text  # new tree, median of the good runs
+    assert "| preflight: Probe | 49.00 | 50% |" in text  # baseline
     json.dumps(data)  # the data the report was written from stays JSON
+
+
+def test_task_cpu_splits_at_task_starts_per_phase() -> None:
+    events = [
+        {"event": "play", "t": 1.0, "cpu_usec": 1_000_000, "file": "/r/playbooks/preflight.yml", "name": "Check"},
+        {"event": "task", "t": 1.5, "cpu_usec": 1_500_000, "name": "Probe the ports"},
+        {"event": "result", "host": "a", "kind": "ok", "action": "command"},
+        {"event": "task", "t": 2.0, "cpu_usec": 4_000_000, "name": "Note the spec"},
+        {"event": "play", "t": 3.0, "cpu_usec": 4_250_000, "file": "/r/playbooks/launch.yml", "name": "Start"},
+        {"event": "task", "t": 3.5, "cpu_usec": 4_500_000, "name": "Note the spec"},
+        {"event": "stats", "t": 4.0, "cpu_usec": 5_000_000},
+    ]
+    cpu = metrics.task_cpu(events, 5_100_000)
+    assert cpu == pytest.approx({"preflight: (play start)": 0.5, "preflight: Probe the ports": 2.5,
+                                 "preflight: Note the spec": 0.25, "launch: (play start)": 0.25,
+                                 "launch: Note the spec": 0.5, "exit": 0.1})
+    assert metrics.top(cpu, 2) == [("preflight: Probe the ports", 2.5), ("launch: Note the spec", 0.5)]

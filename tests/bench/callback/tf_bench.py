@@ -16,8 +16,8 @@ name: tf_bench
 type: aggregate
 short_description: benchmark probes of tests/bench/bench.py
 description:
-  - At each play start, the play's file and name and the CPU the controller's cgroup has
-    used so far (C(TF_BENCH_CPU_STAT), a cgroup v2 cpu.stat); every task result with its
+  - At each play and task start, the play's file and name (the task's name) and the CPU
+    the controller's cgroup has used so far (C(TF_BENCH_CPU_STAT), a cgroup v2 cpu.stat); every task result with its
     host, action and kind; written as JSON lines to C(TF_BENCH_EVENTS).
 """
 
@@ -59,6 +59,12 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_play_start(self, play: Any) -> None:
         path = play.get_path() or ""
         self._mark("play", file=path.rsplit(":", 1)[0], name=play.get_name())
+
+    def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
+        self._mark("task", name=task.get_name(), action=task.action)
+
+    def v2_playbook_on_handler_task_start(self, task: Any) -> None:
+        self._mark("task", name=task.get_name(), action=task.action)
 
     def v2_playbook_on_stats(self, stats: Any) -> None:
         self._mark("stats")
