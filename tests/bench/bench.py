@@ -176,6 +176,8 @@ class Instruments:
             left = self._stop_cgroup(cgroup)
             usage = int(dict(line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())["usage_usec"])
         finally:
+            # Also on an interrupted bench: nothing the run started outlives it.
+            self._stop_cgroup(cgroup)
             self._remove_cgroup(cgroup)
         marks = metrics.read_events(events)
         names = {h.address: h.name for h in hosts} if hosts else {}

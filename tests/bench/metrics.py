@@ -268,4 +268,4 @@ def verdict(measured: float, target: float, lower_is_better: bool = True) -> str
     if measured != measured:
         return "not measured"
     met = measured <= target if lower_is_better else measured >= target
-    return "met" if met else "missed"
+    return "met" if met else f"missed by {abs(measured - target):.2f}"

@@ -202,7 +202,7 @@ def test_md_table() -> None:
 
 
 @pytest.mark.parametrize(("measured", "target", "result"), [
-    (0.4, 0.5, "met"), (0.5, 0.5, "met"), (0.51, 0.5, "missed"), (float("nan"), 0.5, "not measured")])
+    (0.4, 0.5, "met"), (0.5, 0.5, "met"), (0.62, 0.5, "missed by 0.12"), (float("nan"), 0.5, "not measured")])
 def test_verdict(measured: float, target: float, result: str) -> None:
     assert metrics.verdict(measured, target) == result
 
