@@ -17,7 +17,7 @@ PYTEST := $(VENV)/bin/python -m pytest
 help:
 	@echo "make smoke  - set up and run the two-worker smoke training on localhost"
 	@echo "make test   - set up and run every test (lint, unit, molecule, integration)"
-	@echo "make lint | unit | sanity | molecule | integration | multihost | bench"
+	@echo "make lint | unit | sanity | molecule | integration | multihost | bench | bench-controller | bench-mitogen"
 
 # The controller needs Python >= 3.12 (ansible-core 2.21). Look on PATH, then in pyenv and
 # the usual prefixes; say clearly what was tried when none is found.
