@@ -184,7 +184,7 @@ class Instruments:
         result: dict[str, Any] = {
             "rc": proc.returncode, "wall": ended - started, "cpu": usage / 1e6,
             "cpu_phases": metrics.phase_cpu(marks, usage), "wall_phases": metrics.phase_wall(marks, started, ended),
-            "cpu_tasks": dict(metrics.top(metrics.task_cpu(marks, usage), 25)),
+            "cpu_tasks": dict(metrics.top(metrics.task_cpu(marks, usage, str(extra.get("tf_run_id", ""))), 60)),
             "runs": {h: dict(c) for h, c in metrics.module_runs(marks).items()},
             "ops": {h: dict(c) for h, c in metrics.ssh_ops(metrics.read_oplog(work / "oplog"), names).items()},
             "new_connections": {h.name: self._logins(h) - logins[h.name] for h in hosts} if hosts else {},
@@ -636,6 +636,11 @@ def task_lines(table: dict[Any, dict[str, list[dict[str, Any]]]], count: int = 1
                   "of that task); names as the tree's task names.", "",
                   *metrics.md_table(["phase: task", "CPU s", "share of the run"],
                                     [[name, cpu, f"{100 * cpu / total:.0f}%"] for name, cpu in metrics.top(medians, count)])]
+        repeated = metrics.repeated_tasks(medians)
+        if repeated:
+            lines += ["", f"Tasks that run in more than one phase ({label}, N = {n}), summed over the phases:", "",
+                      *metrics.md_table(["task", "phases", "CPU s", "share of the run"],
+                                        [[name, k, cpu, f"{100 * cpu / total:.0f}%"] for name, k, cpu in repeated[:count]])]
     return lines
 
 

@@ -98,11 +98,12 @@ def phase_wall(events: Sequence[Mapping[str, Any]], started: float, ended: float
     return dict(out)
 
 
-def task_cpu(events: Sequence[Mapping[str, Any]], total_usec: int) -> dict[str, float]:
+def task_cpu(events: Sequence[Mapping[str, Any]], total_usec: int, run_id: str = "") -> dict[str, float]:
     """CPU seconds per task, keyed "phase: task name" (same names summed), from task marks.
 
     A task's share runs from its start mark to the next mark of any kind; the time from a
-    play's start to its first task is "phase: (play start)". Empty without readings.
+    play's start to its first task is "phase: (play start)". A task name that shows the
+    run id shows "<run id>" instead, so that runs compare. Empty without readings.
     """
     marks = [e for e in events if e.get("event") in ("play", "task", "stats")]
     if not marks or any(m.get("cpu_usec") is None for m in marks):
@@ -115,11 +116,26 @@ def task_cpu(events: Sequence[Mapping[str, Any]], total_usec: int) -> dict[str, 
             phase = phase_of(here.get("file", ""), here.get("name", ""))
             key = f"{phase}: (play start)"
         elif here["event"] == "task":
-            key = f"{phase}: {here.get('name', '?')}"
+            name = str(here.get("name", "?"))
+            key = f"{phase}: {name.replace(run_id, '<run id>') if run_id else name}"
         else:
             key = "exit"
         out[key] += (end - here["cpu_usec"]) / 1e6
     return dict(out)
+
+
+def repeated_tasks(cpu: Mapping[str, float]) -> list[tuple[str, int, float]]:
+    """Tasks (by name) found in more than one phase: (name, phases, CPU summed), costliest first."""
+    sums: dict[str, float] = defaultdict(float)
+    phases: dict[str, set[str]] = defaultdict(set)
+    for key, value in cpu.items():
+        phase, sep, name = key.partition(": ")
+        if not sep or name == "(play start)":
+            continue
+        sums[name] += value
+        phases[name].add(phase)
+    rows = [(name, len(phases[name]), sums[name]) for name in sums if len(phases[name]) > 1]
+    return sorted(rows, key=lambda row: (-row[2], row[0]))
 
 
 def top(values: Mapping[str, float], count: int) -> list[tuple[str, float]]:

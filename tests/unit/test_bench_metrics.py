@@ -257,3 +257,17 @@ def test_task_cpu_splits_at_task_starts_per_phase() -> None:
                                  "preflight: Note the spec": 0.25, "launch: (play start)": 0.25,
                                  "launch: Note the spec": 0.5, "exit": 0.1})
     assert metrics.top(cpu, 2) == [("preflight: Probe the ports", 2.5), ("launch: Note the spec", 0.5)]
+
+
+def test_task_cpu_hides_the_run_id_and_sums_tasks_repeated_over_phases() -> None:
+    events = [
+        {"event": "play", "t": 1.0, "cpu_usec": 0, "file": "/r/playbooks/deploy.yml", "name": "Deploy"},
+        {"event": "task", "t": 1.0, "cpu_usec": 0, "name": "tf : Refuse values out of range"},
+        {"event": "task", "t": 2.0, "cpu_usec": 1_000_000, "name": "Create the files of run r-7"},
+        {"event": "play", "t": 3.0, "cpu_usec": 3_000_000, "file": "/r/playbooks/launch.yml", "name": "Start"},
+        {"event": "task", "t": 3.0, "cpu_usec": 3_000_000, "name": "tf : Refuse values out of range"},
+        {"event": "task", "t": 4.0, "cpu_usec": 4_500_000, "name": "Start"},
+    ]
+    cpu = metrics.task_cpu(events, 5_000_000, run_id="r-7")
+    assert cpu["deploy: Create the files of run <run id>"] == pytest.approx(2.0)
+    assert metrics.repeated_tasks(cpu) == [("tf : Refuse values out of range", 2, pytest.approx(2.5))]
