@@ -12,12 +12,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: help setup smoke test lint unit sanity molecule integration multihost bench clean
+.PHONY: help setup smoke test lint unit sanity molecule integration multihost bench bench-controller bench-mitogen clean
 
 help:
 	@echo "make smoke  - set up and run the two-worker smoke training on localhost"
 	@echo "make test   - set up and run every test (lint, unit, molecule, integration)"
-	@echo "make lint | unit | sanity | molecule | integration | multihost | bench"
+	@echo "make lint | unit | sanity | molecule | integration | multihost | bench | bench-controller | bench-mitogen"
 
 # The controller needs Python >= 3.12 (ansible-core 2.21). Look on PATH, then in pyenv and
 # the usual prefixes; say clearly what was tried when none is found.
@@ -104,8 +104,17 @@ test: setup
 	$(PYTEST) tests/integration --ignore=tests/integration/test_faults.py
 	$(PYTEST) tests/integration/test_faults.py
 
+# The whole measurement of docs/BENCHMARKS.md (medians of 5; about an hour on 2 cores).
 bench: setup
 	$(VENV)/bin/python tests/bench/bench.py
+
+# Pieces, merged into the last run's figures: the controller's cost per host (this tree
+# vs the baseline commit), and Mitogen vs the default strategy.
+bench-controller: setup
+	$(VENV)/bin/python tests/bench/bench.py --parts orch --merge
+
+bench-mitogen: setup
+	$(VENV)/bin/python tests/bench/bench.py --parts mitogen --merge
 
 clean:
 	rm -rf $(VENV) .pytest_cache

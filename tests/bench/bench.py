@@ -9,12 +9,29 @@ Parts (each measured side by side in one run, so that ratios compare like with l
           seed does; the ratio of the medians
   hosts   namespace hosts N = 2, 4, 8 training the default job: end to end, time to the
           first worker start, skew between first and last start, last exit to verdict
-  orch    orchestration alone at N = 16, 32 (and 2, 8 for the trend) with a trivial job
-          in place of TensorFlow: overhead = end to end minus the job's own time
+  orch    orchestration alone at N = 2, 8, 32 with a trivial job in place of TensorFlow:
+          overhead = end to end minus the job's own time; and the controller's cost per
+          host (CPU per phase, module runs, SSH operations), this tree side by side with
+          a checkout of --baseline-ref (interleaved runs, each tree with its own
+          ansible.cfg and playbooks, measured by this tree's instruments)
+  mitogen the smoke and N = 8, 32 under Mitogen's mitogen_linear strategy (installed
+          into .cache/mitogen) side by side with the default strategy
   faults  time from a fault to the playbook's exit (tests/integration/faults.py), and the
           supervision timings: SIGINT to no process of the run left, a killed worker of a
           detached run to every other worker stopped
-Needs root for the namespace hosts.
+Needs root for the namespace hosts, and a cgroup v2 hierarchy for the controller's CPU.
+
+How the controller's CPU is measured: ansible-playbook runs in a fresh cgroup v2 of its
+own (its child joins it before exec), so the cgroup's cpu.stat counts it, its forks and
+its ssh clients, including the ControlPersist masters that detach from the process tree;
+the namespace hosts' sshd were started by this script before, outside that cgroup, so
+their sessions (module interpreters, workers) are not counted. Each run gets its own
+ControlPath directory, and what is left in its cgroup when the playbook exits (the
+masters) is stopped by PID, so every run starts its connections cold and pays for them.
+The callback tests/bench/callback/tf_bench.py notes the cgroup's usage at each play
+start (phases from the phase playbook a play came from) and every task result per host;
+the ssh, sftp and scp that Ansible runs are tests/bench/oplog.sh, which records each
+invocation and execs the real binary.
 """
 
 from __future__ import annotations
@@ -23,16 +40,28 @@ import argparse
 import json
 import os
 import platform
-import statistics
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[2]
+BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(BENCH))
+
+import metrics  # noqa: E402 - the bench's pure parts, beside this file
+from metrics import median  # noqa: E402
+
+BASELINE_REF = "27ea8b4"
+MITOGEN_PIN = "mitogen==0.3.54"
+MITOGEN_DIR = REPO / ".cache" / "mitogen"
+NOTES = BENCH / "NOTES.md"
 
 PYTHON = Path(sys.executable)
 PLAYBOOK_BIN = PYTHON.with_name("ansible-playbook")
@@ -46,10 +75,6 @@ if i == 0:
     open("multiworker-complete.txt", "w").write("done\\n")
 print(f"worker={i} training_complete", flush=True)
 """
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
 
 
 def play(playbook: str, args: list[str], extra: dict[str, Any]) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -84,7 +109,144 @@ def run_timings(base_dir: Path, run_id: str, wall_start: float, wall_end: float)
     }
 
 
+# -- the controller's instruments ------------------------------------------------------------
+
+def cgroup2_root() -> Path | None:
+    """Where the cgroup v2 hierarchy is mounted (pure v2 or the hybrid's unified), if any."""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            return Path(fields[1])
+    return None
+
+
+class Instruments:
+    """Runs ansible-playbook in a cgroup of its own, with the bench's callback and ssh log."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.count = 0
+        self.cgroups = cgroup2_root()
+        if self.cgroups is None or not os.access(self.cgroups, os.W_OK):
+            raise RuntimeError("no writable cgroup v2 hierarchy: the controller's CPU cannot be measured "
+                               "(run as root on a machine with cgroup v2)")
+        real = shutil.which("ssh")
+        if real is None:
+            raise RuntimeError("no ssh client on PATH")
+        self.real_ssh_dir = str(Path(real).parent)
+        self.bin = tmp / "bin"
+        self.bin.mkdir(exist_ok=True)
+        for name in ("ssh", "sftp", "scp"):
+            (self.bin / name).symlink_to(BENCH / "oplog.sh")
+
+    def run(self, tree: Path, playbook: str, args: list[str], extra: dict[str, Any], *,
+            env_extra: dict[str, str] | None = None, hosts: Any = None, timeout: float = 1800) -> dict[str, Any]:
+        """One measured run; never raises for a failed playbook (the result says rc)."""
+        self.count += 1
+        work = self.tmp / f"m{self.count}"
+        (work / "oplog").mkdir(parents=True)
+        (work / "cp").mkdir()
+        events = work / "events.jsonl"
+        cgroup = self.cgroups / f"tf-bench-{os.getpid()}-{self.count}"
+        cgroup.mkdir()
+        env = dict(os.environ, ANSIBLE_CONFIG=str(tree / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_CALLBACK_PLUGINS=str(BENCH / "callback"), ANSIBLE_CALLBACKS_ENABLED="tf_bench",
+                   TF_BENCH_CPU_STAT=str(cgroup / "cpu.stat"), TF_BENCH_EVENTS=str(events),
+                   TF_BENCH_OPLOG=str(work / "oplog"), TF_BENCH_REAL_SSH_DIR=self.real_ssh_dir,
+                   ANSIBLE_SSH_EXECUTABLE=str(self.bin / "ssh"), ANSIBLE_SFTP_EXECUTABLE=str(self.bin / "sftp"),
+                   ANSIBLE_SCP_EXECUTABLE=str(self.bin / "scp"), ANSIBLE_SSH_CONTROL_PATH_DIR=str(work / "cp"),
+                   **(env_extra or {}))
+        logins = {h.name: self._logins(h) for h in hosts} if hosts else {}
+        procs = str(cgroup / "cgroup.procs")
+
+        def join_cgroup() -> None:
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+
+        started = time.time()
+        try:
+            proc = subprocess.Popen([str(PLAYBOOK_BIN), playbook, *args, "-e", json.dumps(extra)], cwd=tree, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=join_cgroup)
+            try:
+                output, _ = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                output, _ = proc.communicate()
+            ended = time.time()
+            left = self._stop_cgroup(cgroup)
+            usage = int(dict(line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())["usage_usec"])
+        finally:
+            # Also on an interrupted bench: nothing the run started outlives it.
+            self._stop_cgroup(cgroup)
+            self._remove_cgroup(cgroup)
+        marks = metrics.read_events(events)
+        names = {h.address: h.name for h in hosts} if hosts else {}
+        result: dict[str, Any] = {
+            "rc": proc.returncode, "wall": ended - started, "cpu": usage / 1e6,
+            "cpu_phases": metrics.phase_cpu(marks, usage), "wall_phases": metrics.phase_wall(marks, started, ended),
+            "cpu_tasks": dict(metrics.top(metrics.task_cpu(marks, usage, str(extra.get("tf_run_id", ""))), 60)),
+            "runs": {h: dict(c) for h, c in metrics.module_runs(marks).items()},
+            "ops": {h: dict(c) for h, c in metrics.ssh_ops(metrics.read_oplog(work / "oplog"), names).items()},
+            "new_connections": {h.name: self._logins(h) - logins[h.name] for h in hosts} if hosts else {},
+            "left_in_cgroup": left, "started": started, "ended": ended,
+        }
+        if proc.returncode != 0:
+            errors = [line for line in output.splitlines() if "fatal" in line or "refused" in line or "[ERROR]" in line]
+            result["error"] = "\n".join(errors[:20]) + "\n" + output[-1500:]
+        return result
+
+    @staticmethod
+    def _logins(host: Any) -> int:
+        try:
+            return metrics.accepted_logins(host.sshd_log.read_text(errors="replace"))
+        except OSError:
+            return 0
+
+    @staticmethod
+    def _stop_cgroup(cgroup: Path) -> int:
+        """Stop what the run left in its cgroup (ControlPersist masters), by PID; how many."""
+        left = 0
+        for attempt in range(50):
+            pids = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
+            if not pids:
+                break
+            left = max(left, len(pids))
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGTERM if attempt < 10 else signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        return left
+
+    @staticmethod
+    def _remove_cgroup(cgroup: Path) -> None:
+        for _ in range(50):
+            try:
+                cgroup.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.1)
+        print(f"  could not remove {cgroup}", flush=True)
+
+
+def worker_timings(hosts: Any, workdir: Path, run_id: str, wall_start: float, wall_end: float) -> dict[str, float]:
+    """run_timings of a namespace-host run: the records are read through each host's root."""
+    merged = workdir / f"records-{run_id}"
+    for host_home in (h.private_path("/home") for h in hosts.hosts):
+        for state in host_home.glob(f"**/runs/{run_id}/worker-*/*.json"):
+            target = merged / host_home.parent.name / state.relative_to(host_home)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(state.read_bytes())
+    return run_timings(merged, run_id, wall_start, wall_end)
+
+
 # -- part 1: smoke vs hand ---------------------------------------------------------------
+
+EMPTY_PLAY = "- name: Do nothing (ansible-playbook's own start-up)\n  hosts: localhost\n  gather_facts: false\n  tasks: []\n"
+
 
 def hand_launch(workdir: Path) -> float:
     """The seed's way: two background workers on localhost with hand-written TF_CONFIG."""
@@ -101,20 +263,157 @@ def hand_launch(workdir: Path) -> float:
     return time.monotonic() - started
 
 
-def part_smoke(reps: int, tmp: Path) -> dict[str, Any]:
-    hand, book = [], []
+def slim(result: dict[str, Any], hosts: int) -> dict[str, Any]:
+    """What a report keeps of one measured run: totals, phases and per-host means."""
+    ops = Counter()
+    for counts in result["ops"].values():
+        ops.update(counts)
+    out = {key: result[key] for key in ("rc", "wall", "cpu", "cpu_phases", "wall_phases", "cpu_tasks", "left_in_cgroup")}
+    out.update({
+        "hosts": hosts,
+        "cpu_per_host": result["cpu"] / hosts,
+        "results_per_host": metrics.per_host(result["runs"], "results", hosts),
+        "remote_runs_per_host": metrics.per_host(result["runs"], "remote", hosts),
+        "ssh_per_host": {op: n / hosts for op, n in sorted(ops.items())},
+        "new_connections_per_host": (sum(result["new_connections"].values()) / hosts
+                                     if result["new_connections"] else float("nan")),
+        "runs": result["runs"], "ops": result["ops"],
+    })
+    if "error" in result:
+        out["error"] = result["error"][-800:]
+    return out
+
+
+def part_smoke(reps: int, tmp: Path, inst: Instruments, variants: list[tuple[Any, ...]],
+               hand: bool = True) -> dict[str, Any]:
+    """The smoke under each variant; with `hand`, also the hand launch and the start-up alone."""
+    empty = tmp / "empty.yml"
+    empty.write_text(EMPTY_PLAY)
+    out: dict[str, Any] = {"hand": [], "startup": [], "variants": {v[0]: [] for v in variants}}
     for rep in range(reps):
-        # Interleaved, so that drift in the machine's load hits both alike.
-        workdir = tmp / f"hand-{rep}"
-        workdir.mkdir()
-        hand.append(hand_launch(workdir))
-        elapsed, _ = play("train.yml", ["--limit", "localhost"], {
-            "tf_worker_base_dir": str(tmp / "host"), "tf_runs_dir": str(tmp / "runs")})
-        book.append(elapsed)
-    return {"hand": hand, "playbook": book, "ratio": median(book) / median(hand)}
+        # Interleaved, so that drift in the machine's load hits all alike.
+        if hand:
+            workdir = tmp / f"hand-{len(list(tmp.glob('hand-*')))}"
+            workdir.mkdir()
+            try:
+                out["hand"].append(hand_launch(workdir))
+            except RuntimeError as exc:
+                print(f"  hand launch rep {rep} FAILED: {exc}", flush=True)
+            startup = inst.run(REPO, str(empty), ["--limit", "localhost"], {})
+            out["startup"].append(slim(startup, 1))
+        for label, tree, env, *more in variants:
+            run_id = f"smoke-{label}-{len(out['variants'][label])}-{int(time.time())}"
+            result = inst.run(tree, "train.yml", ["--limit", "localhost"], {
+                "tf_run_id": run_id, "tf_worker_base_dir": str(tmp / "host"), "tf_runs_dir": str(tmp / "runs"),
+                **(more[0] if more else {})}, env_extra=env)
+            sample = slim(result, 1)
+            if result["rc"] == 0:
+                try:
+                    sample["timings"] = run_timings(tmp / "host", run_id, result["started"], result["ended"])
+                except (RuntimeError, OSError, ValueError) as exc:
+                    sample["timings_error"] = str(exc)
+            out["variants"][label].append(sample)
+            state = "ok" if result["rc"] == 0 else f"FAILED rc={result['rc']}\n{result.get('error', '')}"
+            print(f"  smoke {label} rep {rep}: {result['wall']:.1f} s wall, {result['cpu']:.1f} s CPU, {state}", flush=True)
+    ok = {label: [s for s in samples if s["rc"] == 0] for label, samples in out["variants"].items()}
+    if hand and ok.get("default"):
+        out["playbook"] = [s["wall"] for s in ok["default"]]
+        out["ratio"] = median(out["playbook"]) / median(out["hand"])
+    return out
 
 
 # -- parts 2 and 3: namespace hosts ----------------------------------------------------------
+
+def trivial_groupvars(tmp: Path) -> dict[str, Any]:
+    job = tmp / "trivial_job.py"
+    job.write_text(TRIVIAL_JOB)
+    return {"tf_worker_python": "/usr/bin/python3", "tf_train_script": str(job), "tf_startup_timeout": 0}
+
+
+def part_compare(sizes: list[int], reps: int, tmp: Path, inst: Instruments,
+                 variants: list[tuple[str, Path, dict[str, str]]], name: str,
+                 extra_vars: dict[str, Any] | None = None) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """The trivial job on N namespace hosts under each variant, interleaved (A, B, A, B...)."""
+    from nshosts import NamespaceHosts
+
+    groupvars = {**trivial_groupvars(tmp), **(extra_vars or {})}
+    table: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for size in sizes:
+        workdir = tmp / f"{name}-{size}"
+        table[size] = {label: [] for label, _, _ in variants}
+        try:
+            with NamespaceHosts(size, workdir / "ns", static_neighbors=size >= 16) as hosts:
+                inventory = hosts.write_inventory(workdir / "inventory.yml", groupvars=groupvars)
+                for rep in range(reps):
+                    for label, tree, env in variants:
+                        run_id = f"bench-{name}-{label}-{size}-{rep}"
+                        result = inst.run(tree, "train.yml", ["-i", str(inventory)],
+                                          {"tf_run_id": run_id, "tf_runs_dir": str(workdir / "runs")},
+                                          env_extra=env, hosts=hosts.hosts)
+                        sample = slim(result, size)
+                        if result["rc"] == 0:
+                            try:
+                                sample["timings"] = worker_timings(hosts, workdir, run_id, result["started"], result["ended"])
+                            except RuntimeError as exc:
+                                sample["timings_error"] = str(exc)
+                        table[size][label].append(sample)
+                        state = "ok" if result["rc"] == 0 else f"FAILED rc={result['rc']}\n{result.get('error', '')}"
+                        print(f"  N={size} {label} rep {rep}: {result['wall']:.1f} s wall, {result['cpu']:.1f} s CPU "
+                              f"({sample['cpu_per_host']:.2f}/host), {sample['remote_runs_per_host']:.1f} module runs/host, "
+                              f"ssh {sample['ssh_per_host']}, {state}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - hosts that would not come up must not lose the other sizes
+            print(f"  N={size}: broke: {exc}", flush=True)
+    return table
+
+
+def wall_rows(samples: list[dict[str, Any]]) -> dict[str, float] | None:
+    """The wall-time table's row (medians) from the runs that went through."""
+    timed = [s["timings"] for s in samples if s.get("timings")]
+    if not timed:
+        return None
+    row = {key: median([t[key] for t in timed]) for key in timed[0]}
+    row["runs"] = len(timed)
+    row["failed"] = len(samples) - len(timed)
+    return row
+
+
+def checkout(ref: str, tmp: Path) -> tuple[Path, str]:
+    """A copy of the tree at `ref` (git archive, so no worktree is registered); its commit."""
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    dest = tmp / f"baseline-{commit[:10]}"
+    dest.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", commit], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest, commit
+
+
+UNPIN = """#!/bin/sh
+# The smoke's worker interpreter under Mitogen, with every CPU allowed again: Mitogen pins
+# the processes it spawns (here the local connection's target, hence the supervisor and
+# the training) to the CPUs it does not reserve for itself, one of two on a 2-core machine.
+exec taskset --all-tasks --cpu-list 0-{last} {python} "$@"
+"""
+
+
+def unpinned_python(tmp: Path) -> Path:
+    """An interpreter for the smoke's workers that undoes Mitogen's CPU pinning (taskset)."""
+    path = tmp / "python-unpinned"
+    path.write_text(UNPIN.format(last=(os.cpu_count() or 1) - 1, python=PYTHON))
+    path.chmod(0o755)
+    return path
+
+
+def mitogen_env() -> dict[str, str]:
+    """Install Mitogen into .cache/mitogen (never into .venv) and return the env that turns it on."""
+    marker = MITOGEN_DIR / ".installed"
+    if not marker.exists() or marker.read_text().strip() != MITOGEN_PIN:
+        subprocess.run([str(PYTHON), "-m", "pip", "install", "--quiet", "--upgrade", "--target", str(MITOGEN_DIR), MITOGEN_PIN],
+                       check=True)
+        marker.write_text(MITOGEN_PIN + "\n")
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(MITOGEN_DIR / "ansible_mitogen" / "plugins" / "strategy"),
+            "ANSIBLE_STRATEGY": "mitogen_linear"}
+
 
 def part_hosts(sizes: list[int], reps: int, tmp: Path, trivial: bool,
                extra_vars: dict[str, Any] | None = None) -> dict[int, dict[str, float]]:
@@ -254,84 +553,330 @@ def versions() -> dict[str, str]:
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}"}
 
 
-def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> None:
-    lines = ["# Benchmarks", "", f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
-    for key, value in data["versions"].items():
-        lines.append(f"- {key}: {value}")
-    lines.append(f"- medians of {reps} runs each; every table was measured in the same run of the script")
-    if "smoke" in data:
-        s = data["smoke"]
+def _by_n(table: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    """Items of a table keyed by N (or by a name such as "smoke"), numbers in order first."""
+    return sorted(table.items(), key=lambda kv: (0, int(kv[0]), "") if str(kv[0]).isdigit() else (1, 0, str(kv[0])))
+
+
+def _ok(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [s for s in samples if s.get("rc") == 0]
+
+
+def _med(samples: list[dict[str, Any]], get: Callable[[dict[str, Any]], float]) -> float:
+    return median([get(s) for s in _ok(samples)])
+
+
+def controller_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[list[Any]]:
+    """Rows of the controller-cost table: one per N and variant, medians of the good runs."""
+    rows = []
+    for n, by_label in _by_n(table):
+        for label, samples in by_label.items():
+            rows.append([
+                n, label, _med(samples, lambda s: s["wall"]), _med(samples, lambda s: s["cpu"]),
+                _med(samples, lambda s: s["cpu_per_host"]), _med(samples, lambda s: s["results_per_host"]),
+                _med(samples, lambda s: s["remote_runs_per_host"]),
+                _med(samples, lambda s: s["ssh_per_host"].get("exec", 0.0)),
+                _med(samples, lambda s: s["ssh_per_host"].get("put", 0.0)),
+                _med(samples, lambda s: s["ssh_per_host"].get("fetch", 0.0)),
+                _med(samples, lambda s: s["new_connections_per_host"]),
+                _med(samples, lambda s: s.get("timings", {}).get("skew", float("nan"))),
+                f"{len(_ok(samples))} / {len(samples) - len(_ok(samples))}",
+            ])
+    return rows
+
+
+CONTROLLER_HEADERS = ["N", "tree", "wall s", "controller CPU s", "CPU s per host", "task results per host",
+                      "remote module runs per host", "ssh exec per host", "put per host", "fetch per host",
+                      "new SSH connections per host", "launch skew s", "runs ok / failed"]
+
+
+def phase_rows(table: dict[Any, dict[str, list[dict[str, Any]]]], key: str) -> tuple[list[str], list[list[Any]]]:
+    """Per-phase medians (`cpu_phases` or `wall_phases`), one row per N and variant."""
+    names = list(metrics.CPU_ROWS)
+    for by_label in table.values():
+        for samples in by_label.values():
+            for s in _ok(samples):
+                names += [p for p in s[key] if p not in names and p != "total"]
+    rows = []
+    for n, by_label in _by_n(table):
+        for label, samples in by_label.items():
+            rows.append([n, label, *[_med(samples, lambda s, p=p: s[key].get(p, 0.0)) for p in names],
+                         _med(samples, lambda s: s[key].get("total", float("nan")))])
+    return ["N", "tree", *names, "total"], rows
+
+
+def ratio_rows(table: dict[Any, dict[str, list[dict[str, Any]]]], new: str, base: str) -> list[list[Any]]:
+    rows = []
+    for n, by_label in _by_n(table):
+        if new in by_label and base in by_label:
+            a = _med(by_label[new], lambda s: s["cpu_per_host"])
+            b = _med(by_label[base], lambda s: s["cpu_per_host"])
+            wa = _med(by_label[new], lambda s: s["wall"])
+            wb = _med(by_label[base], lambda s: s["wall"])
+            rows.append([n, a, b, a / b if b == b and b else float("nan"), wa / wb if wb == wb and wb else float("nan")])
+    return rows
+
+
+def task_lines(table: dict[Any, dict[str, list[dict[str, Any]]]], count: int = 12) -> list[str]:
+    """The tasks that cost the controller most at the largest N, per tree (medians)."""
+    sizes = [n for n, _ in _by_n(table) if str(n).isdigit()]
+    if not sizes:
+        return []
+    n = sizes[-1]
+    lines: list[str] = []
+    for label, samples in table[n].items():
+        good = [s for s in _ok(samples) if s.get("cpu_tasks")]
+        if not good:
+            continue
+        names = {name for s in good for name in s["cpu_tasks"]}
+        medians = {name: median([s["cpu_tasks"].get(name, 0.0) for s in good]) for name in names}
+        total = median([s["cpu"] for s in good])
+        lines += ["", f"### Where the controller's CPU goes at N = {n} ({label}): the {count} costliest tasks", "",
+                  "From each task's start to the next task's (with the linear strategy, every host's run "
+                  "of that task); names as the tree's task names.", "",
+                  *metrics.md_table(["phase: task", "CPU s", "share of the run"],
+                                    [[name, cpu, f"{100 * cpu / total:.0f}%"] for name, cpu in metrics.top(medians, count)])]
+        repeated = metrics.repeated_tasks(medians)
+        if repeated:
+            lines += ["", f"Tasks that run in more than one phase ({label}, N = {n}), summed over the phases:", "",
+                      *metrics.md_table(["task", "phases", "CPU s", "share of the run"],
+                                        [[name, k, cpu, f"{100 * cpu / total:.0f}%"] for name, k, cpu in repeated[:count]])]
+    return lines
+
+
+def marginal_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[list[Any]]:
+    sizes = [n for n, _ in _by_n(table) if str(n).isdigit()]
+    if len(sizes) < 2:
+        return []
+    low, high = sizes[0], sizes[-1]
+    rows = []
+    for label in table[high]:
+        if label in table[low]:
+            a = _med(table[low][label], lambda s: s["cpu"])
+            b = _med(table[high][label], lambda s: s["cpu"])
+            rows.append([label, low, high, (b - a) / (int(high) - int(low))])
+    return rows
+
+
+def _smoke_lines(s: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    if s.get("hand") and s.get("playbook"):
+        startup = [x for x in s.get("startup", []) if x.get("rc") == 0]
         lines += ["", "## Smoke playbook vs hand launch (two workers, localhost)", "",
                   "| | median s | runs (s) |", "|---|---|---|",
                   f"| hand launch (seed) | {median(s['hand']):.2f} | {', '.join(f'{v:.1f}' for v in s['hand'])} |",
                   f"| `ansible-playbook train.yml --limit localhost` | {median(s['playbook']):.2f} | {', '.join(f'{v:.1f}' for v in s['playbook'])} |",
                   f"| ratio | **{s['ratio']:.2f}x** | target <= 1.5x (stretch 1.25x) |"]
-    for key, title in (("hosts", "Namespace hosts, default TensorFlow job"), ("orch", "Orchestration alone, trivial job")):
-        if key in data:
-            lines += ["", f"## {title}", "", "| N | end to end s | first start s | start skew s | last exit to verdict s | job s | overhead s | runs ok / failed |", "|---|---|---|---|---|---|---|---|"]
-            for n, row in sorted(data[key].items(), key=lambda kv: int(kv[0])):
-                lines.append(f"| {n} | {row['e2e']:.2f} | {row['first_start']:.2f} | {row['skew']:.2f} | {row['exit_to_verdict']:.2f} | {row['job']:.2f} | {row['overhead']:.2f} | {row.get('runs', '?')} / {row.get('failed', 0)} |")
-            rows = {int(k): v for k, v in data[key].items()}
-            base = rows.get(2)
-            if base:
-                ratios = ", ".join(f"N={n}: {rows[n]['overhead'] / base['overhead']:.2f}x" for n in sorted(rows) if n != 2)
-                lines.append(f"\nOverhead relative to N=2: {ratios}.")
+        if startup:
+            up_wall = median([x["wall"] for x in startup])
+            up_cpu = median([x["cpu"] for x in startup])
+            book = _ok(s["variants"]["default"])
+            wall, cpu = median([x["wall"] for x in book]), median([x["cpu"] for x in book])
+            hand = median(s["hand"])
+            lines += ["", "### Split of the smoke", "",
+                      "ansible-playbook's own start-up is an empty play against localhost with the same "
+                      "configuration (`ansible.cfg`, inventory, callbacks): a fixed cost of any playbook. "
+                      "The rest is ours. The smoke's CPU includes the two workers' training "
+                      "(localhost uses the local connection, so they run in the playbook's cgroup).", "",
+                      *metrics.md_table(["", "wall s", "CPU s"], [
+                          ["ansible-playbook start-up (empty play)", up_wall, up_cpu],
+                          ["the rest (the runbook's work, training included)", wall - up_wall, cpu - up_cpu],
+                          ["smoke playbook", wall, cpu],
+                          ["hand launch (wall)", hand, float("nan")],
+                          ["smoke minus start-up, vs hand launch", (wall - up_wall) / hand, float("nan")],
+                      ])]
+    return lines
+
+
+def targets(data: dict[str, Any]) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    smoke = data.get("smoke", {})
+    ratio = smoke.get("ratio", float("nan"))
+    rows.append(["smoke / hand launch (wall)", ratio, "<= 1.5x (stretch 1.25x)", metrics.verdict(ratio, 1.5)])
+    table = data.get("controller", {})
+    big = table.get("32") or table.get(32)
+    cpu_ratio = float("nan")
+    skew = float("nan")
+    if big and "new" in big and "baseline" in big:
+        r = ratio_rows({32: big}, "new", "baseline")
+        cpu_ratio = r[0][3] if r else float("nan")
+    if big and "new" in big:
+        skew = _med(big["new"], lambda s: s.get("timings", {}).get("skew", float("nan")))
+    rows.append(["controller CPU per host at N = 32, new / baseline", cpu_ratio, "<= 0.5", metrics.verdict(cpu_ratio, 0.5)])
+    rows.append(["launch skew at N = 32 (s)", skew, "<= 1 s", metrics.verdict(skew, 1.0)])
+    return rows
+
+
+def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> None:
+    lines = ["# Benchmarks", "", f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
+    for key, value in data["versions"].items():
+        lines.append(f"- {key}: {value}")
+    lines.append(f"- medians of {reps} runs each; every table was measured in the same run of the script")
+    if "baseline" in data:
+        lines.append(f"- baseline: commit {data['baseline']} (`--baseline-ref`), its own ansible.cfg and playbooks, "
+                     "measured by this tree's instruments, runs interleaved with this tree's")
+    lines += ["", "## Targets", "", *metrics.md_table(["target", "measured", "target", "met?"], targets(data))]
+    if "smoke" in data:
+        lines += _smoke_lines(data["smoke"])
+    if "hosts" in data:
+        lines += ["", "## Namespace hosts, default TensorFlow job", "", "| N | end to end s | first start s | start skew s | last exit to verdict s | job s | overhead s | runs ok / failed |", "|---|---|---|---|---|---|---|---|"]
+        for n, row in sorted(data["hosts"].items(), key=lambda kv: int(kv[0])):
+            lines.append(f"| {n} | {row['e2e']:.2f} | {row['first_start']:.2f} | {row['skew']:.2f} | {row['exit_to_verdict']:.2f} | {row['job']:.2f} | {row['overhead']:.2f} | {row.get('runs', '?')} / {row.get('failed', 0)} |")
+    if "orch" in data:
+        lines += ["", "## Orchestration alone, trivial job (wall time, this tree)", "", "| N | end to end s | first start s | start skew s | last exit to verdict s | job s | overhead s | runs ok / failed |", "|---|---|---|---|---|---|---|---|"]
+        for n, row in sorted(data["orch"].items(), key=lambda kv: int(kv[0])):
+            lines.append(f"| {n} | {row['e2e']:.2f} | {row['first_start']:.2f} | {row['skew']:.2f} | {row['exit_to_verdict']:.2f} | {row['job']:.2f} | {row['overhead']:.2f} | {row.get('runs', '?')} / {row.get('failed', 0)} |")
+        rows = {int(k): v for k, v in data["orch"].items()}
+        base = rows.get(2)
+        if base and len(rows) > 1:
+            ratios = ", ".join(f"N={n}: {rows[n]['overhead'] / base['overhead']:.2f}x" for n in sorted(rows) if n != 2)
+            lines.append(f"\nOverhead relative to N=2: {ratios}.")
+    if data.get("controller"):
+        table = data["controller"]
+        lines += ["", "## Controller cost per host, trivial job", "",
+                  "The controller is the `ansible-playbook` process tree in a cgroup of its own (forks, ssh "
+                  "clients and their ControlPersist masters), not the namespace hosts' sshd, module "
+                  "interpreters or workers. Task results count loop items, retries and async polls and "
+                  "leave out skipped tasks; remote module runs leave out the controller-only actions "
+                  "(set_fact, assert, debug, include_role, ...); SSH operations are the ssh/sftp/scp "
+                  "invocations (with pipelining, one exec per module run, plus an action plugin's own); "
+                  "new SSH connections are the logins each host's sshd accepted.", "",
+                  *metrics.md_table(CONTROLLER_HEADERS, controller_rows(table))]
+        headers, rows = phase_rows(table, "cpu_phases")
+        lines += ["", "### Controller CPU seconds per phase", "", *metrics.md_table(headers, rows)]
+        headers, rows = phase_rows(table, "wall_phases")
+        lines += ["", "### Wall seconds per phase", "", *metrics.md_table(headers, rows)]
+        lines += task_lines(table)
+        marginal = marginal_rows(table)
+        if marginal:
+            lines += ["", "### Marginal controller CPU per added host", "",
+                      "(CPU at the largest N minus CPU at the smallest) / (difference in N): the per-host "
+                      "cost without the fixed cost that CPU per host still carries at small N.", "",
+                      *metrics.md_table(["tree", "from N", "to N", "CPU s per added host"], marginal)]
+        ratios = ratio_rows(table, "new", "baseline")
+        if ratios:
+            lines += ["", "### This tree vs the baseline", "",
+                      *metrics.md_table(["N", "new CPU s per host", "baseline CPU s per host", "CPU ratio new / baseline", "wall ratio new / baseline"], ratios)]
+    if data.get("mitogen"):
+        m = data["mitogen"]
+        lines += ["", "## Mitogen (`mitogen_linear`) vs the default strategy", ""]
+        if m.get("smoke"):
+            lines += ["### Smoke", "", "CPU includes the two workers' training (local connection).", "",
+                      *metrics.md_table(["strategy", "wall s", "CPU s", "first worker start s", "job s (first start to last exit)",
+                                         "last exit to verdict s", "runs ok / failed"], [
+                [label, _med(samples, lambda s: s["wall"]), _med(samples, lambda s: s["cpu"]),
+                 _med(samples, lambda s: s.get("timings", {}).get("first_start", float("nan"))),
+                 _med(samples, lambda s: s.get("timings", {}).get("job", float("nan"))),
+                 _med(samples, lambda s: s.get("timings", {}).get("exit_to_verdict", float("nan"))),
+                 f"{len(_ok(samples))} / {len(samples) - len(_ok(samples))}"]
+                for label, samples in m["smoke"]["variants"].items()])]
+            headers, rows = phase_rows({"smoke": m["smoke"]["variants"]}, "cpu_phases")
+            lines += ["", "CPU seconds per phase:", "", *metrics.md_table(headers, rows)]
+            headers, rows = phase_rows({"smoke": m["smoke"]["variants"]}, "wall_phases")
+            lines += ["", "Wall seconds per phase:", "", *metrics.md_table(headers, rows)]
+        if m.get("hosts"):
+            lines += ["", "### Namespace hosts, trivial job", "", *metrics.md_table(CONTROLLER_HEADERS, controller_rows(m["hosts"]))]
+            headers, rows = phase_rows(m["hosts"], "cpu_phases")
+            lines += ["", "CPU seconds per phase:", "", *metrics.md_table(headers, rows)]
+            headers, rows = phase_rows(m["hosts"], "wall_phases")
+            lines += ["", "Wall seconds per phase:", "", *metrics.md_table(headers, rows)]
     for note in data.get("notes", []):
         lines += ["", note]
     if "faults" in data:
         lines += ["", "## Fault to playbook exit", "", "| fault | seconds |", "|---|---|"]
         for name, value in data["faults"].items():
             lines.append(f"| {name} | {value:.1f} |")
+    if NOTES.exists():
+        lines += ["", NOTES.read_text().rstrip()]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="smoke,hosts,orch,faults")
+    parser.add_argument("--parts", default="smoke,hosts,orch,mitogen,faults",
+                        help="comma-separated: smoke, hosts, orch, mitogen, faults")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--sizes", default="2,4,8")
-    parser.add_argument("--orch-sizes", default="2,8,16,32")
+    parser.add_argument("--orch-sizes", default="2,8,32")
+    parser.add_argument("--mitogen-sizes", default="8,32")
+    parser.add_argument("--baseline-ref", default=BASELINE_REF,
+                        help="commit measured beside this tree in the orch part ('' for none)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
     parser.add_argument("--vars", type=json.loads, default={},
                         help="JSON of inventory variables for every host (e.g. to turn a check off)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the parts and sizes of the last run's JSON that this run does not measure")
+    parser.add_argument("--report-only", action="store_true",
+                        help="measure nothing: write the report again from the last run's JSON")
     args = parser.parse_args()
+    if args.report_only:
+        data = json.loads(args.out.with_suffix(".json").read_text())
+        write_report(args.out, data, data.get("reps", args.reps), data.get("command", "python tests/bench/bench.py"))
+        print(f"wrote {args.out}")
+        return 0
     parts = set(args.parts.split(","))
+    unknown = parts - {"smoke", "hosts", "orch", "mitogen", "faults"}
+    if unknown:
+        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
+    command = "python tests/bench/bench.py " + " ".join(sys.argv[1:])
     data: dict[str, Any] = {"versions": versions()}
     earlier: dict[str, Any] = {}
     if args.merge and args.out.with_suffix(".json").exists():
         earlier = json.loads(args.out.with_suffix(".json").read_text())
         data = {**earlier, "versions": data["versions"]}
+    data.update(reps=args.reps, command=command)
+
+    def save() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(data, indent=2, default=str))
+
     with tempfile.TemporaryDirectory(prefix="tf-bench-") as tmp_name:
         tmp = Path(tmp_name)
+        inst = Instruments(tmp)
+        default = [("default", REPO, {})]
         if "smoke" in parts:
             print("smoke vs hand launch ...", flush=True)
-            data["smoke"] = part_smoke(args.reps, tmp)
-            print(f"  ratio {data['smoke']['ratio']:.2f}", flush=True)
-        def save() -> None:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.with_suffix(".json").write_text(json.dumps(data, indent=2, default=str))
-
-        save()
+            data["smoke"] = part_smoke(args.reps, tmp, inst, default)
+            print(f"  ratio {data['smoke'].get('ratio', float('nan')):.2f}", flush=True)
+            save()
         if "hosts" in parts:
             print("namespace hosts ...", flush=True)
             data["hosts"] = part_hosts([int(n) for n in args.sizes.split(",")], args.reps, tmp, trivial=False,
-                                      extra_vars=args.vars)
+                                       extra_vars=args.vars)
             save()
         if "orch" in parts:
-            print("orchestration alone ...", flush=True)
-            data["orch"] = {**earlier.get("orch", {}),
-                            **part_hosts([int(n) for n in args.orch_sizes.split(",")], args.reps, tmp, trivial=True,
-                                       extra_vars=args.vars)}
+            print("orchestration alone, and the controller's cost per host ...", flush=True)
+            variants = [("new", REPO, {})]
+            if args.baseline_ref:
+                base, commit = checkout(args.baseline_ref, tmp)
+                data["baseline"] = commit
+                variants.append(("baseline", base, {}))
+            table = part_compare([int(n) for n in args.orch_sizes.split(",")], args.reps, tmp, inst, variants, "orch",
+                                 extra_vars=args.vars)
+            data["controller"] = {**earlier.get("controller", {}), **{str(n): v for n, v in table.items()}}
+            walls = {str(n): row for n, v in table.items() if (row := wall_rows(v["new"]))}
+            data["orch"] = {**earlier.get("orch", {}), **walls}
+            save()
+        if "mitogen" in parts:
+            print("mitogen vs the default strategy ...", flush=True)
+            env = mitogen_env()
+            variants = [("default", REPO, {}), ("mitogen", REPO, env)]
+            # A third smoke variant: Mitogen with the workers' CPU pinning undone, to tell
+            # Mitogen's own cost from the pinning's (see tests/bench/NOTES.md).
+            unpinned = ("mitogen-unpinned", REPO, env, {"tf_worker_python": str(unpinned_python(tmp))})
+            data["mitogen"] = {"smoke": part_smoke(args.reps, tmp, inst, [*variants, unpinned], hand=False)}
+            save()
+            table = part_compare([int(n) for n in args.mitogen_sizes.split(",")], args.reps, tmp, inst, variants,
+                                 "mitogen", extra_vars=args.vars)
+            data["mitogen"]["hosts"] = {str(n): v for n, v in table.items()}
             save()
         if "faults" in parts:
             print("faults ...", flush=True)
             data["faults"] = part_faults(tmp)
             save()
-    (args.out.with_suffix(".json")).write_text(json.dumps(data, indent=2, default=str))
-    write_report(args.out, data, args.reps, "python tests/bench/bench.py " + " ".join(sys.argv[1:]))
+    save()
+    write_report(args.out, data, args.reps, command)
     print(f"wrote {args.out}")
     return 0
 

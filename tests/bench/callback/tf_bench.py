@@ -1,0 +1,104 @@
+# The bench's callback: enabled only by tests/bench/bench.py (ANSIBLE_CALLBACK_PLUGINS,
+# ANSIBLE_CALLBACKS_ENABLED), never by the runbook's configuration.
+"""Notes the controller's CPU at each play start and every task result per host."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = """
+name: tf_bench
+type: aggregate
+short_description: benchmark probes of tests/bench/bench.py
+description:
+  - At each play and task start, the play's file and name (the task's name) and the CPU
+    the controller's cgroup has used so far (C(TF_BENCH_CPU_STAT), a cgroup v2 cpu.stat); every task result with its
+    host, action and kind; written as JSON lines to C(TF_BENCH_EVENTS).
+"""
+
+
+def _usage_usec(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as stat:
+            for line in stat:
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value)
+    except OSError:
+        return None
+    return None
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "tf_bench"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stat = os.environ.get("TF_BENCH_CPU_STAT", "")
+        path = os.environ.get("TF_BENCH_EVENTS")
+        self._out = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115 - open for the run
+
+    def _emit(self, record: dict[str, Any], flush: bool = False) -> None:
+        if self._out is None:
+            return
+        self._out.write(json.dumps(record) + "\n")
+        if flush:
+            self._out.flush()
+
+    def _mark(self, event: str, **fields: Any) -> None:
+        self._emit({"event": event, "t": time.time(), "cpu_usec": _usage_usec(self._stat), **fields}, flush=True)
+
+    def v2_playbook_on_play_start(self, play: Any) -> None:
+        path = play.get_path() or ""
+        self._mark("play", file=path.rsplit(":", 1)[0], name=play.get_name())
+
+    def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
+        self._mark("task", name=task.get_name(), action=task.action)
+
+    def v2_playbook_on_handler_task_start(self, task: Any) -> None:
+        self._mark("task", name=task.get_name(), action=task.action)
+
+    def v2_playbook_on_stats(self, stats: Any) -> None:
+        self._mark("stats")
+
+    def _result(self, kind: str, result: Any, item: bool = False) -> None:
+        task = result._task
+        loop = not item and isinstance(result._result, dict) and isinstance(result._result.get("results"), list)
+        delegated = (result._result.get("_ansible_delegated_vars") or {}).get("ansible_host") if isinstance(result._result, dict) else None
+        self._emit({"event": "result", "kind": kind, "host": result._host.get_name(), "action": task.action,
+                    "item": item, "loop": loop, "delegated": delegated})
+
+    def v2_runner_on_ok(self, result: Any) -> None:
+        self._result("ok", result)
+
+    def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
+        self._result("failed", result)
+
+    def v2_runner_on_unreachable(self, result: Any) -> None:
+        self._result("unreachable", result)
+
+    def v2_runner_on_skipped(self, result: Any) -> None:
+        self._result("skipped", result)
+
+    def v2_runner_item_on_ok(self, result: Any) -> None:
+        self._result("ok", result, item=True)
+
+    def v2_runner_item_on_failed(self, result: Any) -> None:
+        self._result("failed", result, item=True)
+
+    def v2_runner_item_on_skipped(self, result: Any) -> None:
+        self._result("skipped", result, item=True)
+
+    def v2_runner_retry(self, result: Any) -> None:
+        self._result("retry", result)
+
+    def v2_runner_on_async_poll(self, result: Any) -> None:
+        self._result("poll", result)

@@ -1,0 +1,273 @@
+"""The bench's pure parts (tests/bench/metrics.py), its ssh wrapper and its report writer."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "tests" / "bench"
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+metrics = _load("metrics", BENCH / "metrics.py")
+callback = _load("tf_bench_callback", BENCH / "callback" / "tf_bench.py")
+
+
+# -- phases ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("path", "name", "phase"), [
+    ("/r/playbooks/preflight.yml", "Refuse a run without worker hosts", "preflight"),
+    ("/r/playbooks/deploy.yml", "Deploy the interpreter", "deploy"),
+    ("/r/playbooks/launch.yml", "Start every worker in the background", "launch"),
+    ("/r/playbooks/wait.yml", "Wait for every worker", "wait"),
+    ("/r/playbooks/collect.yml", "Fetch every worker's log and records", "collect"),
+    ("/r/playbooks/collect.yml", "Bring back the hosts that failed earlier", "collect"),
+    ("/r/playbooks/collect.yml", "Judge the run and write summary.json", "verdict"),
+    ("/other/tree/playbooks/verdict.yml", "Anything", "verdict"),
+    ("/r/train.yml", "Launch every worker at once", "launch"),
+    ("/r/site.yml", "Do something else", "other:site"),
+    ("", "", "other:unknown"),
+])
+def test_phase_of(path: str, name: str, phase: str) -> None:
+    assert metrics.phase_of(path, name) == phase
+
+
+def _marks() -> list[dict]:
+    return [
+        {"event": "play", "t": 101.0, "cpu_usec": 1_000_000, "file": "/r/playbooks/preflight.yml", "name": "Refuse"},
+        {"event": "play", "t": 103.0, "cpu_usec": 3_000_000, "file": "/r/playbooks/preflight.yml", "name": "Compute"},
+        {"event": "play", "t": 104.0, "cpu_usec": 4_500_000, "file": "/r/playbooks/launch.yml", "name": "Start"},
+        {"event": "play", "t": 106.0, "cpu_usec": 5_000_000, "file": "/r/playbooks/collect.yml", "name": "Fetch"},
+        {"event": "play", "t": 107.0, "cpu_usec": 6_000_000, "file": "/r/playbooks/collect.yml", "name": "Judge the run"},
+        {"event": "stats", "t": 108.0, "cpu_usec": 6_250_000},
+        {"event": "result", "host": "a", "kind": "ok", "action": "command"},
+    ]
+
+
+def test_phase_cpu_splits_at_play_starts() -> None:
+    cpu = metrics.phase_cpu(_marks(), 6_500_000)
+    assert cpu == pytest.approx({"startup": 1.0, "preflight": 3.5, "launch": 0.5, "collect": 1.0,
+                                 "verdict": 0.25, "exit": 0.25, "total": 6.5})
+
+
+def test_phase_cpu_without_stats_runs_the_last_play_to_the_end() -> None:
+    cpu = metrics.phase_cpu(_marks()[:5], 7_000_000)
+    assert cpu["verdict"] == pytest.approx(1.0)
+    assert "exit" not in cpu
+
+
+def test_phase_cpu_is_empty_when_a_reading_is_missing() -> None:
+    marks = _marks()
+    marks[2]["cpu_usec"] = None
+    assert metrics.phase_cpu(marks, 7_000_000) == {}
+
+
+def test_phase_wall() -> None:
+    wall = metrics.phase_wall(_marks(), 100.0, 110.0)
+    assert wall == pytest.approx({"startup": 1.0, "preflight": 3.0, "launch": 2.0, "collect": 1.0,
+                                  "verdict": 1.0, "exit": 2.0, "total": 10.0})
+
+
+# -- module runs -----------------------------------------------------------------------
+
+def test_module_runs_counts_items_retries_polls_and_not_skips_or_loop_summaries() -> None:
+    events = [
+        {"event": "result", "host": "a", "kind": "ok", "action": "ansible.builtin.command"},
+        {"event": "result", "host": "a", "kind": "skipped", "action": "ansible.builtin.command"},
+        {"event": "result", "host": "a", "kind": "ok", "action": "ansible.builtin.copy", "item": True},
+        {"event": "result", "host": "a", "kind": "ok", "action": "ansible.builtin.copy", "item": True},
+        {"event": "result", "host": "a", "kind": "ok", "action": "ansible.builtin.copy", "loop": True},
+        {"event": "result", "host": "a", "kind": "retry", "action": "ansible.builtin.uri"},
+        {"event": "result", "host": "a", "kind": "poll", "action": "ansible.builtin.command"},
+        {"event": "result", "host": "b", "kind": "ok", "action": "ansible.builtin.set_fact"},
+        {"event": "result", "host": "b", "kind": "failed", "action": "set_fact"},
+        {"event": "result", "host": "b", "kind": "unreachable", "action": "ansible.builtin.ping"},
+        {"event": "result", "host": "b", "kind": "ok", "action": "ansible.builtin.stat", "delegated": "localhost"},
+        {"event": "play", "t": 1.0, "cpu_usec": 1},
+    ]
+    runs = metrics.module_runs(events)
+    assert runs["a"] == {"results": 5, "remote": 5}
+    assert runs["b"] == {"results": 4, "remote": 2, "delegated_local": 1}
+
+
+# -- the ssh wrapper's log ---------------------------------------------------------------
+
+def _record(kind: str, *argv: str) -> bytes:
+    return b"\0".join(x.encode() for x in (kind, "1700000000.123456", str(len(argv)), *argv)) + b"\0"
+
+
+SSH_OPTS = ["-C", "-o", "ControlMaster=auto", "-o", "ControlPersist=120s", "-o", "User=\"tfrunner\"",
+            "-o", "ControlPath=\"/tmp/cp/abc\""]
+
+
+@pytest.mark.parametrize(("kind", "argv", "stdin", "expected"), [
+    ("ssh", [*SSH_OPTS, "10.0.0.2", "/bin/sh -c '/usr/bin/python3 && sleep 0'"], "", ("10.0.0.2", "exec")),
+    ("ssh", ["-o", "ControlPath=x", "-O", "check", "10.0.0.3"], "", ("10.0.0.3", "control")),
+    ("ssh", [*SSH_OPTS, "-tt", "10.0.0.2", "/bin/sh -c 'dd if=/x bs=65536'"], "", ("10.0.0.2", "fetch")),
+    ("ssh", [*SSH_OPTS, "10.0.0.2", "/bin/sh -c 'dd of=/x bs=65536'"], "", ("10.0.0.2", "put")),
+    ("sftp", ["-b", "-", *SSH_OPTS, "[10.0.0.4]"], "put /tmp/a /home/x/b\n", ("10.0.0.4", "put")),
+    ("sftp", ["-b", "-", *SSH_OPTS, "[fd00::5]"], "get /home/x/b /tmp/a\n", ("fd00::5", "fetch")),
+    ("scp", [*SSH_OPTS, "/tmp/a", "[10.0.0.6]:/home/x/b"], "", ("10.0.0.6", "put")),
+    ("scp", [*SSH_OPTS, "[10.0.0.6]:/home/x/b", "/tmp/a"], "", ("10.0.0.6", "fetch")),
+])
+def test_classify(kind: str, argv: list[str], stdin: str, expected: tuple[str, str]) -> None:
+    record = metrics.parse_record(_record(kind, *argv), stdin.encode())
+    assert record["argv"] == argv
+    assert metrics.classify(record) == expected
+
+
+def test_parse_record_keeps_empty_and_multiline_arguments() -> None:
+    record = metrics.parse_record(_record("ssh", "", "a\nb", "host"))
+    assert record == {"kind": "ssh", "t": 1700000000.123456, "argv": ["", "a\nb", "host"], "stdin": ""}
+
+
+def test_parse_record_refuses_a_truncated_record() -> None:
+    with pytest.raises(ValueError, match="3 arguments announced, 2 read"):
+        metrics.parse_record(b"ssh\x001.0\x003\x00a\x00b")
+
+
+def test_ssh_ops_per_inventory_host(tmp_path: Path) -> None:
+    log = tmp_path / "oplog"
+    log.mkdir()
+    (log / "1-1").write_bytes(_record("ssh", *SSH_OPTS, "10.0.0.2", "/bin/sh -c 'python3'"))
+    (log / "2-1").write_bytes(_record("ssh", *SSH_OPTS, "10.0.0.2", "/bin/sh -c 'python3'"))
+    (log / "3-1").write_bytes(_record("sftp", "-b", "-", "[10.0.0.3]"))
+    (log / "3-1.in").write_bytes(b"put /a /b\n")
+    (log / "4-1").write_bytes(_record("ssh", *SSH_OPTS, "10.0.0.9", "true"))
+    ops = metrics.ssh_ops(metrics.read_oplog(log), {"10.0.0.2": "node0", "10.0.0.3": "node1"})
+    assert ops == {"node0": {"exec": 2}, "node1": {"put": 1}, "10.0.0.9": {"exec": 1}}
+
+
+def test_the_wrapper_records_then_runs_the_real_binary(tmp_path: Path) -> None:
+    """tests/bench/oplog.sh, as ssh and as sftp, in front of a fake real binary."""
+    real, bin_dir, log = tmp_path / "real", tmp_path / "bin", tmp_path / "oplog"
+    for d in (real, bin_dir, log):
+        d.mkdir()
+    for name in ("ssh", "sftp"):
+        fake = real / name
+        fake.write_text(f"#!/bin/sh\necho {name} \"$@\"; cat\n")
+        fake.chmod(0o755)
+        (bin_dir / name).symlink_to(BENCH / "oplog.sh")
+    env = dict(os.environ, TF_BENCH_OPLOG=str(log), TF_BENCH_REAL_SSH_DIR=str(real))
+    out = subprocess.run([str(bin_dir / "ssh"), "-o", "A=b c", "10.0.0.2", "echo 'x y'"], env=env,
+                         input="", capture_output=True, text=True, check=True)
+    assert out.stdout == "ssh -o A=b c 10.0.0.2 echo 'x y'\n"
+    out = subprocess.run([str(bin_dir / "sftp"), "-b", "-", "[10.0.0.3]"], env=env,
+                         input="get /r /l\n", capture_output=True, text=True, check=True)
+    assert out.stdout == "sftp -b - [10.0.0.3]\nget /r /l\n"
+    records = metrics.read_oplog(log)
+    assert sorted(metrics.classify(r) for r in records) == [("10.0.0.2", "exec"), ("10.0.0.3", "fetch")]
+    assert [r["argv"] for r in records if r["kind"] == "ssh"] == [["-o", "A=b c", "10.0.0.2", "echo 'x y'"]]
+
+
+def test_accepted_logins() -> None:
+    log = ("Connection from 10.0.0.1 port 5 on 10.0.0.2 port 22 rdomain \"\"\n"
+           "Accepted publickey for tfrunner from 10.0.0.1 port 5 ssh2: ED25519 SHA256:x\n"
+           "Disconnected from user tfrunner 10.0.0.1 port 5\n"
+           "Accepted publickey for tfrunner from 10.0.0.1 port 6 ssh2: ED25519 SHA256:x\n")
+    assert metrics.accepted_logins(log) == 2
+
+
+# -- the callback's cgroup reading ---------------------------------------------------------
+
+def test_callback_reads_usage_usec(tmp_path: Path) -> None:
+    stat = tmp_path / "cpu.stat"
+    stat.write_text("usage_usec 123456\nuser_usec 100000\nsystem_usec 23456\n")
+    assert callback._usage_usec(str(stat)) == 123456
+    assert callback._usage_usec(str(tmp_path / "missing")) is None
+
+
+# -- tables and the report ---------------------------------------------------------------
+
+def test_md_table() -> None:
+    lines = metrics.md_table(["a", "b", "c"], [[1, 2.345, float("nan")], ["x", 0.5, "y"]])
+    assert lines == ["| a | b | c |", "|---|---|---|", "| 1 | 2.35 | n/a |", "| x | 0.50 | y |"]
+    with pytest.raises(ValueError, match="row of 2 cells under 3 headers"):
+        metrics.md_table(["a", "b", "c"], [[1, 2]])
+
+
+@pytest.mark.parametrize(("measured", "target", "result"), [
+    (0.4, 0.5, "met"), (0.5, 0.5, "met"), (0.62, 0.5, "missed by 0.12"), (float("nan"), 0.5, "not measured")])
+def test_verdict(measured: float, target: float, result: str) -> None:
+    assert metrics.verdict(measured, target) == result
+
+
+def _sample(cpu: float, hosts: int, rc: int = 0, skew: float = 0.2) -> dict:
+    return {"rc": rc, "wall": cpu * 2, "cpu": cpu, "cpu_per_host": cpu / hosts, "hosts": hosts,
+            "results_per_host": 50.0, "remote_runs_per_host": 9.0, "ssh_per_host": {"exec": 10.0, "put": 2.0},
+            "new_connections_per_host": 1.0, "timings": {"skew": skew},
+            "cpu_phases": {"startup": 1.0, "preflight": cpu - 1.0, "total": cpu},
+            "cpu_tasks": {"preflight: Probe": cpu / 2, "deploy: Copy": 1.0},
+            "wall_phases": {"startup": 1.0, "preflight": cpu * 2 - 1.0, "total": cpu * 2}}
+
+
+def test_report_ratios_and_targets(tmp_path: Path) -> None:
+    bench = _load("tf_bench_script", BENCH / "bench.py")
+    data = {
+        "versions": {"ansible": "test"},
+        "baseline": "27ea8b4",
+        "smoke": {"hand": [4.0, 4.0, 4.0], "playbook": [5.0, 6.0, 7.0], "ratio": 1.5,
+                  "startup": [{"rc": 0, "wall": 1.0, "cpu": 0.8}],
+                  "variants": {"default": [{"rc": 0, "wall": 6.0, "cpu": 5.0}]}},
+        "controller": {"32": {"new": [_sample(32.0, 32), _sample(40.0, 32), _sample(1.0, 32, rc=2)],
+                              "baseline": [_sample(96.0, 32, skew=1.5), _sample(100.0, 32, skew=1.5)]}},
+    }
+    out = tmp_path / "B.md"
+    bench.write_report(out, data, 3, "bench")
+    text = out.read_text()
+    # new: medians of the good runs only (36 / 32 per host); baseline 98 / 32 per host.
+    assert "| 32 | 1.12 | 3.06 | 0.37 | 0.37 |" in text
+    assert "| controller CPU per host at N = 32, new / baseline | 0.37 | <= 0.5 | met |" in text
+    assert "| launch skew at N = 32 (s) | 0.20 | <= 1 s | met |" in text
+    assert "| smoke / hand launch (wall) | 1.50 | <= 1.5x (stretch 1.25x) | met |" in text
+    assert "| 32 | new | 72.00 | 36.00 | 1.12 | 50.00 | 9.00 | 10.00 | 2.00 | 0.00 | 1.00 | 0.20 | 2 / 1 |" in text
+    assert "| ansible-playbook start-up (empty play) | 1.00 | 0.80 |" in text
+    assert "| preflight: Probe | 18.00 | 50% |" in text  # new tree, median of the good runs
+    assert "| preflight: Probe | 49.00 | 50% |" in text  # baseline
+    json.dumps(data)  # the data the report was written from stays JSON
+
+
+def test_task_cpu_splits_at_task_starts_per_phase() -> None:
+    events = [
+        {"event": "play", "t": 1.0, "cpu_usec": 1_000_000, "file": "/r/playbooks/preflight.yml", "name": "Check"},
+        {"event": "task", "t": 1.5, "cpu_usec": 1_500_000, "name": "Probe the ports"},
+        {"event": "result", "host": "a", "kind": "ok", "action": "command"},
+        {"event": "task", "t": 2.0, "cpu_usec": 4_000_000, "name": "Note the spec"},
+        {"event": "play", "t": 3.0, "cpu_usec": 4_250_000, "file": "/r/playbooks/launch.yml", "name": "Start"},
+        {"event": "task", "t": 3.5, "cpu_usec": 4_500_000, "name": "Note the spec"},
+        {"event": "stats", "t": 4.0, "cpu_usec": 5_000_000},
+    ]
+    cpu = metrics.task_cpu(events, 5_100_000)
+    assert cpu == pytest.approx({"preflight: (play start)": 0.5, "preflight: Probe the ports": 2.5,
+                                 "preflight: Note the spec": 0.25, "launch: (play start)": 0.25,
+                                 "launch: Note the spec": 0.5, "exit": 0.1})
+    assert metrics.top(cpu, 2) == [("preflight: Probe the ports", 2.5), ("launch: Note the spec", 0.5)]
+
+
+def test_task_cpu_hides_the_run_id_and_sums_tasks_repeated_over_phases() -> None:
+    events = [
+        {"event": "play", "t": 1.0, "cpu_usec": 0, "file": "/r/playbooks/deploy.yml", "name": "Deploy"},
+        {"event": "task", "t": 1.0, "cpu_usec": 0, "name": "tf : Refuse values out of range"},
+        {"event": "task", "t": 2.0, "cpu_usec": 1_000_000, "name": "Create the files of run r-7"},
+        {"event": "play", "t": 3.0, "cpu_usec": 3_000_000, "file": "/r/playbooks/launch.yml", "name": "Start"},
+        {"event": "task", "t": 3.0, "cpu_usec": 3_000_000, "name": "tf : Refuse values out of range"},
+        {"event": "task", "t": 4.0, "cpu_usec": 4_500_000, "name": "Start"},
+    ]
+    cpu = metrics.task_cpu(events, 5_000_000, run_id="r-7")
+    assert cpu["deploy: Create the files of run <run id>"] == pytest.approx(2.0)
+    assert metrics.repeated_tasks(cpu) == [("tf : Refuse values out of range", 2, pytest.approx(2.5))]
