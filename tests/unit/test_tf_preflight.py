@@ -278,13 +278,35 @@ def test_stop_frees_ports_of_a_detached_listener_still_waiting_for_peers() -> No
     assert probe.stop_listeners(ports, 10) == []
 
 
+def module_runner() -> probe.Runner:
+    """The probe's command runner on a real AnsibleModule (run_command, as on a host)."""
+    from ansible.module_utils.basic import AnsibleModule
+    from ansible.module_utils.testing import patch_module_args
+
+    with patch_module_args({}):
+        return probe.command_runner(AnsibleModule(argument_spec={}))
+
+
 def test_interpreter_versions_come_from_the_interpreter_or_say_why_not() -> None:
+    run = module_runner()
     code = "import json, platform; print(json.dumps({'python': platform.python_version()}))"
-    assert probe.interpreter_versions(sys.executable, code) == {"python": ".".join(map(str, sys.version_info[:3]))}
-    missing = probe.interpreter_versions("/nonexistent/bin/python3", code)
+    assert probe.interpreter_versions(sys.executable, code, run) == {"python": ".".join(map(str, sys.version_info[:3]))}
+    missing = probe.interpreter_versions("/nonexistent/bin/python3", code, run)
     assert missing["error"].startswith("/nonexistent/bin/python3 does not run:")
-    broken = probe.interpreter_versions(sys.executable, "raise SystemExit('no numpy here')")
+    broken = probe.interpreter_versions(sys.executable, "raise SystemExit('no numpy here')", run)
     assert broken == {"error": f"{sys.executable} does not run: no numpy here"}
+    # Arguments reach the interpreter as given: no ~ or $ expansion by run_command.
+    echo = "import json, sys; print(json.dumps({'argv': sys.argv[1:]}))"
+    assert probe.interpreter_versions(sys.executable, echo, lambda argv, t: run([*argv, "~/x", "$HOME"], t)) == {
+        "argv": ["~/x", "$HOME"]
+    }
+
+
+def test_an_interpreter_that_hangs_is_killed_after_the_timeout() -> None:
+    started = time.monotonic()
+    hung = probe.interpreter_versions(sys.executable, "import time; time.sleep(60)", module_runner(), timeout=1)
+    assert time.monotonic() - started < 15
+    assert hung == {"error": f"{sys.executable} does not run: {sys.executable} timed out after 1 seconds"}
 
 
 # -- issue 11: run ids per controller, checkpoint directories --------------------------
