@@ -16,6 +16,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
+
 def safe_members(archive: tarfile.TarFile, files: list[str]) -> list[tarfile.TarInfo]:
     """Only the regular files the module said it packed, with relative, clean paths."""
     wanted = set(files)

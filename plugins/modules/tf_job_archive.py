@@ -25,7 +25,7 @@ description:
   - Without problems, writes C(<dest>/<sha256>.tar.gz) unless it exists (not in check
     mode). The archive is deterministic (sorted entries, no times, no owners), so its
     SHA-256 names its content.
-  - Meant to run on the controller (C(delegate_to: localhost)).
+  - Meant to run on the controller (delegated to C(localhost)) during the preflight.
 options:
   train_dir:
     description: The project directory to pack.
