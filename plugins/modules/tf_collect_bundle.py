@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tf_collect_bundle
 short_description: Pack a run's worker files on a host into one archive
-version_added: "1.0.0"
+version_added: "0.1.0"
 author: tf-runbook contributors (!UNKNOWN)
 description:
   - Looks in the run's C(worker-<i>) and C(retry-<k>/worker-<i>) directories for files

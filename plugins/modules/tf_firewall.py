@@ -19,7 +19,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tf_firewall
 short_description: Restrict a TensorFlow run's worker ports to the cluster's members
-version_added: "1.0.0"
+version_added: "0.1.0"
 author: tf-runbook contributors (!UNKNOWN)
 description:
   - Creates (V(present)) or deletes (V(absent)) the nftables table of one run on a host.

@@ -14,7 +14,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tf_job_archive
 short_description: Check and pack a training project directory on the controller
-version_added: "1.0.0"
+version_added: "0.1.0"
 author: tf-runbook contributors (!UNKNOWN)
 description:
   - Walks O(train_dir), leaving out O(exclude) (glob patterns matched against each entry's

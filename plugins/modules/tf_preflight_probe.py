@@ -21,7 +21,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tf_preflight_probe
 short_description: Probe a worker host before a TensorFlow run is launched
-version_added: "1.0.0"
+version_added: "0.1.0"
 author: tf-runbook contributors (!UNKNOWN)
 description:
   - V(host) mode reports taken ports with their owning process, free disk space, a run id

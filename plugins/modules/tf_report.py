@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tf_report
 short_description: Render a run's report.html from its summary.json
-version_added: "1.0.0"
+version_added: "0.1.0"
 author: tf-runbook contributors (!UNKNOWN)
 description:
   - Reads O(summary) (written by the M(tf_runbook.multiworker.tf_verdict) module), lays it

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tf_run_dir
 short_description: Create the directories of one training run on this host
-version_added: "1.0.0"
+version_added: "0.1.0"
 author: tf-runbook contributors (!UNKNOWN)
 description:
   - Expands O(base_dir) for the remote user (C(~) is that user's home), then makes
