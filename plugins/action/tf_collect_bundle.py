@@ -3,7 +3,8 @@
 The module of the same name packs the run's worker files on the host; this action fetches
 the archive and unpacks it on the controller under ``dest``, keeping each file's path
 below the run directory. Fetching file by file costs a round trip (and a module run) per
-file and host; this costs one per host.
+file and host; this costs one per host. Its options and results are documented in the
+module (plugins/modules/tf_collect_bundle.py).
 """
 
 from __future__ import annotations
@@ -14,17 +15,6 @@ import tempfile
 from typing import Any
 
 from ansible.plugins.action import ActionBase
-
-DOCUMENTATION = r"""
-action: tf_collect_bundle
-short_description: Fetch a run's worker files from a host in one archive
-options:
-  dest:
-    description: Controller directory that receives the files (created when missing).
-    type: path
-    required: true
-  (all other options): passed to the tf_collect_bundle module.
-"""
 
 
 def safe_members(archive: tarfile.TarFile, files: list[str]) -> list[tarfile.TarInfo]:
@@ -89,7 +79,7 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        dest = args.pop("dest", None)
+        dest = args.get("dest")
         if not dest:
             return {**result, "failed": True, "msg": "dest is required"}
         packed = self._execute_module(module_name="tf_runbook.multiworker.tf_collect_bundle", module_args=args, task_vars=task_vars)

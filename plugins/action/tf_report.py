@@ -4,7 +4,8 @@ The layout (chart and timeline geometry) is the ``tf_report_view`` filter of thi
 this action reads summary.json, applies it and renders the template with Jinja2 directly.
 Rendering the same page through the template module costs seconds for a large run
 (32 workers x 200 epochs), because Ansible wraps and inspects every value of a
-one-megabyte summary; here it takes a fraction of a second.
+one-megabyte summary; here it takes a fraction of a second. Its options and results are
+documented in plugins/modules/tf_report.py (a documentation-only module).
 """
 
 from __future__ import annotations
@@ -22,39 +23,13 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_report import tf_report_view
 
-DOCUMENTATION = r"""
-action: tf_report
-short_description: Render a run's report.html from its summary.json
-description:
-  - Reads O(summary) (written by the tf_verdict module), lays it out with the
-    C(tf_report_view) filter and renders O(template) into O(dest), atomically, mode 0600.
-  - Runs on the controller. In check mode nothing is written.
-options:
-  summary:
-    description: Path of the run's summary.json.
-    type: path
-    required: true
-  template:
-    description: The report's Jinja template; it gets the layout as C(__tf_verdict_report).
-    type: path
-    required: true
-  dest:
-    description: Path of the report to write.
-    type: path
-    required: true
-"""
+# The options (documented in plugins/modules/tf_report.py, the documentation-only module).
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "summary": {"type": "path", "required": True},
+    "template": {"type": "path", "required": True},
+    "dest": {"type": "path", "required": True},
+}
 
-RETURN = r"""
-path:
-  description: The report written.
-  type: str
-bytes:
-  description: Its size.
-  type: int
-seconds:
-  description: Time spent laying out and rendering it.
-  type: float
-"""
 
 def render_report(summary: dict[str, Any], template_text: str) -> str:
     """The report page for ``summary`` (the template module's settings: trim_blocks)."""
@@ -96,13 +71,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(
-            argument_spec={
-                "summary": {"type": "path", "required": True},
-                "template": {"type": "path", "required": True},
-                "dest": {"type": "path", "required": True},
-            }
-        )
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         template = self._find_needle("templates", args["template"])
         if self._task.check_mode:
             result.update(changed=True, path=args["dest"], msg="check mode: the report would be written")

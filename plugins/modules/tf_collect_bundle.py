@@ -1,37 +1,38 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Pack one host's files of a run into a single archive, so that collecting a run costs one
 transfer per host instead of one per file (see the action plugin of the same name)."""
 
 from __future__ import annotations
 
-import fnmatch
-import os
-import re
-import tarfile
-from typing import Any
-
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
-    JOB_ENV_FILE,
-    RETRY_PREFIX,
-    WORKER_PREFIX,
-    run_dir_of,
-)
-
 DOCUMENTATION = r"""
 module: tf_collect_bundle
 short_description: Pack a run's worker files on a host into one archive
+version_added: "0.1.0"
+author: tf-runbook contributors (!UNKNOWN)
 description:
   - Looks in the run's C(worker-<i>) and C(retry-<k>/worker-<i>) directories for files
-    matching C(patterns) and writes them, with their path below the run directory, to
+    matching O(patterns) and writes them, with their path below the run directory, to
     C(<run dir>/.collect.tar.gz), replacing an earlier bundle. Nothing else is touched.
+  - The action plugin of the same name then fetches that archive in one transfer and
+    unpacks it under O(dest) on the controller (directories 0700, files 0600), writing only
+    the files whose content changed.
+  - A worker's C(job_env.json) (the environment handed to the job) is never collected.
+  - In check mode nothing is packed, fetched or written; the files that would be fetched
+    are returned (and shown in diff mode).
 options:
   base_dir:
-    type: str
+    description: Where the host keeps its runs (C(~) is the remote user's home).
+    type: path
     required: true
   run_id:
+    description: The run to collect; a host without it returns no files.
     type: str
     required: true
   patterns:
+    description: Glob patterns matched against the names of the files directly in each
+      worker directory (C(*.log), C(exit.json)).
     type: list
     elements: str
     required: true
@@ -44,22 +45,78 @@ options:
   max_mb:
     description: Most this host sends, in MB; the worker files matching O(patterns) come
       first, then artifacts in path order while they fit. What does not fit is listed in
-      C(left_out).
+      RV(left_out).
     type: int
     default: 500
+  dest:
+    description: Controller directory that receives the files (created when missing);
+      read by the action plugin, the module on the host ignores it.
+    type: path
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Fetch every worker's logs and records of the run, and its saved model, in one transfer
+  tf_runbook.multiworker.tf_collect_bundle:
+    base_dir: ~/tf-runs
+    run_id: mnist-20260101-1200
+    patterns: ["*.log", "*.json"]
+    artifacts: ["model/*"]
+    max_mb: 200
+    dest: "runs/mnist-20260101-1200/{{ inventory_hostname }}"
+  register: collected
+
+- name: Say what did not fit
+  ansible.builtin.debug:
+    msg: "{{ collected.left_out | map(attribute='path') | list }}"
+  when: collected.left_out | length > 0
 """
 
 RETURN = r"""
 bundle:
-  description: Path of the archive on the host ('' when no file matched).
+  description: Path of the archive on the host ('' when no file matched, or in check mode).
   type: str
+  returned: always
+  sample: /home/u/tf-runs/runs/mnist-20260101-1200/.collect.tar.gz
 files:
   description: Paths of the packed files, relative to the run directory.
   type: list
+  elements: str
+  returned: always
+  sample: [worker-0/train.log, worker-0/exit.json]
 left_out:
   description: Files matched but not packed (over O(max_mb)), with C(path) and C(bytes).
   type: list
+  elements: dict
+  returned: always
+run_dir:
+  description: The run's directory on the host.
+  type: str
+  returned: always
+dest:
+  description: O(dest), where the files were unpacked on the controller.
+  type: str
+  returned: always
+updated:
+  description: Files whose content changed on the controller.
+  type: list
+  elements: str
+  returned: when a bundle was fetched
 """
+
+import fnmatch
+import os
+import re
+import tarfile
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    JOB_ENV_FILE,
+    RETRY_PREFIX,
+    WORKER_PREFIX,
+    run_dir_of,
+)
 
 WORKER_PATH = re.compile(r"^(retry-[0-9]+/)?worker-[0-9]+/[^/]+$")
 BUNDLE_NAME = ".collect.tar.gz"
@@ -156,20 +213,20 @@ def bundle(run_dir: str, files: list[str]) -> str:
 
 
 def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
     module = AnsibleModule(
         argument_spec={
-            "base_dir": {"type": "str", "required": True},
+            "base_dir": {"type": "path", "required": True},
             "run_id": {"type": "str", "required": True},
             "patterns": {"type": "list", "elements": "str", "required": True},
             "artifacts": {"type": "list", "elements": "str", "default": []},
             "max_mb": {"type": "int", "default": 500},
+            # Read by the action plugin on the controller; nothing to do on the host.
+            "dest": {"type": "path", "required": True},
         },
         supports_check_mode=True,
     )
     params = module.params
-    run_dir = run_dir_of(os.path.abspath(os.path.expanduser(params["base_dir"])), params["run_id"])
+    run_dir = run_dir_of(os.path.abspath(params["base_dir"]), params["run_id"])
     if not os.path.isdir(run_dir):
         module.exit_json(
             changed=False, bundle="", files=[], left_out=[], run_dir=run_dir, msg="no such run on this host"

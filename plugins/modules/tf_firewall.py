@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Keep a run's TensorFlow ports to the run's own cluster, with one nftables table per run.
 
 TensorFlow's gRPC port has no authentication and listens on every interface. While a run
@@ -14,31 +16,34 @@ An expired table matches nothing; the next run's firewall deletes it.
 
 from __future__ import annotations
 
-import hashlib
-import ipaddress
-import json
-import re
-import shutil
-import socket
-import subprocess
-from typing import Any
-
 DOCUMENTATION = r"""
 module: tf_firewall
 short_description: Restrict a TensorFlow run's worker ports to the cluster's members
+version_added: "0.1.0"
+author: tf-runbook contributors (!UNKNOWN)
 description:
-  - Creates (C(present)) or deletes (C(absent)) the nftables table of one run on a host.
-    C(check) only tells whether nftables can be used. Needs root (become).
+  - Creates (V(present)) or deletes (V(absent)) the nftables table of one run on a host.
+    V(check) only tells whether nftables can be used. Needs root (become).
+  - The table accepts connections to O(ports) from loopback and from O(members) and drops
+    all others; its rules match nothing once O(expires) seconds have passed, so that a run
+    whose controller died cannot leave the ports closed for ever. Each run also deletes the
+    tables of earlier runs whose rules expired.
   - Supports check mode and diff mode (the table's rules before and after).
+requirements:
+  - nftables (the C(nft) command) on the host
 options:
   state:
+    description: V(present) creates or replaces the run's table, V(absent) deletes it,
+      V(check) tells whether nftables can be used here and changes nothing.
     type: str
     choices: [present, absent, check]
     default: present
   run_id:
+    description: The run whose table this is; the table's name is derived from it.
     type: str
     required: true
   ports:
+    description: This host's worker ports (V(present) needs at least one).
     type: list
     elements: int
     default: []
@@ -49,27 +54,72 @@ options:
     elements: str
     default: []
   expires:
-    description: Seconds after which the table's rules match nothing any more (C(present));
+    description: Seconds after which the table's rules match nothing any more (V(present));
       must be positive.
     type: int
     default: 0
+"""
+
+EXAMPLES = r"""
+- name: Let only the cluster reach this host's worker ports for a day
+  tf_runbook.multiworker.tf_firewall:
+    state: present
+    run_id: mnist-20260101-1200
+    ports: [2222, 2223]
+    members: [10.0.0.11, 10.0.0.12]
+    expires: 86400
+  become: true
+
+- name: Tell whether nftables can be used on this host
+  tf_runbook.multiworker.tf_firewall:
+    state: check
+    run_id: mnist-20260101-1200
+  become: true
+
+- name: Remove the run's rules once it ended
+  tf_runbook.multiworker.tf_firewall:
+    state: absent
+    run_id: mnist-20260101-1200
+  become: true
 """
 
 RETURN = r"""
 table:
   description: The run's nftables table name.
   type: str
+  returned: always
+  sample: tf_runbook_3f2a9c0d51e4
 allowed:
   description: Source addresses the table accepts.
   type: list
-diff:
-  description: In diff mode, the run's table as nft lists it now and the rules it would have.
-  type: dict
-  returned: diff mode, states present and absent
+  elements: str
+  returned: state is present
+  sample: [10.0.0.11, 10.0.0.12]
 expired:
   description: Earlier runs' tables whose rules had expired, deleted now.
   type: list
+  elements: str
+  returned: states present and absent
+expires:
+  description: O(expires), as applied.
+  type: int
+  returned: state is present, not in check mode
+script:
+  description: The nft script that creates the table.
+  type: str
+  returned: state is present in check mode, or when nft refused it
 """
+
+import hashlib
+import ipaddress
+import json
+import re
+import shutil
+import socket
+from typing import Any, Callable, NamedTuple
+
+from ansible.module_utils.basic import AnsibleModule
+
 
 PREFIX = "tf_runbook_"
 PORT_SET = "ports"
@@ -139,9 +189,32 @@ def expired_tables(listings: dict[str, Any]) -> list[str]:
     return expired
 
 
-def sweep_expired(nft: str, keep: str) -> list[str]:
+class NftResult(NamedTuple):
+    """What one nft command did."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+# Runs nft with the given arguments (or, with ``script``, ``nft -f -`` reading it).
+Nft = Callable[..., NftResult]
+
+
+def nft_runner(module: AnsibleModule, nft: str) -> Nft:
+    """Run the ``nft`` binary through the module's run_command (no shell, arguments as given)."""
+
+    def run(*args: str, script: str | None = None) -> NftResult:
+        argv = [nft, *args] if script is None else [nft, "-f", "-"]
+        rc, out, err = module.run_command(argv, data=script, binary_data=True, expand_user_and_vars=False)
+        return NftResult(rc, out, err)
+
+    return run
+
+
+def sweep_expired(nft: Nft, keep: str) -> list[str]:
     """Delete every runbook table whose rules expired, except ``keep``; return their names."""
-    out = _nft(nft, "-j", "list", "tables")
+    out = nft("-j", "list", "tables")
     if out.returncode != 0:
         return []
     try:
@@ -152,25 +225,20 @@ def sweep_expired(nft: str, keep: str) -> list[str]:
     listings: dict[str, Any] = {}
     for name in tables:
         if name.startswith(PREFIX) and name != keep:
-            found = _nft(nft, "-j", "list", "set", "inet", name, PORT_SET)
+            found = nft("-j", "list", "set", "inet", name, PORT_SET)
             try:
                 listings[name] = json.loads(found.stdout) if found.returncode == 0 else None
             except ValueError:
                 listings[name] = None
     deleted = []
     for name in expired_tables(listings):
-        if _nft(nft, "delete", "table", "inet", name).returncode == 0:
+        if nft("delete", "table", "inet", name).returncode == 0:
             deleted.append(name)
     return deleted
 
 
-def _nft(nft: str, *args: str, script: str | None = None) -> subprocess.CompletedProcess[str]:
-    argv = [nft, *args] if script is None else [nft, "-f", "-"]
-    return subprocess.run(argv, input=script, capture_output=True, text=True, check=False)
-
-
-def listing(nft: str, name: str) -> str | None:
-    out = _nft(nft, "list", "table", "inet", name)
+def listing(nft: Nft, name: str) -> str | None:
+    out = nft("list", "table", "inet", name)
     return out.stdout if out.returncode == 0 else None
 
 
@@ -186,8 +254,6 @@ def same_rules(before: str | None, after: str | None) -> bool:
 
 
 def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
     module = AnsibleModule(
         argument_spec={
             "state": {"type": "str", "choices": ["present", "absent", "check"], "default": "present"},
@@ -200,12 +266,13 @@ def main() -> None:
     )
     params = module.params
     name = table_name(params["run_id"])
-    nft = shutil.which("nft") or next(
+    nft_path = shutil.which("nft") or next(
         (p for p in ("/usr/sbin/nft", "/sbin/nft") if shutil.which(p)), None
     )
-    if nft is None:
+    if nft_path is None:
         module.fail_json(msg="nft (nftables) is not installed: install it or set tf_firewall_enabled: false")
-    probe = _nft(nft, "list", "tables")
+    nft = nft_runner(module, nft_path)
+    probe = nft("list", "tables")
     if probe.returncode != 0:
         module.fail_json(
             msg=f"nftables cannot be used here ({probe.stderr.strip()}): tf_firewall_enabled needs root (become)"
@@ -219,7 +286,7 @@ def main() -> None:
     if params["state"] == "absent":
         expired = [] if module.check_mode else sweep_expired(nft, name)
         if before is not None and not module.check_mode:
-            out = _nft(nft, "delete", "table", "inet", name)
+            out = nft("delete", "table", "inet", name)
             if out.returncode != 0:
                 module.fail_json(msg=f"cannot delete table {name}: {out.stderr.strip()}")
         module.exit_json(
@@ -243,7 +310,7 @@ def main() -> None:
         )
     # Replace in one transaction: the ports are never open to all in between.
     prefix = f"table inet {name}\ndelete table inet {name}\n" if before is not None else ""
-    out = _nft(nft, script=prefix + script)
+    out = nft(script=prefix + script)
     if out.returncode != 0:
         module.fail_json(msg=f"nft refused the rules: {out.stderr.strip()}", script=script)
     expired = sweep_expired(nft, name)

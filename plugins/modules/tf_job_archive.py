@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Check a user's project directory (tf_train_dir) and pack it into one archive.
 
 Runs on the controller (``delegate_to: localhost``) during the preflight: what it refuses
@@ -9,25 +11,24 @@ entries, no times, no owners), so its SHA-256 names its content: a host that alr
 
 from __future__ import annotations
 
-import fnmatch
-import gzip
-import hashlib
-import io
-import os
-import tarfile
-from typing import Any
-
 DOCUMENTATION = r"""
 module: tf_job_archive
 short_description: Check and pack a training project directory on the controller
+version_added: "0.1.0"
+author: tf-runbook contributors (!UNKNOWN)
 description:
-  - Walks O(train_dir) leaving out O(exclude) (glob patterns matched against each entry's
-    name and its path below O(train_dir)), and reports as C(problems) (it does not fail):
-    a directory that does not exist, content over O(max_mb), a symlink that points outside
-    the directory, an entry script O(script) that is missing from it or is not valid Python.
-  - Without problems, writes C(<dest>/<sha256>.tar.gz) unless it exists (not in check mode).
+  - Walks O(train_dir), leaving out O(exclude) (glob patterns matched against each entry's
+    name and its path below O(train_dir)).
+  - Reports each problem in RV(problems) instead of failing; a problem is a directory that
+    does not exist, content over O(max_mb), a symlink that points outside the directory,
+    or an entry script O(script) that is missing from it or is not valid Python.
+  - Without problems, writes C(<dest>/<sha256>.tar.gz) unless it exists (not in check
+    mode). The archive is deterministic (sorted entries, no times, no owners), so its
+    SHA-256 names its content.
+  - Meant to run on the controller (delegated to C(localhost)) during the preflight.
 options:
   train_dir:
+    description: The project directory to pack.
     type: path
     required: true
   script:
@@ -35,10 +36,12 @@ options:
     type: str
     required: true
   exclude:
+    description: Glob patterns of entries left out (C(.git), C(*.pyc), C(data/raw/*)).
     type: list
     elements: str
     default: []
   max_mb:
+    description: Most the packed files may hold, in MB, after O(exclude).
     type: int
     default: 200
   dest:
@@ -47,26 +50,64 @@ options:
     required: true
 """
 
+EXAMPLES = r"""
+- name: Check and pack the project directory once, on the controller
+  tf_runbook.multiworker.tf_job_archive:
+    train_dir: ~/projects/mnist
+    script: train.py
+    exclude: [".git", "__pycache__", "*.pyc"]
+    max_mb: 100
+    dest: runs/.job-archives
+  register: job_archive
+  delegate_to: localhost
+  run_once: true
+
+- name: Refuse a bad project directory
+  ansible.builtin.fail:
+    msg: "{{ job_archive.problems | join('; ') }}"
+  when: job_archive.problems | length > 0
+  run_once: true
+"""
+
 RETURN = r"""
 problems:
   description: One message per problem, each naming the path and the figure.
   type: list
+  elements: str
+  returned: always
+  sample: ["tf_train_dir /home/u/mnist: 312.4 MB after tf_train_dir_exclude, over tf_train_dir_max_mb=200"]
 path:
-  description: The archive on the controller ('' with problems).
+  description: The archive on the controller ('' with problems or in check mode).
   type: str
+  returned: always
 sha256:
-  description: SHA-256 of the archive.
+  description: SHA-256 of the archive ('' with problems).
   type: str
+  returned: always
 script:
   description: The entry script, relative to the job directory.
   type: str
+  returned: always
+  sample: train.py
 files:
   description: Number of files packed.
   type: int
+  returned: always
 bytes:
   description: Their total size.
   type: int
+  returned: always
 """
+
+import fnmatch
+import gzip
+import hashlib
+import io
+import os
+import tarfile
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
 
 MB = 1024 * 1024
 
@@ -207,7 +248,7 @@ def inspect(train_dir: str, script: str, exclude: list[str], max_mb: int) -> dic
         "entries": entries,
         "script": rel,
         "bytes": size,
-        "files": sum(1 for _, kind in entries if kind == "file"),
+        "files": sum(1 for _rel, kind in entries if kind == "file"),
     }
 
 
@@ -227,8 +268,6 @@ def write_archive(dest: str, data: bytes) -> tuple[str, str, bool]:
 
 
 def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
     module = AnsibleModule(
         argument_spec={
             "train_dir": {"type": "path", "required": True},

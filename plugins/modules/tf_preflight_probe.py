@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Look at a worker host before anything of a run is launched there.
 
 Four modes, all read-only for the host's runs:
@@ -16,34 +18,21 @@ Four modes, all read-only for the host's runs:
 
 from __future__ import annotations
 
-import errno
-import ipaddress
-import json
-import os
-import select
-import shutil
-import socket
-import subprocess
-import time
-from typing import Any
-
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
-    LAUNCH_RECORDS,
-    RETRY_PREFIX,
-    WORKER_PREFIX,
-    run_dir_of,
-)
-
 DOCUMENTATION = r"""
 module: tf_preflight_probe
 short_description: Probe a worker host before a TensorFlow run is launched
+version_added: "0.1.0"
+author: tf-runbook contributors (!UNKNOWN)
 description:
-  - C(host) mode reports taken ports with their owning process, free disk space, a run id
-    already launched, and the number of GPUs.
-  - C(host) with O(listen), then C(connect) and C(stop), check that every worker can reach
+  - V(host) mode reports taken ports with their owning process, free disk space, a run id
+    already launched, the number of GPUs, and what the cluster's addresses resolve to here.
+  - V(host) with O(listen), then V(connect) and V(stop), check that every worker can reach
     every other worker's port, with short-lived listeners in place of TensorFlow.
+  - V(versions) mode reports what the worker interpreter O(python) says of its versions.
+  - Reads the host's state only; apart from the short-lived listeners, changes nothing.
 options:
   mode:
+    description: What to probe (see the description).
     type: str
     required: true
     choices: [host, connect, stop, versions]
@@ -53,41 +42,41 @@ options:
     elements: int
     default: []
   base_dir:
-    description: The host's base directory for runs (C(host) mode).
-    type: str
+    description: The host's base directory for runs (V(host) mode; C(~) is the remote user's home).
+    type: path
   run_id:
-    description: The run about to be launched (C(host) mode). In C(connect) mode, each
+    description: The run about to be launched (V(host) mode). In V(connect) mode, each
       endpoint must answer as that run's probe of its host.
     type: str
   endpoints:
-    description: Every worker of the cluster, as C(index), C(host), C(address), C(port) (C(connect) mode).
+    description: Every worker of the cluster, as C(index), C(host), C(address), C(port) (V(connect) mode).
     type: list
     elements: dict
     default: []
   me:
-    description: This host's inventory name, sent to each listener (C(connect) mode); with
-      O(run_id), what this host's listener answers and which stop it obeys (C(host) and
-      C(stop) modes).
+    description: This host's inventory name, sent to each listener (V(connect) mode); with
+      O(run_id), what this host's listener answers and which stop it obeys (V(host) and
+      V(stop) modes).
     type: str
     default: ""
   peers:
-    description: Inventory names a listener waits to hear from before it ends (C(host) mode with O(listen)).
+    description: Inventory names a listener waits to hear from before it ends (V(host) mode with O(listen)).
     type: list
     elements: str
     default: []
   timeout:
-    description: Seconds to keep trying one endpoint (C(connect)) or for a listener to live
-      (C(host) with O(listen)).
+    description: Seconds to keep trying one endpoint (V(connect)), for a listener to live
+      (V(host) with O(listen)), or to wait for the ports to be free (V(stop)).
     type: float
     default: 10
   addresses:
-    description: In C(host) mode, every worker address of the cluster, to resolve on this host.
+    description: In V(host) mode, every worker address of the cluster, to resolve on this host.
     type: list
     elements: str
     default: []
   python:
-    description: In C(host) and C(versions) modes, a worker interpreter to ask for its versions with
-      O(versions_code) (empty; no versions are read).
+    description: In V(host) and V(versions) modes, a worker interpreter to ask for its versions with
+      O(versions_code); empty, no versions are read.
     type: str
     default: ""
   versions_code:
@@ -95,43 +84,124 @@ options:
     type: str
     default: ""
   listener_pid:
-    description: In C(stop) mode, the listener process the C(host) mode started (0; none):
-      only the ports it holds are told to stop. Unset; every port is.
+    description: In V(stop) mode, the listener process the V(host) mode started (0 when none);
+      only the ports it holds are told to stop. Unset, every port is.
     type: int
   listen:
-    description: In C(host) mode, once the ports are seen free, bind a listener on each and
-      serve them from a detached process (as C(listen) mode does) until every peer said
-      hello, a C(stop) arrives or O(timeout) passes.
+    description: In V(host) mode, once the ports are seen free, bind a listener on each and
+      serve them from a detached process until every peer said hello, a V(stop) arrives or
+      O(timeout) passes.
     type: bool
     default: false
 """
 
+EXAMPLES = r"""
+- name: Look at the host and hold its worker ports with probe listeners
+  tf_runbook.multiworker.tf_preflight_probe:
+    mode: host
+    ports: [2222, 2223]
+    base_dir: ~/tf-runs
+    run_id: mnist-20260101-1200
+    me: "{{ inventory_hostname }}"
+    addresses: [10.0.0.11, 10.0.0.12]
+    listen: true
+    peers: "{{ ansible_play_hosts }}"
+    timeout: 60
+  register: host_probe
+
+- name: Reach every worker port of the cluster from this host
+  tf_runbook.multiworker.tf_preflight_probe:
+    mode: connect
+    me: "{{ inventory_hostname }}"
+    run_id: mnist-20260101-1200
+    endpoints:
+      - {index: 0, host: w1, address: 10.0.0.11, port: 2222}
+      - {index: 1, host: w2, address: 10.0.0.12, port: 2222}
+    timeout: 10
+  register: reach
+
+- name: Stop this host's probe listeners
+  tf_runbook.multiworker.tf_preflight_probe:
+    mode: stop
+    ports: [2222, 2223]
+    run_id: mnist-20260101-1200
+    me: "{{ inventory_hostname }}"
+    listener_pid: "{{ host_probe.listener_pid }}"
+
+- name: Ask the worker interpreter for its versions
+  tf_runbook.multiworker.tf_preflight_probe:
+    mode: versions
+    python: /home/u/tf-venv/bin/python
+    versions_code: "import json, sys; print(json.dumps({'python': sys.version.split()[0]}))"
+  register: versions
+"""
+
 RETURN = r"""
 busy_ports:
-  description: C(host) mode; each taken port with C(port), C(pid) and C(process) when seen.
+  description: Each taken port with C(port), C(error), and C(pid) and C(process) when seen.
   type: list
+  elements: dict
+  returned: host mode
+  sample: [{"port": 2222, "error": "Address already in use", "pid": 4242, "process": "python3"}]
 free_mb:
-  description: C(host) mode; free space under the base directory (its nearest existing parent).
+  description: Free space under the base directory (its nearest existing parent).
   type: int
-run_launched:
-  description: C(host) mode; a record that shows the run id was already launched here.
+  returned: host mode
+base_dir:
+  description: O(base_dir), absolute.
   type: str
+  returned: host mode
+run_launched:
+  description: A record that shows the run id was already launched here ('' when none).
+  type: str
+  returned: host mode
 gpus:
-  description: C(host) mode; GPUs the host shows.
+  description: GPUs the host shows.
   type: int
+  returned: host mode
 resolved:
-  description: C(host) mode; each of O(addresses) to the IP addresses it stands for here.
+  description: Each of O(addresses) to the IP addresses it stands for here.
   type: dict
+  returned: host mode
 sources:
-  description: C(host) mode; the addresses this host's connections to O(addresses) come from.
+  description: The addresses this host's connections to O(addresses) come from.
   type: list
+  elements: str
+  returned: host mode
+listener_pid:
+  description: The detached listener process (0 when none was started).
+  type: int
+  returned: host mode
 versions:
-  description: C(versions) mode, or C(host) mode with O(python); what O(versions_code) printed, or C(error).
+  description: What O(versions_code) printed, or C(error).
   type: dict
+  returned: versions mode, or host mode with O(python)
 failures:
-  description: C(connect) mode; each endpoint that could not be reached, with C(reason).
+  description: Each endpoint that could not be reached, with C(reason).
   type: list
+  elements: dict
+  returned: connect mode
 """
+
+import errno
+import ipaddress
+import json
+import os
+import select
+import shutil
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    LAUNCH_RECORDS,
+    RETRY_PREFIX,
+    WORKER_PREFIX,
+    run_dir_of,
+)
 
 STOP = b"stop\n"
 PROBE = "tf-runbook-probe"
@@ -244,23 +314,65 @@ def launched_record(base_dir: str, run_id: str) -> str:
     return ""
 
 
-def count_gpus(proc: str = "/proc") -> int:
-    """GPUs the host shows: NVIDIA's driver lists one directory per GPU."""
+# Runs a command (argv) for at most ``timeout`` seconds and gives (rc, stdout, stderr);
+# raises OSError when the command cannot start, TimeoutError when its time ran out.
+Runner = Callable[[list[str], float], tuple[int, str, str]]
+
+
+def command_runner(module: AnsibleModule) -> Runner:
+    """The module's run_command as a Runner: arguments passed as given (no ``~`` or ``$``
+    expansion, no shell), the command killed once ``timeout`` seconds have passed."""
+
+    def run(argv: list[str], timeout: float) -> tuple[int, str, str]:
+        expired = threading.Event()
+        timers: list[threading.Timer] = []
+
+        def arm(process: Any) -> None:
+            def kill() -> None:
+                expired.set()
+                process.kill()
+
+            timer = threading.Timer(timeout, kill)
+            timer.daemon = True
+            timers.append(timer)
+            timer.start()
+
+        try:
+            rc, out, err = module.run_command(
+                argv, expand_user_and_vars=False, handle_exceptions=False, before_communicate_callback=arm
+            )
+        finally:
+            for timer in timers:
+                timer.cancel()
+                timer.join()  # no thread left when the host mode forks its listener
+        if expired.is_set():
+            raise TimeoutError(f"{argv[0]} timed out after {timeout:g} seconds")
+        return rc, out, err
+
+    return run
+
+
+def count_gpus(proc: str = "/proc", run: Runner | None = None) -> int:
+    """GPUs the host shows: NVIDIA's driver lists one directory per GPU; else what
+    ``nvidia-smi -L`` lists, run with ``run`` (None: not asked)."""
     listing = os.path.join(proc, "driver", "nvidia", "gpus")
     if os.path.isdir(listing):
         return len(os.listdir(listing))
     smi = shutil.which("nvidia-smi")
-    if smi:
+    if smi and run is not None:
         try:
-            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False)
-        except (OSError, subprocess.SubprocessError):
+            _rc, out, _err = run([smi, "-L"], 20)
+        except OSError:  # TimeoutError among them
             return 0
-        return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+        return sum(1 for line in out.splitlines() if line.startswith("GPU "))
     return 0
 
 
-def probe_host(ports: list[int], base_dir: str, run_id: str, proc: str = "/proc") -> dict[str, Any]:
-    base = os.path.expanduser(base_dir)
+def probe_host(
+    ports: list[int], base_dir: str, run_id: str, proc: str = "/proc", run: Runner | None = None
+) -> dict[str, Any]:
+    """``base_dir`` as the module got it: ``~`` already expanded (the option's type is path)."""
+    base = base_dir
     busy = []
     for port in ports:
         err = bind_error(port)
@@ -272,7 +384,7 @@ def probe_host(ports: list[int], base_dir: str, run_id: str, proc: str = "/proc"
         "free_mb": usage.free // (1024 * 1024),
         "base_dir": os.path.abspath(base),
         "run_launched": launched_record(os.path.abspath(base), run_id),
-        "gpus": count_gpus(proc),
+        "gpus": count_gpus(proc, run),
     }
 
 
@@ -312,18 +424,19 @@ def source_addresses(resolved: dict[str, list[str]]) -> list[str]:
     return sorted(sources, key=ipaddress.ip_address)
 
 
-def interpreter_versions(python: str, code: str) -> dict[str, Any]:
-    """What ``code`` prints under the worker interpreter ``python``, or why it did not run."""
+def interpreter_versions(python: str, code: str, run: Runner, timeout: float = 120) -> dict[str, Any]:
+    """What ``code`` prints under the worker interpreter ``python`` (run with ``run``, for at
+    most ``timeout`` seconds), or why it did not run."""
     try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
+        rc, out, err = run([python, "-c", code], timeout)
+    except OSError as exc:  # TimeoutError among them
         return {"error": f"{python} does not run: {exc}"}
-    if out.returncode != 0:
-        return {"error": f"{python} does not run: {(out.stderr or out.stdout).strip()[-300:]}"}
+    if rc != 0:
+        return {"error": f"{python} does not run: {(err or out).strip()[-300:]}"}
     try:
-        return dict(json.loads(out.stdout))
+        return dict(json.loads(out))
     except ValueError:
-        return {"error": f"{python} printed no versions: {out.stdout.strip()[-300:]}"}
+        return {"error": f"{python} printed no versions: {out.strip()[-300:]}"}
 
 
 def _open_listeners(ports: list[int]) -> dict[socket.socket, int]:
@@ -358,9 +471,9 @@ def serve(listeners: dict[socket.socket, int], peers: list[str], lifetime: float
         while time.monotonic() < deadline and not stopped:
             if expected and all(expected <= names for names in heard.values()):
                 break
-            ready, _, _ = select.select(list(listeners), [], [], 0.2)
+            ready, _writable, _errors = select.select(list(listeners), [], [], 0.2)
             for sock in ready:
-                conn, _ = sock.accept()
+                conn, _peer = sock.accept()
                 with conn:
                     conn.settimeout(2)
                     try:
@@ -510,13 +623,11 @@ def stop_listeners(ports: list[int], wait: float, token: str = "", pid: int | No
 
 
 def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
     module = AnsibleModule(
         argument_spec={
             "mode": {"type": "str", "required": True, "choices": ["host", "connect", "stop", "versions"]},
             "ports": {"type": "list", "elements": "int", "default": []},
-            "base_dir": {"type": "str"},
+            "base_dir": {"type": "path"},
             "run_id": {"type": "str"},
             "endpoints": {"type": "list", "elements": "dict", "default": []},
             "me": {"type": "str", "default": ""},
@@ -535,11 +646,12 @@ def main() -> None:
     if mode == "host":
         if not params["base_dir"] or not params["run_id"]:
             module.fail_json(msg="host mode needs base_dir and run_id")
-        seen = probe_host(params["ports"], params["base_dir"], params["run_id"])
+        run = command_runner(module)
+        seen = probe_host(params["ports"], params["base_dir"], params["run_id"], run=run)
         seen["resolved"] = resolve_addresses(params["addresses"])
         seen["sources"] = source_addresses(seen["resolved"])
         if params["python"]:
-            seen["versions"] = interpreter_versions(params["python"], params["versions_code"])
+            seen["versions"] = interpreter_versions(params["python"], params["versions_code"], run)
         seen["listener_pid"] = 0
         # Listen only on a clean host: with a port taken, the run is refused anyway.
         if params["listen"] and params["ports"] and not seen["busy_ports"] and not module.check_mode:
@@ -553,7 +665,7 @@ def main() -> None:
     elif mode == "versions":
         if not params["python"]:
             module.fail_json(msg="versions mode needs python")
-        module.exit_json(changed=False, versions=interpreter_versions(params["python"], params["versions_code"]))
+        module.exit_json(changed=False, versions=interpreter_versions(params["python"], params["versions_code"], command_runner(module)))
     elif mode == "connect":
         failures = connect_all(params["endpoints"], params["me"], params["timeout"], params["run_id"])
         module.exit_json(changed=False, failures=failures)

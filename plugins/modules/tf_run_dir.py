@@ -1,7 +1,160 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Create a run's directories on a worker host without touching any earlier run."""
 
 from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tf_run_dir
+short_description: Create the directories of one training run on this host
+version_added: "0.1.0"
+author: tf-runbook contributors (!UNKNOWN)
+description:
+  - Expands O(base_dir) for the remote user (C(~) is that user's home), then makes
+    C(<base_dir>/runs/<run_id>/job) and one C(worker-<index>) directory per worker, all
+    mode 0700 so that other users can neither read nor write them; O(base_dir) and its
+    C(runs) are made 0700 too, also when they existed with another mode.
+  - The run's checkpoint directory is C(<run>/checkpoints), or C(<checkpoint_root>/<run_id>)
+    when O(checkpoint_root) is set; one directory per run id even on a shared path, so
+    that no run resumes from, or overwrites, another run's backups.
+  - Idempotent for a run that has not been launched yet. Fails, changing nothing, when a
+    worker directory of this run already holds a launch record (C(state.json) or
+    C(exit.json)); a run id is used once, and an earlier run's files are never touched.
+  - Supports check mode and diff mode. The diff lists what the run would have on this
+    host; the TF_CONFIG cluster list (once), every directory, each job file with its
+    sha256, each worker's TF_CONFIG index and port, and the interpreter that trains.
+options:
+  base_dir:
+    description: Where this host keeps its runs.
+    type: path
+    required: true
+  run_id:
+    description: The run id; one path component.
+    type: str
+    required: true
+  indices:
+    description: Worker indices that run on this host.
+    type: list
+    elements: int
+    required: true
+  checkpoint_root:
+    description: Where the user keeps checkpoints (C(tf_checkpoint_dir)); C(~) is the
+      remote user's home; it must then be absolute. Empty means under the run.
+    type: path
+    default: ""
+  attempt:
+    description: Restart attempt; 0 is the first launch.
+    type: int
+    default: 0
+  job_files:
+    description: Files of the job, each C(name) and C(content), written (mode 0600) into
+      the job directory when missing or different.
+    type: list
+    elements: dict
+    default: []
+  configs:
+    description: Each worker's TF_CONFIG, C(index) and C(content), written to
+      C(tf_config.json) in its directory when missing or different, then read back.
+    type: list
+    elements: dict
+    default: []
+  job_archive:
+    description: A gzipped tar on this host (the user's project directory) unpacked into
+      the job directory; members must stay inside it. Empty for none.
+    type: path
+    default: ""
+  job_env:
+    description: Environment of every worker of this host, written with O(visible_devices)
+      and O(pythonpath) to C(job_env.json) (mode 0600) in each worker's directory, for the
+      supervisor. Never returned; run the task with C(no_log) when it holds secrets.
+    type: dict
+    default: {}
+  visible_devices:
+    description: Worker index (a string) to its C(CUDA_VISIBLE_DEVICES); null for none.
+    type: dict
+    default: {}
+  pythonpath:
+    description: Put the job directory first on each worker's C(PYTHONPATH).
+    type: bool
+    default: false
+  interpreter:
+    description: The interpreter that will run the job; only shown in the diff (C(~) allowed).
+    type: path
+    default: ""
+"""
+
+EXAMPLES = r"""
+- name: Create the run's directories and write the job, its TF_CONFIGs and environment
+  tf_runbook.multiworker.tf_run_dir:
+    base_dir: ~/tf-runs
+    run_id: mnist-20260101-1200
+    indices: [0, 1]
+    job_files:
+      - name: train.py
+        content: "{{ lookup('ansible.builtin.file', 'files/train.py') }}"
+    configs:
+      - index: 0
+        content: '{"cluster": {"worker": ["10.0.0.11:2222", "10.0.0.11:2223"]}, "task": {"type": "worker", "index": 0}}'
+      - index: 1
+        content: '{"cluster": {"worker": ["10.0.0.11:2222", "10.0.0.11:2223"]}, "task": {"type": "worker", "index": 1}}'
+    job_env:
+      TF_CPP_MIN_LOG_LEVEL: "1"
+    visible_devices:
+      "0": "0"
+      "1": "1"
+  no_log: true
+  register: run_dirs
+
+- name: Keep checkpoints on a shared file system, one directory per run
+  tf_runbook.multiworker.tf_run_dir:
+    base_dir: ~/tf-runs
+    run_id: mnist-20260101-1200
+    indices: [2, 3]
+    attempt: 1
+    checkpoint_root: /shared/checkpoints
+    job_archive: ~/tf-runs/.job-archives/0f3c9e.tar.gz
+    pythonpath: true
+"""
+
+RETURN = r"""
+base_dir:
+  description: O(base_dir), absolute.
+  type: str
+  returned: always
+run_dir:
+  description: The run's directory.
+  type: str
+  returned: always
+  sample: /home/u/tf-runs/runs/mnist-20260101-1200
+job_dir:
+  description: Where the job's files go.
+  type: str
+  returned: success
+checkpoint_dir:
+  description: The run's checkpoint directory (absolute), shared by its attempts and by no other run.
+  type: str
+  returned: success
+worker_dirs:
+  description: Worker index (as a string) to its directory.
+  type: dict
+  returned: success
+  sample: {"0": /home/u/tf-runs/runs/mnist-20260101-1200/worker-0}
+written:
+  description: Files that were (or in check mode would be) written.
+  type: list
+  elements: str
+  returned: success
+read_back:
+  description: Each TF_CONFIG as read from disk after writing, with C(index) and C(content).
+  type: list
+  elements: dict
+  returned: success
+diff:
+  description: In diff mode, this host's part of the run before and after, one line per item.
+  type: dict
+  returned: diff mode
+"""
 
 import hashlib
 import json
@@ -24,112 +177,6 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     run_id_is_safe,
     worker_dir_name,
 )
-
-DOCUMENTATION = r"""
-module: tf_run_dir
-short_description: Create the directories of one training run on this host
-description:
-  - Expands O(base_dir) for the remote user (C(~) is that user's home), then makes
-    C(<base_dir>/runs/<run_id>/job) and one C(worker-<index>) directory per worker, all
-    mode 0700 so that other users can neither read nor write them; O(base_dir) and its
-    C(runs) are made 0700 too, also when they existed with another mode.
-  - The run's checkpoint directory is C(<run>/checkpoints), or C(<checkpoint_root>/<run_id>)
-    when O(checkpoint_root) is set: one directory per run id even on a shared path, so
-    that no run resumes from, or overwrites, another run's backups.
-  - Idempotent for a run that has not been launched yet. Fails, changing nothing, when a
-    worker directory of this run already holds a launch record (C(state.json) or
-    C(exit.json)): a run id is used once, and an earlier run's files are never touched.
-  - Supports check mode and diff mode. The diff lists what the run would have on this
-    host: the TF_CONFIG cluster list (once), every directory, each job file with its
-    sha256, each worker's TF_CONFIG index and port, and the interpreter that trains.
-options:
-  base_dir:
-    description: Where this host keeps its runs.
-    type: str
-    required: true
-  run_id:
-    description: The run id; one path component.
-    type: str
-    required: true
-  indices:
-    description: Worker indices that run on this host.
-    type: list
-    elements: int
-    required: true
-  checkpoint_root:
-    description: Where the user keeps checkpoints (C(tf_checkpoint_dir)); C(~) is the
-      remote user's home; it must then be absolute. Empty; under the run.
-    type: str
-    default: ""
-  attempt:
-    description: Restart attempt; 0 is the first launch.
-    type: int
-    default: 0
-  job_files:
-    description: Files of the job, each C(name) and C(content), written (mode 0600) into
-      the job directory when missing or different.
-    type: list
-    elements: dict
-    default: []
-  configs:
-    description: Each worker's TF_CONFIG, C(index) and C(content), written to
-      C(tf_config.json) in its directory when missing or different, then read back.
-    type: list
-    elements: dict
-    default: []
-  job_archive:
-    description: A gzipped tar on this host (the user's project directory) unpacked into
-      the job directory; members must stay inside it. Empty for none.
-    type: str
-    default: ""
-  job_env:
-    description: Environment of every worker of this host, written with O(visible_devices)
-      and O(pythonpath) to C(job_env.json) (mode 0600) in each worker's directory, for the
-      supervisor. Never returned; run the task with C(no_log) when it holds values.
-    type: dict
-    default: {}
-  visible_devices:
-    description: Worker index (a string) to its C(CUDA_VISIBLE_DEVICES); null for none.
-    type: dict
-    default: {}
-  pythonpath:
-    description: Put the job directory first on each worker's C(PYTHONPATH).
-    type: bool
-    default: false
-  interpreter:
-    description: The interpreter that will run the job; only shown in the diff (C(~) allowed).
-    type: str
-    default: ""
-"""
-
-RETURN = r"""
-base_dir:
-  description: O(base_dir), absolute.
-  type: str
-run_dir:
-  description: The run's directory.
-  type: str
-job_dir:
-  description: Where the job's files go.
-  type: str
-checkpoint_dir:
-  description: The run's checkpoint directory (absolute), shared by its attempts and by no other run.
-  type: str
-worker_dirs:
-  description: Worker index (as a string) to its directory.
-  type: dict
-written:
-  description: Files that were (or in check mode would be) written.
-  type: list
-read_back:
-  description: Each TF_CONFIG as read from disk after writing, with C(index) and C(content).
-  type: list
-diff:
-  description: In diff mode, this host's part of the run before and after, one line per item.
-  type: dict
-  returned: diff mode
-"""
-
 
 
 def job_env_files(
@@ -220,14 +267,14 @@ def write_bytes_if_changed(path: str, data: bytes, check: bool, mode: int) -> bo
 
 def checkpoint_dir_of(run_dir: str, run_id: str, root: str) -> str:
     """The run's checkpoint directory: under the run, or ``<root>/<run_id>`` when the user
-    set a root (``~`` expanded for this user). Raises ValueError for a relative root,
-    which would otherwise land in each worker's working directory."""
+    set a root (``~`` already expanded for this user: the option's type is path). Raises
+    ValueError for a relative root, which would otherwise land in each worker's working
+    directory."""
     if not root:
         return os.path.join(run_dir, CHECKPOINTS_DIR)
-    expanded = os.path.expanduser(root)
-    if not os.path.isabs(expanded):
+    if not os.path.isabs(root):
         raise ValueError(f"tf_checkpoint_dir {root!r} is not an absolute path (nor starts with ~)")
-    return os.path.join(os.path.normpath(expanded), run_id)
+    return os.path.join(os.path.normpath(root), run_id)
 
 
 def write_if_changed(path: str, content: str, check: bool, mode: int = 0o600) -> bool:
@@ -251,14 +298,14 @@ def write_files(
             raise ValueError(f"TF_CONFIG for worker {index}, which does not run on this host")
         targets.append((os.path.join(worker_dirs[index], CONFIG_FILE), str(entry["content"]), int(index)))
     written = []
-    for path, content, _ in targets:
+    for path, content, _index in targets:
         if not os.path.isdir(os.path.dirname(path)):
             # Only in check mode on a fresh host: the directory would have been made.
             written.append(path)
         elif write_if_changed(path, content, check):
             written.append(path)
     read_back = []
-    for path, _, index in targets:
+    for path, _content, index in targets:
         if index is not None and os.path.isfile(path):
             with open(path, encoding="utf-8") as handle:
                 read_back.append({"index": index, "content": handle.read()})
@@ -287,13 +334,13 @@ def describe_layout(
             continue
         endpoint = workers[index] if 0 <= index < len(workers) else "?"
         parsed.append((path, workers, index, f"index {index}, port {endpoint.rpartition(':')[2]}"))
-    clusters = [workers for _, workers, _, _ in parsed if workers is not None]
+    clusters = [workers for _path, workers, _index, _what in parsed if workers is not None]
     shared = clusters[0] if clusters and all(c == clusters[0] for c in clusters) else None
     if shared is not None:
         lines.append(f"TF_CONFIG cluster ({len(shared)} workers): {', '.join(shared)}")
     lines += [f"directory {path}/ (mode 0700)" for path in dirs]
     lines += [f"file {path} sha256 {digest}" for path, digest in files]
-    for path, workers, _, what in parsed:
+    for path, workers, _index, what in parsed:
         own = "" if shared is not None or workers is None else f", cluster {', '.join(workers)}"
         lines.append(f"TF_CONFIG {path}: {what}{own}")
     return "\n".join(lines) + "\n" if lines else ""
@@ -318,8 +365,8 @@ def layout_diff(
         except (OSError, UnicodeDecodeError):
             return None
 
-    before_files = [(p, sha256_text(c)) for p, c in ((p, on_disk(p)) for p, _ in wanted_files) if c is not None]
-    before_configs = [(p, c) for p, c in ((p, on_disk(p)) for p, _ in wanted_configs) if c is not None]
+    before_files = [(p, sha256_text(c)) for p, c in ((p, on_disk(p)) for p, _content in wanted_files) if c is not None]
+    before_configs = [(p, c) for p, c in ((p, on_disk(p)) for p, _content in wanted_configs) if c is not None]
     return {
         "before_header": run_dir,
         "after_header": run_dir,
@@ -331,25 +378,25 @@ def layout_diff(
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "base_dir": {"type": "str", "required": True},
+            "base_dir": {"type": "path", "required": True},
             "run_id": {"type": "str", "required": True},
             "indices": {"type": "list", "elements": "int", "required": True},
             "attempt": {"type": "int", "default": 0},
-            "checkpoint_root": {"type": "str", "default": ""},
+            "checkpoint_root": {"type": "path", "default": ""},
             "job_files": {"type": "list", "elements": "dict", "default": []},
             "configs": {"type": "list", "elements": "dict", "default": []},
-            "job_archive": {"type": "str", "default": ""},
+            "job_archive": {"type": "path", "default": ""},
             "job_env": {"type": "dict", "default": {}},
             "visible_devices": {"type": "dict", "default": {}},
             "pythonpath": {"type": "bool", "default": False},
-            "interpreter": {"type": "str", "default": ""},
+            "interpreter": {"type": "path", "default": ""},
         },
         supports_check_mode=True,
     )
     run_id = module.params["run_id"]
     if not run_id_is_safe(run_id):
         module.fail_json(msg=f"run id {run_id!r} is not safe as a directory name: {RUN_ID_RULE}")
-    base_dir = os.path.abspath(os.path.expanduser(module.params["base_dir"]))
+    base_dir = os.path.abspath(module.params["base_dir"])
     run_dir = run_dir_of(base_dir, run_id)
     job_dir = os.path.join(run_dir, JOB_DIR)
     try:
@@ -389,7 +436,7 @@ def main() -> None:
     if module._diff:
         interpreter = module.params["interpreter"]
         diff = layout_diff(
-            os.path.expanduser(interpreter) if interpreter else "", run_dir, [p for p in dict.fromkeys(wanted) if p in private],
+            interpreter, run_dir, [p for p in dict.fromkeys(wanted) if p in private],
             job_dir, worker_dirs, module.params["job_files"], module.params["configs"],
         )
     changed = False
@@ -418,7 +465,7 @@ def main() -> None:
         module.fail_json(msg=f"cannot write the run's files: {exc}")
     params = module.params
     try:
-        archive = os.path.expanduser(params["job_archive"])
+        archive = params["job_archive"]
         if archive and module.check_mode and not os.path.isfile(archive):
             written.append(job_dir)  # check mode: the archive would have been sent first
         elif archive:

@@ -73,9 +73,12 @@ def test_unpack_ignores_members_it_was_not_told_about_and_unsafe_paths(tmp_path:
 
 def test_the_bundle_module_runs_as_ansible_runs_it(tmp_path: Path) -> None:
     make_run(tmp_path)
-    result = run_module(bundle.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS})
+    # dest is the action's (the controller directory); the module accepts it and ignores it.
+    dest = str(tmp_path / "controller")
+    result = run_module(bundle.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS, "dest": dest})
     assert result["bundle"].endswith("runs/r1/.collect.tar.gz") and len(result["files"]) == 4
-    missing = run_module(bundle.__file__, {"base_dir": str(tmp_path), "run_id": "nope", "patterns": PATTERNS})
+    assert not os.path.exists(dest)
+    missing = run_module(bundle.__file__, {"base_dir": str(tmp_path), "run_id": "nope", "patterns": PATTERNS, "dest": dest})
     assert missing["files"] == [] and missing["bundle"] == ""
 
 

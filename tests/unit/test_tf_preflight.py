@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -27,6 +28,15 @@ SPEC = {
 
 def clean(**overrides: object) -> dict[str, object]:
     return {"busy_ports": [], "free_mb": 50_000, "base_dir": "/srv/tf", "run_launched": "", "gpus": 0, **overrides}
+
+
+def ansible_module() -> Any:
+    """A real AnsibleModule with no options, for the modules' run_command helpers."""
+    from ansible.module_utils.basic import AnsibleModule
+    from ansible.module_utils.testing import patch_module_args
+
+    with patch_module_args({}):
+        return AnsibleModule(argument_spec={})
 
 
 def free_port() -> int:
@@ -248,6 +258,29 @@ def test_only_runbook_tables_whose_rules_all_expired_are_swept() -> None:
     assert tf_firewall.expired_tables(listings) == ["tf_runbook_gone"]
 
 
+def test_nft_runs_through_run_command_with_its_arguments_and_script_as_given(tmp_path: Path) -> None:
+    """The firewall calls nft through the module's run_command: arguments unexpanded, the
+    rule script on stdin byte for byte, and nft's exit status and outputs back."""
+    fake = tmp_path / "nft"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        "data = sys.stdin.read() if sys.argv[1:] == ['-f', '-'] else None\n"
+        "print(json.dumps({'argv': sys.argv[1:], 'stdin': data}))\n"
+        "sys.stderr.write('warned')\n"
+        "sys.exit(3 if data is None else 0)\n"
+    )
+    fake.chmod(0o700)
+    nft = tf_firewall.nft_runner(ansible_module(), str(fake))
+    listed = nft("-j", "list", "set", "inet", "$HOME", "~x")
+    assert (listed.returncode, json.loads(listed.stdout), listed.stderr) == (
+        3, {"argv": ["-j", "list", "set", "inet", "$HOME", "~x"], "stdin": None}, "warned"
+    )
+    script = tf_firewall.ruleset("tf_runbook_x", [2222], ["10.0.0.1"], [], 60)
+    loaded = nft(script=script)
+    assert loaded.returncode == 0 and json.loads(loaded.stdout) == {"argv": ["-f", "-"], "stdin": script}
+
+
 def test_a_member_that_does_not_resolve_is_named() -> None:
     with pytest.raises(ValueError, match="no-such-host.invalid"):
         tf_firewall.resolve(["no-such-host.invalid"])
@@ -275,13 +308,31 @@ def test_stop_frees_ports_of_a_detached_listener_still_waiting_for_peers() -> No
     assert probe.stop_listeners(ports, 10) == []
 
 
+def module_runner() -> probe.Runner:
+    """The probe's command runner on a real AnsibleModule (run_command, as on a host)."""
+    return probe.command_runner(ansible_module())
+
+
 def test_interpreter_versions_come_from_the_interpreter_or_say_why_not() -> None:
+    run = module_runner()
     code = "import json, platform; print(json.dumps({'python': platform.python_version()}))"
-    assert probe.interpreter_versions(sys.executable, code) == {"python": ".".join(map(str, sys.version_info[:3]))}
-    missing = probe.interpreter_versions("/nonexistent/bin/python3", code)
+    assert probe.interpreter_versions(sys.executable, code, run) == {"python": ".".join(map(str, sys.version_info[:3]))}
+    missing = probe.interpreter_versions("/nonexistent/bin/python3", code, run)
     assert missing["error"].startswith("/nonexistent/bin/python3 does not run:")
-    broken = probe.interpreter_versions(sys.executable, "raise SystemExit('no numpy here')")
+    broken = probe.interpreter_versions(sys.executable, "raise SystemExit('no numpy here')", run)
     assert broken == {"error": f"{sys.executable} does not run: no numpy here"}
+    # Arguments reach the interpreter as given: no ~ or $ expansion by run_command.
+    echo = "import json, sys; print(json.dumps({'argv': sys.argv[1:]}))"
+    assert probe.interpreter_versions(sys.executable, echo, lambda argv, t: run([*argv, "~/x", "$HOME"], t)) == {
+        "argv": ["~/x", "$HOME"]
+    }
+
+
+def test_an_interpreter_that_hangs_is_killed_after_the_timeout() -> None:
+    started = time.monotonic()
+    hung = probe.interpreter_versions(sys.executable, "import time; time.sleep(60)", module_runner(), timeout=1)
+    assert time.monotonic() - started < 15
+    assert hung == {"error": f"{sys.executable} does not run: {sys.executable} timed out after 1 seconds"}
 
 
 # -- issue 11: run ids per controller, checkpoint directories --------------------------

@@ -431,3 +431,16 @@ def test_values_that_cannot_be_drawn_are_named(succeeded: dict[str, Any]) -> Non
 def test_filter_refuses_what_is_not_a_summary(bad: Any) -> None:
     with pytest.raises(AnsibleFilterError, match="expected the verdict's summary"):
         tf_report_view(bad)
+
+
+def test_the_documentation_only_module_documents_the_actions_options() -> None:
+    """plugins/modules/tf_report.py (read by ansible-doc) documents exactly the options the
+    action validates, with the same types and required flags."""
+    import yaml
+
+    from ansible_collections.tf_runbook.multiworker.plugins.modules import tf_report as doc_module
+    from tf_report_action import ARGUMENT_SPEC
+
+    options = yaml.safe_load(doc_module.DOCUMENTATION)["options"]
+    documented = {name: {"type": o["type"], "required": o.get("required", False)} for name, o in options.items()}
+    assert documented == {name: {"type": s["type"], "required": s.get("required", False)} for name, s in ARGUMENT_SPEC.items()}

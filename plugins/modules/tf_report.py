@@ -1,0 +1,62 @@
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# A documentation-only module, as ansible.builtin.template is: the work is the action plugin
+# plugins/action/tf_report.py, which runs on the controller and never calls a module.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tf_report
+short_description: Render a run's report.html from its summary.json
+version_added: "0.1.0"
+author: tf-runbook contributors (!UNKNOWN)
+description:
+  - Reads O(summary) (written by the M(tf_runbook.multiworker.tf_verdict) module), lays it
+    out with the C(tf_runbook.multiworker.tf_report_view) filter and renders O(template)
+    into O(dest), atomically, mode 0600.
+  - Runs on the controller only (an action plugin); the hosts are not contacted.
+  - Much faster than M(ansible.builtin.template) for a large run, because the summary is
+    rendered with Jinja2 directly rather than through Ansible's templating.
+  - In check mode nothing is written.
+options:
+  summary:
+    description: Path of the run's summary.json on the controller.
+    type: path
+    required: true
+  template:
+    description: The report's Jinja template, looked up as M(ansible.builtin.template)
+      looks up its source (the role's C(templates/) first); it gets the layout as
+      C(__tf_verdict_report).
+    type: path
+    required: true
+  dest:
+    description: Path of the report to write on the controller.
+    type: path
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Write the run's report next to its summary
+  tf_runbook.multiworker.tf_report:
+    summary: runs/mnist-20260101-1200/summary.json
+    template: report.html.j2
+    dest: runs/mnist-20260101-1200/report.html
+  run_once: true
+"""
+
+RETURN = r"""
+path:
+  description: The report written (in check mode, the one that would be).
+  type: str
+  returned: always
+  sample: runs/mnist-20260101-1200/report.html
+bytes:
+  description: Its size.
+  type: int
+  returned: success, not in check mode
+seconds:
+  description: Time spent laying out and rendering it.
+  type: float
+  returned: success, not in check mode
+"""
