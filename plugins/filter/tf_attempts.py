@@ -12,7 +12,7 @@ description:
     (0 first), C(tf_restart_attempts), the controller's time and the run's deadline
     (epoch seconds, 0 for none).
   - True only for a failed attempt with restarts left and time left, whose hosts are all
-    reachable and whose failure is a worker's own: a lost host cannot rejoin, a passed
+    reachable and whose failure is a worker's own. A lost host cannot rejoin, a passed
     deadline ends the run, an operator's stop (C(stopped_by) C(operator)) is never
     turned into a restart, and a host whose status the wait could not read
     (C(status_problems)) is no worker's failure either.
