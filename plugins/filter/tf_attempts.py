@@ -12,9 +12,10 @@ description:
     (0 first), C(tf_restart_attempts), the controller's time and the run's deadline
     (epoch seconds, 0 for none).
   - True only for a failed attempt with restarts left and time left, whose hosts are all
-    reachable and whose failure is a worker's own: a lost host cannot rejoin, a passed
-    deadline ends the run, and an operator's stop (C(stopped_by) C(operator)) is never
-    turned into a restart.
+    reachable and whose failure is a worker's own. A lost host cannot rejoin, a passed
+    deadline ends the run, an operator's stop (C(stopped_by) C(operator)) is never
+    turned into a restart, and a host whose status the wait could not read
+    (C(status_problems)) is no worker's failure either.
 """
 
 
@@ -22,7 +23,7 @@ def tf_attempts_restart(outcome: dict[str, Any], attempt: int, attempts: int, no
     """Restart after this attempt?"""
     if outcome.get("ok") or int(attempt) >= int(attempts):
         return False
-    if outcome.get("lost_hosts") or outcome.get("deadline_hosts"):
+    if outcome.get("lost_hosts") or outcome.get("deadline_hosts") or outcome.get("status_problems"):
         return False
     if outcome.get("stopped_by_operator") or any(
         w.get("stopped_by") == "operator" for w in outcome.get("failed_workers") or []

@@ -9,27 +9,65 @@ name: tf_wait_outcome
 short_description: Decide whether a run is still healthy after the wait phase
 description:
   - Input is every host of the play; the first argument the hosts still reachable, the
-    second C(hostvars). Returns C(ok), C(failed_workers) (index, host, returncode,
-    reason, stopped_by, log_tail), C(running_workers), C(lost_hosts), C(stopped_by_operator)
-    (a worker was stopped by an operator's stop.yml: never restarted) and C(detached).
+    second a mapping of host to the status the wait registered for it (the
+    C(tf_worker_status) result; the task builds it, the filter never reads C(hostvars)).
+    Returns C(ok), C(failed_workers) (index, host, returncode, reason, stopped_by,
+    log_tail), C(running_workers), C(lost_hosts), C(stopped_by_operator) (a worker was
+    stopped by an operator's stop.yml, never restarted), C(status_problems) and
+    C(detached).
+  - Fails closed. A reachable host with no status, or a status without the fields the
+    outcome needs (C(workers), C(done), C(deadline_passed); each worker's C(index),
+    C(state), and C(returncode) once exited), makes the outcome not ok; C(status_problems)
+    names the host and what is missing.
   - With O(detached) true (the third argument), workers that still run are fine once
-    every one of them has joined the cluster: the playbook then leaves the run to itself.
+    every one of them has joined the cluster, and the playbook then leaves the run to itself.
 """
+
+# What a host's status must carry for the outcome to be decided from it.
+STATUS_FIELDS = ("workers", "done", "deadline_passed")
+WORKER_FIELDS = ("index", "state")
+
+
+def status_problem(host: str, status: Any) -> str | None:
+    """Why ``status`` cannot decide this host's part of the outcome, or None."""
+    if not isinstance(status, dict) or not status:
+        return f"host {host}: the wait recorded no status"
+    missing = [name for name in STATUS_FIELDS if name not in status]
+    if missing:
+        return f"host {host}: the wait's status has no {', '.join(missing)}"
+    if not isinstance(status["workers"], list):
+        return f"host {host}: the wait's status gives workers as {type(status['workers']).__name__}, not a list"
+    for position, worker in enumerate(status["workers"]):
+        if not isinstance(worker, dict):
+            return f"host {host}: worker entry {position} of the wait's status is not a mapping"
+        needed = WORKER_FIELDS + (("returncode",) if worker.get("state") == "exited" else ())
+        missing = [name for name in needed if name not in worker]
+        if missing:
+            return f"host {host}: worker entry {position} of the wait's status has no {', '.join(missing)}"
+    return None
 
 
 def tf_wait_outcome(
-    all_hosts: list[str], live_hosts: list[str], hostvars: Any, detached: bool = False
+    all_hosts: list[str], live_hosts: list[str], statuses: dict[str, Any], detached: bool = False
 ) -> dict[str, Any]:
-    """Summarise the wait: a failed or lost worker anywhere makes the run not ok."""
+    """Summarise the wait: a failed or lost worker anywhere, or a host whose status is
+    missing or incomplete, makes the run not ok."""
+    if not isinstance(statuses, dict):
+        raise TypeError(f"tf_wait_outcome: statuses must map host to status, not {type(statuses).__name__}")
     failed: list[dict[str, Any]] = []
     running: list[dict[str, Any]] = []
     deadline_hosts: list[str] = []
+    problems: list[str] = []
     lost = [host for host in all_hosts if host not in live_hosts]
     for host in live_hosts:
-        status = hostvars[host].get("tf_wait_status") or {}
-        if status.get("deadline_passed") and not status.get("done"):
+        status = statuses.get(host)
+        problem = status_problem(host, status)
+        if problem:
+            problems.append(problem)
+            continue
+        if status["deadline_passed"] and not status["done"]:
             deadline_hosts.append(host)
-        for worker in status.get("workers", []):
+        for worker in status["workers"]:
             entry = {
                 "index": worker["index"],
                 "host": host,
@@ -38,13 +76,13 @@ def tf_wait_outcome(
                 "stopped_by": worker.get("stopped_by"),
                 "log_tail": worker.get("log_tail", []),
             }
-            if worker.get("state") == "exited" and worker.get("returncode") != 0:
+            if worker["state"] == "exited" and worker["returncode"] != 0:
                 failed.append(entry)
-            elif worker.get("state") != "exited":
+            elif worker["state"] != "exited":
                 running.append({**entry, "joined": bool(worker.get("joined"))})
     failed.sort(key=lambda w: w["index"])
     left_running = detached and bool(running) and all(w["joined"] for w in running)
-    ok = not failed and not lost and not deadline_hosts and (not running or left_running)
+    ok = not failed and not lost and not deadline_hosts and not problems and (not running or left_running)
     return {
         "ok": ok,
         "detached": ok and left_running,
@@ -53,6 +91,7 @@ def tf_wait_outcome(
         "running_workers": running,
         "lost_hosts": lost,
         "deadline_hosts": deadline_hosts,
+        "status_problems": problems,
     }
 
 

@@ -7,6 +7,7 @@ each test prints its timing."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -92,6 +93,23 @@ def test_a_detached_run_finishes_alone_and_is_reattached(
     assert rc == 0, out[-3000:]
     summary = json.loads((runs_dir / "detached" / "summary.json").read_text())
     assert summary["status"] == "succeeded", summary["reason"]
+
+    # Each phase playbook runs alone against the run id, in a fresh process, with no fact
+    # of an earlier play: collect.yml fetches and judges again from nothing on the controller.
+    (runs_dir / "detached" / "summary.json").unlink()
+    for fetched in (runs_dir / "detached").glob("node*"):
+        shutil.rmtree(fetched)
+    rc, out = play(inventory, runs_dir, "playbooks/collect.yml", {"tf_run_id": "detached"})
+    assert rc == 0, out[-3000:]
+    summary = json.loads((runs_dir / "detached" / "summary.json").read_text())
+    assert summary["status"] == "succeeded", summary["reason"]
+    assert [w["index"] for w in summary["workers"]] == [0, 1]
+    assert (runs_dir / "detached" / "node1" / "worker-1" / "worker.log").is_file()
+    # stop.yml alone on a finished run stops nothing and leaves every exit record as it was.
+    exits = [remote_json(hosts, h, f"{RUN}/detached/worker-{h}/exit.json") for h in (0, 1)]
+    rc, out = play(inventory, runs_dir, "playbooks/stop.yml", {"tf_run_id": "detached"})
+    assert rc == 0, out[-3000:]
+    assert [remote_json(hosts, h, f"{RUN}/detached/worker-{h}/exit.json") for h in (0, 1)] == exits
 
 
 def test_a_detached_run_stops_every_worker_when_one_is_killed(

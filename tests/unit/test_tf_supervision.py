@@ -372,6 +372,13 @@ def failed_outcome(**more: Any) -> dict[str, Any]:
         (failed_outcome(stopped_by_operator=True), 0, 3, 100, 200, False),
         (failed_outcome(failed_workers=[{"stopped_by": "operator", "returncode": 143}]), 0, 3, 100, 200, False),
         ({**failed_outcome(), "ok": True}, 0, 3, 100, 200, False),
+        # The wait could not read a host's status: no worker's own failure, no restart.
+        (failed_outcome(status_problems=["host h: the wait recorded no status"]), 0, 3, 100, 200, False),
+        # The reason is text a user sets (tf_stop_reason): only stopped_by decides.
+        (failed_outcome(failed_workers=[{"stopped_by": None, "returncode": 1,
+                                         "reason": "stopped by the operator (stop.yml)"}]), 0, 3, 100, 200, True),
+        (failed_outcome(failed_workers=[{"stopped_by": "operator", "returncode": 143,
+                                         "reason": "maintenance window"}]), 0, 3, 100, 200, False),
     ],
 )
 def test_restart_decision(
@@ -382,22 +389,45 @@ def test_restart_decision(
 
 def test_an_operator_stop_seen_by_the_wait_is_not_restarted() -> None:
     """The wait sees exit 143 with stopped_by operator: the outcome says so, no restart."""
-    hostvars = {
-        "a": {"tf_wait_status": {"workers": [{"index": 0, "state": "exited", "returncode": 143,
-                                               "stopped_by": "operator", "reason": "stopped by the operator"}]}},
+    statuses = {
+        "a": {"done": True, "deadline_passed": False,
+              "workers": [{"index": 0, "state": "exited", "returncode": 143,
+                           "stopped_by": "operator", "reason": "stopped by the operator"}]},
     }  # fmt: skip
-    outcome = tf_wait.tf_wait_outcome(["a"], ["a"], hostvars)
+    outcome = tf_wait.tf_wait_outcome(["a"], ["a"], statuses)
     assert outcome["stopped_by_operator"] is True
     assert tf_attempts.tf_attempts_restart(outcome, 0, 2, 100, 200) is False
 
 
-def test_detached_outcome_is_ok_once_every_running_worker_joined() -> None:
-    def hostvars(joined: bool) -> dict[str, Any]:
-        return {"a": {"tf_wait_status": {"workers": [{"index": 0, "state": "running", "joined": joined}]}}}
+@pytest.mark.parametrize(
+    ("stopped_by", "reason", "by_operator"),
+    [
+        (None, "stopped by the operator (stop.yml)", False),
+        ("runbook", "stopped by the operator", False),
+        ("operator", "maintenance window", True),
+        ("operator", "", True),
+    ],
+)
+def test_an_operator_stop_is_told_by_the_structured_field_never_the_reason(
+    stopped_by: str | None, reason: str, by_operator: bool
+) -> None:
+    statuses = {
+        "a": {"done": True, "deadline_passed": False,
+              "workers": [{"index": 0, "state": "exited", "returncode": 143, "stopped_by": stopped_by, "reason": reason}]},
+    }  # fmt: skip
+    outcome = tf_wait.tf_wait_outcome(["a"], ["a"], statuses)
+    assert outcome["stopped_by_operator"] is by_operator
+    assert tf_attempts.tf_attempts_restart(outcome, 0, 2, 100, 200) is not by_operator
 
-    assert tf_wait.tf_wait_outcome(["a"], ["a"], hostvars(True), True)["detached"] is True
-    assert tf_wait.tf_wait_outcome(["a"], ["a"], hostvars(False), True)["ok"] is False
-    assert tf_wait.tf_wait_outcome(["a"], ["a"], hostvars(True), False)["ok"] is False
+
+def test_detached_outcome_is_ok_once_every_running_worker_joined() -> None:
+    def statuses(joined: bool) -> dict[str, Any]:
+        return {"a": {"done": False, "deadline_passed": False,
+                      "workers": [{"index": 0, "state": "running", "joined": joined}]}}  # fmt: skip
+
+    assert tf_wait.tf_wait_outcome(["a"], ["a"], statuses(True), True)["detached"] is True
+    assert tf_wait.tf_wait_outcome(["a"], ["a"], statuses(False), True)["ok"] is False
+    assert tf_wait.tf_wait_outcome(["a"], ["a"], statuses(True), False)["ok"] is False
 
 
 def test_launch_stops_everywhere_when_one_host_fails() -> None:

@@ -928,3 +928,18 @@ def test_log_lines_in_the_failure_reason_carry_no_terminal_escapes(tmp_path: Pat
     reason = failure_reason([worker], [], {})
     assert reason is not None and "\x1b" not in reason and "\x07" not in reason
     assert "\\x1b[2J\\x1b]0;pwned\\x07boom" in reason
+
+
+@pytest.mark.parametrize("stop_reason", ["stopped by the runbook after another worker failed", "maintenance", ""])
+def test_the_culprit_is_told_by_stopped_by_whatever_the_stop_reason_says(stop_reason: str) -> None:
+    """tf_stop_reason / tf_attempts_stop_reason are texts a user sets: the victim is the
+    worker whose exit record says stopped_by runbook, the culprit the one that failed by
+    itself, even when its own reason reads like a stop and it finished first."""
+    from tf_verdict import failure_reason
+
+    culprit = {"index": 1, "host": "w1", "log": "boom\n",
+               "exit": {"returncode": 1, "reason": "stopped by the operator", "stopped_by": None, "finished_at": 2.0}}
+    victim = {"index": 0, "host": "w0", "log": "",
+              "exit": {"returncode": 143, "reason": stop_reason, "stopped_by": "runbook", "finished_at": 1.0}}
+    reason = failure_reason([victim, culprit], [], {})
+    assert reason is not None and reason.startswith("worker 1 on host w1 failed first: exit status 1")

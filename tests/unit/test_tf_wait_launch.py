@@ -13,16 +13,14 @@ HOSTS = ["node-a", "node-b", "node-c"]
 
 
 def status(*workers: dict[str, Any], done: bool = True, deadline_passed: bool = False) -> dict[str, Any]:
-    """A registered tf_worker_status result as hostvars holds it."""
+    """A registered tf_worker_status result, as the wait's task passes it per host."""
     return {
-        "tf_wait_status": {
-            "changed": False,
-            "attempts": 3,
-            "workers": list(workers),
-            "done": done,
-            "failed_workers": [w["index"] for w in workers if w["state"] == "exited" and w["returncode"] != 0],
-            "deadline_passed": deadline_passed,
-        }
+        "changed": False,
+        "attempts": 3,
+        "workers": list(workers),
+        "done": done,
+        "failed_workers": [w["index"] for w in workers if w["state"] == "exited" and w["returncode"] != 0],
+        "deadline_passed": deadline_passed,
     }
 
 
@@ -63,15 +61,16 @@ def test_outcome_ok_when_every_worker_exited_zero() -> None:
         "running_workers": [],
         "lost_hosts": [],
         "deadline_hosts": [],
+        "status_problems": [],
     }
 
 
 def test_outcome_names_a_failed_worker() -> None:
-    hostvars = all_ok()
+    statuses = all_ok()
     failed = exited(2, 1, "exited")
     failed["log_tail"] = ["Traceback (most recent call last):", "ValueError: boom"]
-    hostvars["node-b"] = status(failed)
-    outcome = tf_wait_outcome(HOSTS, HOSTS, hostvars)
+    statuses["node-b"] = status(failed)
+    outcome = tf_wait_outcome(HOSTS, HOSTS, statuses)
     assert outcome["ok"] is False
     assert outcome["failed_workers"] == [
         {
@@ -87,12 +86,12 @@ def test_outcome_names_a_failed_worker() -> None:
 
 
 def test_outcome_failed_workers_sorted_by_index_across_hosts() -> None:
-    hostvars = {
+    statuses = {
         "node-a": status(exited(3, 137, "job deadline of 5 s passed")),
         "node-b": status(exited(0, -1, "the worker could not be launched: boom"), exited(1)),
         "node-c": status(exited(2, 2)),
     }
-    outcome = tf_wait_outcome(HOSTS, HOSTS, hostvars)
+    outcome = tf_wait_outcome(HOSTS, HOSTS, statuses)
     assert [(w["index"], w["host"], w["returncode"]) for w in outcome["failed_workers"]] == [
         (0, "node-b", -1),
         (2, "node-c", 2),
@@ -102,44 +101,104 @@ def test_outcome_failed_workers_sorted_by_index_across_hosts() -> None:
 
 
 def test_outcome_lost_host() -> None:
-    hostvars = all_ok()
-    del hostvars["node-c"]  # unreachable: no result registered
-    outcome = tf_wait_outcome(HOSTS, ["node-a", "node-b"], hostvars)
+    statuses = all_ok()
+    del statuses["node-c"]  # unreachable: no result registered
+    outcome = tf_wait_outcome(HOSTS, ["node-a", "node-b"], statuses)
     assert outcome["ok"] is False
     assert outcome["lost_hosts"] == ["node-c"]
     assert outcome["failed_workers"] == [] and outcome["running_workers"] == []
 
 
 def test_outcome_host_past_the_deadline() -> None:
-    hostvars = all_ok()
-    hostvars["node-a"] = status(exited(0), running(1), done=False, deadline_passed=True)
-    outcome = tf_wait_outcome(HOSTS, HOSTS, hostvars)
+    statuses = all_ok()
+    statuses["node-a"] = status(exited(0), running(1), done=False, deadline_passed=True)
+    outcome = tf_wait_outcome(HOSTS, HOSTS, statuses)
     assert outcome["ok"] is False
     assert outcome["deadline_hosts"] == ["node-a"]
     assert [(w["index"], w["host"]) for w in outcome["running_workers"]] == [(1, "node-a")]
 
 
 def test_outcome_deadline_passed_after_everything_finished_is_ok() -> None:
-    hostvars = all_ok()
-    hostvars["node-b"] = status(exited(2), done=True, deadline_passed=True)
-    outcome = tf_wait_outcome(HOSTS, HOSTS, hostvars)
+    statuses = all_ok()
+    statuses["node-b"] = status(exited(2), done=True, deadline_passed=True)
+    outcome = tf_wait_outcome(HOSTS, HOSTS, statuses)
     assert outcome["ok"] is True
     assert outcome["deadline_hosts"] == []
 
 
 @pytest.mark.parametrize("state", ["running", "starting"])
 def test_outcome_worker_still_running(state: str) -> None:
-    hostvars = all_ok()
+    statuses = all_ok()
     worker = running(3)
     worker["state"] = state
-    hostvars["node-c"] = status(worker, done=False)
-    outcome = tf_wait_outcome(HOSTS, HOSTS, hostvars)
+    statuses["node-c"] = status(worker, done=False)
+    outcome = tf_wait_outcome(HOSTS, HOSTS, statuses)
     assert outcome["ok"] is False
     assert outcome["running_workers"] == [
         {"index": 3, "host": "node-c", "returncode": None, "reason": None, "stopped_by": None,
          "log_tail": ["worker=3 epoch=1 loss=0.6"], "joined": False}
     ]  # fmt: skip
     assert outcome["failed_workers"] == []
+
+
+def test_outcome_reads_only_the_statuses_it_is_given() -> None:
+    """The statuses come in as an argument: a mapping shaped like hostvars (the status
+    under a register's name) is no status at all, and fails closed."""
+    like_hostvars = {host: {"tf_wait_status": value} for host, value in all_ok().items()}
+    outcome = tf_wait_outcome(HOSTS, HOSTS, like_hostvars)
+    assert outcome["ok"] is False
+    assert outcome["status_problems"] == [
+        f"host {host}: the wait's status has no workers, done, deadline_passed" for host in HOSTS
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status_of_b", "problem"),
+    [
+        (None, "host node-b: the wait recorded no status"),
+        ({}, "host node-b: the wait recorded no status"),
+        ("skipped", "host node-b: the wait recorded no status"),
+        ({"skipped": True, "changed": False}, "host node-b: the wait's status has no workers, done, deadline_passed"),
+        ({"workers": [], "done": True}, "host node-b: the wait's status has no deadline_passed"),
+        ({"workers": {}, "done": True, "deadline_passed": False},
+         "host node-b: the wait's status gives workers as dict, not a list"),
+        ({"workers": ["worker-2"], "done": True, "deadline_passed": False},
+         "host node-b: worker entry 0 of the wait's status is not a mapping"),
+        ({"workers": [{"index": 2}], "done": True, "deadline_passed": False},
+         "host node-b: worker entry 0 of the wait's status has no state"),
+        ({"workers": [{"index": 2, "state": "exited"}], "done": True, "deadline_passed": False},
+         "host node-b: worker entry 0 of the wait's status has no returncode"),
+        ({"workers": [{"state": "running"}], "done": False, "deadline_passed": False},
+         "host node-b: worker entry 0 of the wait's status has no index"),
+    ],
+)  # fmt: skip
+def test_outcome_fails_closed_on_a_missing_or_incomplete_status(status_of_b: Any, problem: str) -> None:
+    statuses = all_ok()
+    statuses["node-b"] = status_of_b
+    outcome = tf_wait_outcome(HOSTS, HOSTS, statuses)
+    assert outcome["ok"] is False and outcome["detached"] is False
+    assert outcome["status_problems"] == [problem]
+
+
+def test_outcome_fails_closed_on_a_reachable_host_left_out_of_the_statuses() -> None:
+    statuses = all_ok()
+    del statuses["node-a"]
+    outcome = tf_wait_outcome(HOSTS, HOSTS, statuses)
+    assert outcome["ok"] is False
+    assert outcome["status_problems"] == ["host node-a: the wait recorded no status"]
+    assert outcome["lost_hosts"] == []
+
+
+def test_outcome_detached_fails_closed_on_a_missing_status() -> None:
+    """A detached run is left to itself only when every host's status says so."""
+    statuses = {"node-a": status(running(0) | {"joined": True}, done=False), "node-b": None}
+    outcome = tf_wait_outcome(["node-a", "node-b"], ["node-a", "node-b"], statuses, True)
+    assert outcome["ok"] is False and outcome["detached"] is False
+
+
+def test_outcome_refuses_statuses_that_are_not_a_mapping() -> None:
+    with pytest.raises(TypeError, match="statuses must map host to status, not list"):
+        tf_wait_outcome(HOSTS, HOSTS, [status(exited(0))])
 
 
 # --- tf_launched_workers -------------------------------------------------------------
