@@ -4,20 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-DOCUMENTATION = r"""
-name: tf_attempts_restart
-short_description: Decide whether to restart the run after a failed attempt
-description:
-  - Input is the wait's outcome (C(tf_wait_outcome)); arguments the attempt just run
-    (0 first), C(tf_restart_attempts), the controller's time and the run's deadline
-    (epoch seconds, 0 for none).
-  - True only for a failed attempt with restarts left and time left, whose hosts are all
-    reachable and whose failure is a worker's own. A lost host cannot rejoin, a passed
-    deadline ends the run, an operator's stop (C(stopped_by) C(operator)) is never
-    turned into a restart, and a host whose status the wait could not read
-    (C(status_problems)) is no worker's failure either.
-"""
-
 
 def tf_attempts_restart(outcome: dict[str, Any], attempt: int, attempts: int, now: float, deadline: float) -> bool:
     """Restart after this attempt?"""

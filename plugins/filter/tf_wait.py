@@ -4,25 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-DOCUMENTATION = r"""
-name: tf_wait_outcome
-short_description: Decide whether a run is still healthy after the wait phase
-description:
-  - Input is every host of the play; the first argument the hosts still reachable, the
-    second a mapping of host to the status the wait registered for it (the
-    C(tf_worker_status) result; the task builds it, the filter never reads C(hostvars)).
-    Returns C(ok), C(failed_workers) (index, host, returncode, reason, stopped_by,
-    log_tail), C(running_workers), C(lost_hosts), C(stopped_by_operator) (a worker was
-    stopped by an operator's stop.yml, never restarted), C(status_problems) and
-    C(detached).
-  - Fails closed. A reachable host with no status, or a status without the fields the
-    outcome needs (C(workers), C(done), C(deadline_passed); each worker's C(index),
-    C(state), and C(returncode) once exited), makes the outcome not ok; C(status_problems)
-    names the host and what is missing.
-  - With O(detached) true (the third argument), workers that still run are fine once
-    every one of them has joined the cluster, and the playbook then leaves the run to itself.
-"""
-
 # What a host's status must carry for the outcome to be decided from it.
 STATUS_FIELDS = ("workers", "done", "deadline_passed")
 WORKER_FIELDS = ("index", "state")
