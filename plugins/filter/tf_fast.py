@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_ranges import tf_range_problems
 from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_worker_config import tf_config_readback
 
 DOCUMENTATION = r"""
 name: tf_config_readbacks
+# Also in this file: tf_range_problems_hosts (see its docstring).
 short_description: The TF_CONFIGs every host read back, as the entries of tf_config_check
 description:
   - C(by_host | tf_config_readbacks) takes a dict of host name to the C(read_back) list
@@ -55,8 +57,27 @@ def tf_config_readbacks(by_host: dict[str, Any]) -> list[dict[str, Any]]:
     return entries
 
 
+def tf_range_problems_hosts(own: dict[str, Any], host: str, others: dict[str, Any]) -> list[str]:
+    """Range problems of every host of the play, in one pass on the controller.
+
+    ``own`` holds the effective value of every range-checked name on ``host`` (role
+    defaults, play and role variables included); ``others`` maps each host of the play to
+    its host variables (inventory, extra vars, facts), of which only the range-checked
+    names it defines are read. Role defaults and play variables are the same on every
+    host, so checking them on ``host`` checks them for all. Each message names its host,
+    and a problem is named once per host.
+    """
+    problems = list(tf_range_problems(own, host))
+    for other, variables in others.items():
+        defined = {name: variables[name] for name in own if name in variables}
+        for problem in tf_range_problems(defined, other):
+            if problem not in problems:
+                problems.append(problem)
+    return problems
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Any]:
-        return {"tf_config_readbacks": tf_config_readbacks}
+        return {"tf_config_readbacks": tf_config_readbacks, "tf_range_problems_hosts": tf_range_problems_hosts}
