@@ -204,6 +204,36 @@ def test_python_versions_that_differ_across_hosts_are_refused(cluster: LocalClus
     cluster.assert_refused(cluster.play(), f"python versions differ across hosts: w0={mine}, w1={found}")
 
 
+def test_interpreters_left_to_the_deploy_are_compared_there_and_refused(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """w1 uses the managed virtualenv, whose interpreter the preflight cannot read before the
+    deploy settles it: tf_worker compares it after (tf_preflight_versions_plan). Its
+    virtualenv is already built (the stamp matches the pins, so pip does not run) and sees
+    another numpy first on its path, as a drifted host would."""
+    shadow = tmp_path / "shadow" / "numpy-1.26.4.dist-info"
+    shadow.mkdir(parents=True)
+    (shadow / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 1.26.4\n")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    wrapper = venv / "bin" / "python"
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={shadow.parent} exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    defaults = yaml.safe_load((REPO / "roles" / "tf_worker" / "defaults" / "main.yml").read_text())
+    pins = defaults["tf_worker_requirements"]
+    (venv / "tf-runbook-requirements.txt").write_text("".join(f"{pin}\n" for pin in pins))
+    cluster.hosts["w1"]["tf_worker_python"] = ""
+    cluster.hosts["w1"]["tf_worker_venv_dir"] = str(venv)
+    import numpy
+
+    output = cluster.assert_refused(
+        cluster.play(), f"numpy versions differ across hosts: w0={numpy.__version__}, w1=1.26.4"
+    )
+    # Refused by the deploy's own check, after the virtualenv was settled: the preflight
+    # hands it over, and the deploy no longer calls back into tf_preflight.
+    assert "tf_worker : Refuse interpreters that differ across hosts" in output, output[-3000:]
+
+
 # -- on namespace hosts: separate network stacks ----------------------------------------
 
 

@@ -1,0 +1,83 @@
+"""Cluster-wide steps computed once on the controller instead of once per host.
+
+Each Ansible task that runs per host costs the controller a worker process per host,
+even when it only sets a fact; a step whose result the play can compute from every
+host's data at once runs once (``run_once``) through one of these filters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_ranges import tf_range_problems
+from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_worker_config import tf_config_readback
+
+DOCUMENTATION = r"""
+name: tf_config_readbacks
+# Also in this file: tf_range_problems_hosts (see its docstring).
+short_description: The TF_CONFIGs every host read back, as the entries of tf_config_check
+description:
+  - C(by_host | tf_config_readbacks) takes a dict of host name to the C(read_back) list
+    of module tf_run_dir on that host (each item C(index), C(content)) and returns one
+    entry per worker (C(host), C(index), C(content)) for C(tf_config_check), in host order.
+  - A host without a read-back list is named in the error: its deploy did not run.
+options:
+  _input:
+    description: Host name to its C(read_back) list.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Check that every worker got the same cluster list and its own index
+  ansible.builtin.debug:
+    msg: >-
+      {{ dict(ansible_play_hosts
+              | zip(ansible_play_hosts | map('extract', hostvars, ['__tf_worker_paths', 'read_back'])))
+         | tf_runbook.multiworker.tf_config_readbacks | tf_runbook.multiworker.tf_config_check(tf_cluster_spec) }}
+  run_once: true
+"""
+
+RETURN = r"""
+_value:
+  description: One entry per worker, C(host), C(index) and C(content).
+  type: list
+  elements: dict
+"""
+
+
+def tf_config_readbacks(by_host: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every host's read-back TF_CONFIGs as tf_config_check entries."""
+    entries: list[dict[str, Any]] = []
+    for host, read_back in by_host.items():
+        if not isinstance(read_back, list):
+            raise AnsibleFilterError(f"host {host}: no TF_CONFIG was read back (got {read_back!r})")
+        entries.extend(tf_config_readback(read_back, host))
+    return entries
+
+
+def tf_range_problems_hosts(own: dict[str, Any], host: str, others: dict[str, Any]) -> list[str]:
+    """Range problems of every host of the play, in one pass on the controller.
+
+    ``own`` holds the effective value of every range-checked name on ``host`` (role
+    defaults, play and role variables included); ``others`` maps each host of the play to
+    its host variables (inventory, extra vars, facts), of which only the range-checked
+    names it defines are read. Role defaults and play variables are the same on every
+    host, so checking them on ``host`` checks them for all. Each message names its host,
+    and a problem is named once per host.
+    """
+    problems = list(tf_range_problems(own, host))
+    for other, variables in others.items():
+        defined = {name: variables[name] for name in own if name in variables}
+        for problem in tf_range_problems(defined, other):
+            if problem not in problems:
+                problems.append(problem)
+    return problems
+
+
+class FilterModule:
+    """Ansible entry point."""
+
+    def filters(self) -> dict[str, Any]:
+        return {"tf_config_readbacks": tf_config_readbacks, "tf_range_problems_hosts": tf_range_problems_hosts}
