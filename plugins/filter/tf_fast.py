@@ -10,41 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+
 from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_ranges import tf_range_problems
 from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_worker_config import tf_config_readback
-
-DOCUMENTATION = r"""
-name: tf_config_readbacks
-# Also in this file: tf_range_problems_hosts (see its docstring).
-short_description: The TF_CONFIGs every host read back, as the entries of tf_config_check
-description:
-  - C(by_host | tf_config_readbacks) takes a dict of host name to the C(read_back) list
-    of module tf_run_dir on that host (each item C(index), C(content)) and returns one
-    entry per worker (C(host), C(index), C(content)) for C(tf_config_check), in host order.
-  - A host without a read-back list is named in the error: its deploy did not run.
-options:
-  _input:
-    description: Host name to its C(read_back) list.
-    type: dict
-    required: true
-"""
-
-EXAMPLES = r"""
-- name: Check that every worker got the same cluster list and its own index
-  ansible.builtin.debug:
-    msg: >-
-      {{ dict(ansible_play_hosts
-              | zip(ansible_play_hosts | map('extract', hostvars, ['__tf_worker_paths', 'read_back'])))
-         | tf_runbook.multiworker.tf_config_readbacks | tf_runbook.multiworker.tf_config_check(tf_cluster_spec) }}
-  run_once: true
-"""
-
-RETURN = r"""
-_value:
-  description: One entry per worker, C(host), C(index) and C(content).
-  type: list
-  elements: dict
-"""
 
 
 def tf_config_readbacks(by_host: dict[str, Any]) -> list[dict[str, Any]]:
