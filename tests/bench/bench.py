@@ -707,11 +707,29 @@ def targets(data: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+# The key of data each part writes.
+PART_KEYS = {"smoke": "smoke", "hosts": "hosts", "orch": "controller", "mitogen": "mitogen", "faults": "faults"}
+
+
+def provenance(data: dict[str, Any]) -> list[str]:
+    """Report lines saying when each part was measured, when they come from several runs."""
+    measured = data.get("measured", {})
+    present = [part for part, key in PART_KEYS.items() if key in data]
+    when = {part: measured.get(part, "an earlier run of the script") for part in present}
+    if len(set(when.values())) <= 1:
+        return ["- medians of the runs of each part; every table was measured in the same run of the script"]
+    lines = ["- the parts come from different runs of the script (`--merge`); ratios are only ever taken "
+             "within one part, whose variants ran interleaved in one run:"]
+    lines += [f"  - {part}: {stamp}" for part, stamp in when.items()]
+    return lines
+
+
 def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> None:
     lines = ["# Benchmarks", "", f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
     for key, value in data["versions"].items():
         lines.append(f"- {key}: {value}")
-    lines.append(f"- medians of {reps} runs each; every table was measured in the same run of the script")
+    lines.append(f"- medians of {reps} runs each (this run)")
+    lines += provenance(data)
     if "baseline" in data:
         lines.append(f"- baseline: commit {data['baseline']} (`--baseline-ref`), its own ansible.cfg and playbooks, "
                      "measured by this tree's instruments, runs interleaved with this tree's")
@@ -826,8 +844,15 @@ def main() -> int:
         earlier = json.loads(args.out.with_suffix(".json").read_text())
         data = {**earlier, "versions": data["versions"]}
     data.update(reps=args.reps, command=command)
+    for part in parts:  # measured again below
+        data.get("measured", {}).pop(part, None)
 
     def save() -> None:
+        # When each part was measured, so that a report merged from several runs says so.
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        for part in parts:
+            if part in PART_KEYS and PART_KEYS[part] in data:
+                data.setdefault("measured", {}).setdefault(part, stamp)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.with_suffix(".json").write_text(json.dumps(data, indent=2, default=str))
 
@@ -854,9 +879,9 @@ def main() -> int:
                 variants.append(("baseline", base, {}))
             table = part_compare([int(n) for n in args.orch_sizes.split(",")], args.reps, tmp, inst, variants, "orch",
                                  extra_vars=args.vars)
-            data["controller"] = {**earlier.get("controller", {}), **{str(n): v for n, v in table.items()}}
-            walls = {str(n): row for n, v in table.items() if (row := wall_rows(v["new"]))}
-            data["orch"] = {**earlier.get("orch", {}), **walls}
+            # A part's sizes all come from this run: rows of an earlier run are not mixed in.
+            data["controller"] = {str(n): v for n, v in table.items()}
+            data["orch"] = {str(n): row for n, v in table.items() if (row := wall_rows(v["new"]))}
             save()
         if "mitogen" in parts:
             print("mitogen vs the default strategy ...", flush=True)

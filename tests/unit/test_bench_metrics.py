@@ -271,3 +271,14 @@ def test_task_cpu_hides_the_run_id_and_sums_tasks_repeated_over_phases() -> None
     cpu = metrics.task_cpu(events, 5_000_000, run_id="r-7")
     assert cpu["deploy: Create the files of run <run id>"] == pytest.approx(2.0)
     assert metrics.repeated_tasks(cpu) == [("tf : Refuse values out of range", 2, pytest.approx(2.5))]
+
+
+def test_report_says_when_parts_come_from_different_runs() -> None:
+    bench = _load("tf_bench_script", BENCH / "bench.py")
+    one_run = {"smoke": {}, "controller": {}, "measured": {"smoke": "A", "orch": "A"}}
+    assert "same run" in bench.provenance(one_run)[0]
+    merged = {"smoke": {}, "hosts": {}, "measured": {"smoke": "B"}}
+    lines = bench.provenance(merged)
+    assert "different runs" in lines[0]
+    assert "  - smoke: B" in lines
+    assert "  - hosts: an earlier run of the script" in lines
