@@ -496,6 +496,26 @@ def test_a_stop_ends_the_announcement(tmp_path: Path) -> None:
     assert time.monotonic() - started < 4
 
 
+def test_two_workers_that_failed_together_stop_announcing_to_each_other() -> None:
+    """Both jobs failed: each supervisor hears the other's announcement, so no peer's job is
+    left to tell and both return at once, not after the whole window (their supervisors
+    would outlive the run by that much)."""
+    ports = [free_port(), free_port()]
+    threads = [
+        threading.Thread(
+            target=tf_supervisor.announce_failure,
+            args=(ports[i], [(1 - i, "127.0.0.1", ports[1 - i])], f"worker exit status {i + 1}", 30, lambda: False),
+        )
+        for i in (0, 1)
+    ]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(40)
+    assert time.monotonic() - started < 10
+
+
 def test_the_failure_is_heard_at_once_while_the_announcer_probes_its_peers() -> None:
     """A peer that listens and stays silent makes every probe of the announcer take about a
     second; a connection arriving meanwhile must still be answered at once, or two

@@ -444,9 +444,11 @@ def serve_announcement(server: socket.socket, message: bytes, done: threading.Ev
 def announce_failure(
     port: int, peers: list[tuple[int, str, int]], reason: str, window: float, stopped: Callable[[], bool]
 ) -> None:
-    """Answer every connection to this worker's port with the failure, until every peer
-    port refuses (they stopped), ``window`` seconds passed or ``stopped()`` is true (a
-    stop reached the supervisor).
+    """Answer every connection to this worker's port with the failure, until no peer's
+    job is left to tell (every peer port refuses, gives no answer, or announces a failure
+    of its own: that peer's job has ended too), ``window`` seconds passed or ``stopped()``
+    is true (a stop reached the supervisor). Without the third case, two workers that
+    failed together would keep each other's supervisors announcing for the whole window.
 
     The answering runs in a thread of its own: while this one probes the peers (up to a
     second each time), a peer probing this port must still hear the failure at once,
@@ -464,7 +466,7 @@ def announce_failure(
             time.sleep(min(WATCH_SECONDS, max(0.0, end - time.monotonic())))
             if peers and not stopped():
                 probes = probe_peers(peers, 1.0)
-                if all(status in ("refused", "unreachable") for status, _ in probes.values()):
+                if all(status in ("refused", "unreachable", "failed") for status, _ in probes.values()):
                     return
     finally:
         done.set()
