@@ -121,8 +121,14 @@ def test_a_detached_run_stops_every_worker_when_one_is_killed(
     exit0 = remote_json(hosts, 0, f"{RUN}/peer/worker-0/exit.json")
     exit1 = remote_json(hosts, 1, f"{RUN}/peer/worker-1/exit.json")
     assert exit1 is not None and (exit1["returncode"], exit1["stopped_by"]) == (137, None), exit1
-    assert exit0 is not None and exit0["stopped_by"] == "peer", exit0
-    assert "worker 1 at " in exit0["reason"] and "failed (worker exit status 137)" in exit0["reason"]
+    assert exit0 is not None, exit0
+    # Either worker 0's supervisor heard worker 1's announcement and stopped the job, or
+    # the job saw the collective fail first (TensorFlow's "Connection reset by peer") and
+    # exited on its own with an error, which its supervisor then announced in turn.
+    if exit0["stopped_by"] == "peer":
+        assert "worker 1 at " in exit0["reason"] and "failed (worker exit status 137)" in exit0["reason"]
+    else:
+        assert (exit0["stopped_by"], exit0["reason"]) == (None, "exited") and exit0["returncode"] != 0, exit0
     # The failed worker's supervisor ends its announcement once its peer stopped.
     wait_until(lambda: not run_processes(hosts, 1, "peer"), 30, "node1's supervisor ended")
 
