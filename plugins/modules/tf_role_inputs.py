@@ -1,0 +1,66 @@
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# A documentation-only module, as ansible.builtin.validate_argument_spec is: the work is the
+# action plugin plugins/action/tf_role_inputs.py, which runs on the controller only.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tf_role_inputs
+short_description: Check a role's inputs for every host of the play in one task
+version_added: "0.1.0"
+author: tf-runbook contributors (!UNKNOWN)
+description:
+  - Checks the role's variables against one entry point of its C(meta/argument_specs.yml),
+    as Ansible's automatic check of the C(main) entry point does, but for every host of the
+    play in one task on the controller (run it with C(run_once)), instead of in a worker
+    process per host.
+  - On the task's host it checks every option's value as that host sees it (role
+    defaults, play and role variables, extra vars, its host variables); on every other
+    host it checks the options that host sets itself (inventory and group variables,
+    facts, C(set_fact)), which are the only ones that can differ. A host variable that a
+    play or role variable overrides is checked too, though its value is not used.
+  - Each error names its host. The task fails when there is any.
+  - The roles of this collection name their entry points after what they do (not
+    C(main)), so that Ansible does not check them a second time per host.
+options:
+  role_path:
+    description: The role's directory (C(role_path) in its tasks).
+    type: path
+    required: true
+  entry_point:
+    description: The entry point of the role's C(meta/argument_specs.yml) to check against.
+    type: str
+    required: true
+  hosts:
+    description: The hosts to check. By default the play's active hosts
+      (C(ansible_play_hosts)).
+    type: list
+    elements: str
+"""
+
+EXAMPLES = r"""
+- name: Check the inputs of role tf_worker for every host, once
+  tf_runbook.multiworker.tf_role_inputs:
+    role_path: "{{ role_path }}"
+    entry_point: deploy
+  run_once: true
+"""
+
+RETURN = r"""
+hosts:
+  description: The hosts whose inputs were checked, the task's host first.
+  type: list
+  elements: str
+  returned: always
+argument_errors:
+  description: Every error, each prefixed with C(host <name>:).
+  type: list
+  elements: str
+  returned: failure
+validate_args_context:
+  description: The role, entry point and path checked, as M(ansible.builtin.validate_argument_spec) returns it.
+  type: dict
+  returned: always
+"""

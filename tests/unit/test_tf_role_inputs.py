@@ -1,0 +1,148 @@
+"""Role inputs checked once for every host (issue 13): the tf_role_inputs action.
+
+Ansible checks a role's `main` entry point with a task on every host, a worker process
+each. Every role here names its entry points after what they do instead, and checks them
+with one run_once tf_role_inputs task. These tests check the action's judgement of the
+hosts' values, and that no role has an entry point Ansible would check per host again.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleActionFail
+
+import tf_role_inputs_action as action
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = REPO / "roles"
+
+OPTIONS = {
+    "tf_x_timeout": {"type": "int", "required": True},
+    "tf_x_flag": {"type": "bool", "default": True},
+    "tf_x_mode": {"type": "str", "choices": ["a", "b"], "default": "a"},
+}
+
+
+def test_valid_values_on_every_host_give_no_error() -> None:
+    own = {"tf_x_timeout": 5, "tf_x_flag": "yes"}
+    others = {"w2": {"tf_x_timeout": "7"}, "w3": {}}
+    assert action.input_errors(OPTIONS, "w1", own, others) == []
+
+
+def test_a_bad_value_on_the_tasks_host_names_that_host_and_the_value() -> None:
+    errors = action.input_errors(OPTIONS, "w1", {"tf_x_timeout": "soon"}, {"w2": {}})
+    assert len(errors) == 1
+    assert errors[0].startswith("host w1: argument 'tf_x_timeout' is of type str")
+    assert "soon" in errors[0]
+
+
+def test_a_bad_host_variable_on_another_host_names_that_host() -> None:
+    own = {"tf_x_timeout": 5}
+    errors = action.input_errors(OPTIONS, "w1", own, {"w2": {}, "w3": {"tf_x_mode": "c"}, "w4": {"tf_x_flag": "maybe"}})
+    assert [error.split(":")[0] for error in errors] == ["host w3", "host w4"]
+    assert "tf_x_mode" in errors[0] and "c" in errors[0]
+    assert "tf_x_flag" in errors[1] and "maybe" in errors[1]
+
+
+def test_the_same_bad_value_on_two_other_hosts_is_named_on_each() -> None:
+    errors = action.input_errors(OPTIONS, "w1", {"tf_x_timeout": 5}, {"w2": {"tf_x_timeout": "x"}, "w3": {"tf_x_timeout": "x"}})
+    assert [error.split(":")[0] for error in errors] == ["host w2", "host w3"]
+
+
+def test_a_value_every_host_inherits_is_named_once() -> None:
+    own = {"tf_x_timeout": "never"}
+    errors = action.input_errors(OPTIONS, "w1", own, {"w2": {"tf_x_timeout": "never"}, "w3": {"tf_x_timeout": "never"}})
+    assert len(errors) == 1 and errors[0].startswith("host w1:")
+
+
+def test_a_missing_required_option_is_refused() -> None:
+    errors = action.input_errors(OPTIONS, "w1", {}, {})
+    assert errors == ["host w1: missing required arguments: tf_x_timeout"]
+
+
+def test_another_hosts_options_outside_the_entry_point_are_ignored() -> None:
+    assert action.input_errors(OPTIONS, "w1", {"tf_x_timeout": 1}, {"w2": {"other_var": "x"}}) == []
+
+
+def test_an_unknown_entry_point_is_refused_naming_the_ones_there(tmp_path: Path) -> None:
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta" / "argument_specs.yml").write_text("argument_specs:\n  deploy:\n    options: {}\n")
+    assert action.entry_point_options(str(tmp_path), "deploy") == {}
+    with pytest.raises(AnsibleActionFail, match="no entry point 'main' .*it has deploy"):
+        action.entry_point_options(str(tmp_path), "main")
+
+
+def _entry_points(role: Path) -> dict[str, dict]:
+    path = role / "meta" / "argument_specs.yml"
+    return (yaml.safe_load(path.read_text()) or {}).get("argument_specs") or {} if path.exists() else {}
+
+
+def _checked_entry_points(role: Path) -> dict[str, list[str]]:
+    """Entry point -> the task files whose first task checks it with tf_role_inputs."""
+    checked: dict[str, list[str]] = {}
+    for tasks in sorted((role / "tasks").glob("*.yml")):
+        for task in yaml.safe_load(tasks.read_text()) or []:
+            if "tf_runbook.multiworker.tf_role_inputs" in task:
+                args = task["tf_runbook.multiworker.tf_role_inputs"]
+                assert task.get("run_once") is True, f"{tasks}: the check must run once"
+                assert args["role_path"] == "{{ role_path }}", tasks
+                checked.setdefault(args["entry_point"], []).append(tasks.stem)
+    return checked
+
+
+def _entered_with() -> dict[str, set[str]]:
+    """Role -> the tasks files it is entered with anywhere in the runbook (main for roles:)."""
+    entered: dict[str, set[str]] = {}
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+                if isinstance(node.get(key), dict):
+                    args = node[key]
+                    entered.setdefault(args["name"].split(".")[-1], set()).add(
+                        str(args.get("tasks_from", "main")).removesuffix(".yml"))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for path in [*REPO.glob("playbooks/*.yml"), *ROLES.glob("*/tasks/*.yml"), *ROLES.glob("*/meta/main.yml")]:
+        walk(yaml.safe_load(path.read_text()))
+    return entered
+
+
+@pytest.mark.parametrize("role", sorted(path.name for path in ROLES.iterdir() if (path / "tasks").is_dir()))
+def test_no_entry_point_is_checked_by_ansible_on_every_host(role: str) -> None:
+    # Ansible prepends its per-host check when a role is entered through a tasks file
+    # named like one of its entry points (main for `roles:` and dependencies).
+    entered = _entered_with().get(role, set()) | {"main"}
+    assert not set(_entry_points(ROLES / role)) & entered
+
+
+def test_the_runbook_enters_roles_through_their_tasks_files() -> None:
+    entered = _entered_with()
+    assert entered["tf_firewall"] >= {"check", "remove"}
+    assert entered["tf_wait"] >= {"main", "reattach", "status"}
+
+
+@pytest.mark.parametrize("role", sorted(path.name for path in ROLES.iterdir() if (path / "tasks").is_dir()))
+def test_every_entry_point_with_options_is_checked_once(role: str) -> None:
+    entries = _entry_points(ROLES / role)
+    checked = _checked_entry_points(ROLES / role)
+    with_options = {name for name, entry in entries.items() if (entry or {}).get("options")}
+    assert set(checked) <= set(entries), f"{role} checks entry points it does not have: {set(checked) - set(entries)}"
+    assert with_options <= set(checked), f"{role}: entry points never checked: {with_options - set(checked)}"
+
+
+def test_each_check_is_the_first_task_of_its_file() -> None:
+    for tasks in sorted(ROLES.glob("*/tasks/*.yml")):
+        names = [next(iter(k for k in task if "." in k and not k.startswith("ansible.builtin.meta")), "")
+                 for task in yaml.safe_load(tasks.read_text()) or []]
+        if "tf_runbook.multiworker.tf_role_inputs" in names:
+            assert names.index("tf_runbook.multiworker.tf_role_inputs") == 0 or re.search(
+                r"tf/tasks/contract", str(tasks)), f"{tasks}: the inputs are checked after other tasks ran"
