@@ -27,7 +27,7 @@ CONTROLLER_ACTIONS = frozenset(
     for name in ("set_fact", "assert", "debug", "fail", "meta", "include_role", "include_tasks",
                  "import_role", "import_tasks", "add_host", "group_by", "set_stats", "include_vars",
                  "pause", "validate_argument_spec")
-)
+) | frozenset(f"tf_runbook.multiworker.{name}" for name in ("tf_role_inputs", "tf_report"))
 
 _FILE_PHASE = {"preflight": "preflight", "deploy": "deploy", "launch": "launch", "wait": "wait",
                "collect": "collect", "verdict": "verdict", "stop": "stop", "status": "status"}
