@@ -20,6 +20,9 @@ description:
   - Writes C(<run_dir>/summary.json) and returns the same data with a printable table.
   - Runs on the controller; never fails itself, the caller decides. Whatever the run
     directory holds, a summary.json is written.
+  - An action plugin of the same name runs the judgement in the task's own process on
+    the controller, without starting a module; the module file holds the code and these
+    docs.
 options:
   run_dir:
     description: The run's directory on the controller.
@@ -975,18 +978,21 @@ def write_summary(run_dir: str, summary: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "run_dir": {"type": "path", "required": True},
-            "run_id": {"type": "str", "required": True},
-            "marker": {"type": "str", "default": DEFAULT_MARKER},
-            "expected_size": {"type": "int", "default": 0},
-            "context": {"type": "dict", "default": {}},
-        },
-        supports_check_mode=True,
-    )
-    params = module.params
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "run_dir": {"type": "path", "required": True},
+    "run_id": {"type": "str", "required": True},
+    "marker": {"type": "str", "default": DEFAULT_MARKER},
+    "expected_size": {"type": "int", "default": 0},
+    "context": {"type": "dict", "default": {}},
+}
+
+
+def verdict(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
+    """Judge the run and write its summary.json (not in check mode): the task's result.
+
+    Shared by main() and the controller action of the same name
+    (plugins/action/tf_verdict.py), which runs it without a module process.
+    """
     try:
         summary = summarize(params["run_id"], params["run_dir"], params["marker"], params["expected_size"], params["context"])
     except Exception as exc:  # noqa: BLE001 - whatever the run holds, a summary.json is written
@@ -996,21 +1002,29 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - the report's data never costs the verdict its summary
         summary["timeline"] = []
         summary["timeline_error"] = f"{type(exc).__name__}: {exc}"
-    if not module.check_mode:
+    if not check_mode:
         try:
             write_summary(params["run_dir"], summary)
         except OSError as exc:
-            module.fail_json(msg=f"cannot write {params['run_dir']}/summary.json: {exc}", summary=summary)
+            return {"failed": True, "msg": f"cannot write {params['run_dir']}/summary.json: {exc}", "summary": summary}
     failed = [c for c in summary["checks"] if c["ok"] is False]
-    module.exit_json(
-        changed=not module.check_mode,
-        summary=summary,
-        table=table(summary),
-        status=summary["status"],
-        failed_checks=[f"{c['name']}: {c['detail']}" for c in failed],
-        not_checked=[f"{c['name']}: {c['detail']}" for c in summary["checks"] if c["ok"] is None],
-        reason=summary["reason"],
-    )
+    return {
+        "changed": not check_mode,
+        "summary": summary,
+        "table": table(summary),
+        "status": summary["status"],
+        "failed_checks": [f"{c['name']}: {c['detail']}" for c in failed],
+        "not_checked": [f"{c['name']}: {c['detail']}" for c in summary["checks"] if c["ok"] is None],
+        "reason": summary["reason"],
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result = verdict(module.params, module.check_mode)
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

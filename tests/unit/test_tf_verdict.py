@@ -943,3 +943,43 @@ def test_the_culprit_is_told_by_stopped_by_whatever_the_stop_reason_says(stop_re
               "exit": {"returncode": 143, "reason": stop_reason, "stopped_by": "runbook", "finished_at": 1.0}}
     reason = failure_reason([victim, culprit], [], {})
     assert reason is not None and reason.startswith("worker 1 on host w1 failed first: exit status 1")
+
+
+# --- the controller action of the same name (issue 13) --------------------------------
+
+
+def run_verdict_action(monkeypatch: pytest.MonkeyPatch, check_mode: bool, **args: Any) -> dict[str, Any]:
+    """plugins/action/tf_verdict.py's run(), as Ansible calls it on the controller."""
+    from types import SimpleNamespace
+
+    from ansible.plugins.action import ActionBase
+    from ansible_collections.tf_runbook.multiworker.plugins.action import tf_verdict as action
+
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    monkeypatch.setattr(ActionBase, "validate_argument_spec",
+                        lambda self, argument_spec=None, **kw: (None, {"marker": MARKER, "expected_size": 0,
+                                                                        "context": {}, **args}))
+    plugin = object.__new__(action.ActionModule)
+    plugin._task = SimpleNamespace(args=args, check_mode=check_mode)
+    return plugin.run(task_vars={})
+
+
+def test_the_action_judges_as_the_module_does_without_a_module_process(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], good_run: Path, tmp_path: Path) -> None:
+    twin = tmp_path / "twin" / good_run.name
+    twin.parent.mkdir()
+    import shutil
+
+    shutil.copytree(good_run, twin)
+    by_module = run_module(monkeypatch, capsys, run_dir=str(good_run), run_id=good_run.name, marker=MARKER)
+    by_action = run_verdict_action(monkeypatch, False, run_dir=str(twin), run_id=twin.name)
+    assert by_action["status"] == by_module["status"] == "succeeded"
+    assert by_action["table"] == by_module["table"]
+    assert by_action["changed"] is True
+    assert json.loads((twin / "summary.json").read_text())["status"] == "succeeded"
+
+
+def test_the_action_writes_nothing_in_check_mode(monkeypatch: pytest.MonkeyPatch, good_run: Path) -> None:
+    result = run_verdict_action(monkeypatch, True, run_dir=str(good_run), run_id=good_run.name)
+    assert result["changed"] is False and result["status"] == "succeeded"
+    assert not (good_run / "summary.json").exists()
