@@ -57,6 +57,7 @@ MODULES: dict[str, Path] = {
     "tf_worker_job": PLUGINS / "filter" / "tf_worker_job.py",
     "tf_worker_status_action": PLUGINS / "action" / "tf_worker_status.py",
     "tf_role_inputs_action": PLUGINS / "action" / "tf_role_inputs.py",
+    "tf_run_claim_action": PLUGINS / "action" / "tf_run_claim.py",
 }
 
 
