@@ -685,6 +685,21 @@ def _smoke_lines(s: dict[str, Any]) -> list[str]:
                           ["hand launch (wall)", hand, float("nan")],
                           ["smoke minus start-up, vs hand launch", (wall - up_wall) / hand, float("nan")],
                       ])]
+            lines += ["", "Where the smoke's wall time goes, by phase (medians; the wait phase holds the "
+                      "training), and the workers' own times from their records:", "",
+                      *metrics.md_table(["", *metrics.CPU_ROWS, "total"], [
+                          ["wall s", *[median([x.get("wall_phases", {}).get(k, 0.0) for x in book])
+                                       for k in (*metrics.CPU_ROWS, "total")]],
+                          ["CPU s", *[median([x.get("cpu_phases", {}).get(k, 0.0) for x in book])
+                                      for k in (*metrics.CPU_ROWS, "total")]],
+                      ]), "",
+                      *metrics.md_table(["first worker start s", "start skew s", "job s (first start to last exit)",
+                                         "last exit to verdict s", "hand launch s"], [[
+                          _med(book, lambda x: x.get("timings", {}).get("first_start", float("nan"))),
+                          _med(book, lambda x: x.get("timings", {}).get("skew", float("nan"))),
+                          _med(book, lambda x: x.get("timings", {}).get("job", float("nan"))),
+                          _med(book, lambda x: x.get("timings", {}).get("exit_to_verdict", float("nan"))),
+                          hand]])]
     return lines
 
 
