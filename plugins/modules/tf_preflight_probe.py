@@ -10,8 +10,10 @@ Four modes, all read-only for the host's runs:
   already launched here, and how many GPUs the host shows; with ``listen``, it then
   holds short-lived listeners on the ports from a detached process.
 * ``connect``: from this host, open a connection to every worker endpoint of the cluster,
-  as TensorFlow will, and report those that cannot be reached and why.
-* ``stop``: tell this host's listeners to end and wait until the ports are free again.
+  as TensorFlow will, and report those that cannot be reached and why; then wait, for a
+  bounded time, until this host's own listener has heard every peer and ended.
+* ``stop``: tell this host's listeners to end and wait until the ports are free again
+  (after a failed preflight, or for a listener that outlived its host's ``connect``).
 * ``versions``: what the worker interpreter reports of its Python, TensorFlow and numpy
   (``host`` mode does the same when given ``python``).
 """
@@ -26,8 +28,11 @@ author: tf-runbook contributors (!UNKNOWN)
 description:
   - V(host) mode reports taken ports with their owning process, free disk space, a run id
     already launched, the number of GPUs, and what the cluster's addresses resolve to here.
-  - V(host) with O(listen), then V(connect) and V(stop), check that every worker can reach
-    every other worker's port, with short-lived listeners in place of TensorFlow.
+  - V(host) with O(listen), then V(connect), check that every worker can reach every other
+    worker's port, with short-lived listeners in place of TensorFlow. A listener ends by
+    itself once every peer reached every port it holds, or at its O(timeout); V(connect)
+    waits up to O(wait) for this host's own listener to end. V(stop) ends the listeners
+    early, after a failed preflight.
   - V(versions) mode reports what the worker interpreter O(python) says of its versions.
   - Reads the host's state only; apart from the short-lived listeners, changes nothing.
 options:
@@ -37,7 +42,7 @@ options:
     required: true
     choices: [host, connect, stop, versions]
   ports:
-    description: This host's worker ports.
+    description: This host's worker ports (in V(connect) mode, those its listener holds).
     type: list
     elements: int
     default: []
@@ -85,8 +90,15 @@ options:
     default: ""
   listener_pid:
     description: In V(stop) mode, the listener process the V(host) mode started (0 when none);
-      only the ports it holds are told to stop. Unset, every port is.
+      only the ports it holds are told to stop. Unset, every port is. In V(connect) mode, the
+      listener to wait for (0 or unset, none).
     type: int
+  wait:
+    description: In V(connect) mode, seconds to wait, after this host's connections, for
+      its listener O(listener_pid) to end and O(ports) to be free; not waited for when a
+      connection failed (the run is refused, and the listeners are stopped).
+    type: float
+    default: 0
   listen:
     description: In V(host) mode, once the ports are seen free, bind a listener on each and
       serve them from a detached process until every peer said hello, a V(stop) arrives or
@@ -118,9 +130,12 @@ EXAMPLES = r"""
       - {index: 0, host: w1, address: 10.0.0.11, port: 2222}
       - {index: 1, host: w2, address: 10.0.0.12, port: 2222}
     timeout: 10
+    ports: [2222, 2223]
+    listener_pid: "{{ host_probe.listener_pid }}"
+    wait: 20
   register: reach
 
-- name: Stop this host's probe listeners
+- name: Stop this host's probe listeners (after a failed preflight)
   tf_runbook.multiworker.tf_preflight_probe:
     mode: stop
     ports: [2222, 2223]
@@ -180,6 +195,16 @@ failures:
   description: Each endpoint that could not be reached, with C(reason).
   type: list
   elements: dict
+  returned: connect mode
+listener_gone:
+  description: Whether this host's listener O(listener_pid) had ended, and freed O(ports), when the
+    module returned (true when there was none).
+  type: bool
+  returned: connect mode
+ports_held:
+  description: The ports of O(ports) still held when the module returned ([] once the listener is gone).
+  type: list
+  elements: int
   returned: connect mode
 """
 
@@ -598,6 +623,34 @@ def connect_all(
     return failures
 
 
+def process_gone(pid: int, proc: str = "/proc") -> bool:
+    """Whether process ``pid`` has ended (a zombie has: an orphan's reaper may be slow)."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def await_listener_end(ports: list[int], pid: int, wait: float) -> list[int]:
+    """Wait up to ``wait`` seconds for this host's probe listener ``pid`` (0: none was
+    started) to end by itself and for ``ports`` to be free; return the ports still held
+    then ([] once it ended and they are free).
+
+    The listener ends once every peer reached every port it holds, so this returns when
+    the last host of the cluster has connected here; it never shortens the listener's life.
+    """
+    if not pid:
+        return []
+    deadline = time.monotonic() + wait
+    while True:
+        held = [port for port in ports if bind_error(port)] if process_gone(pid) else list(ports)
+        if not held or time.monotonic() >= deadline:
+            return held
+        time.sleep(0.1)
+
+
 def stop_listeners(ports: list[int], wait: float, token: str = "", pid: int | None = None) -> list[int]:
     """Send ``stop`` to this host's listeners; return the ports still taken after ``wait``.
 
@@ -637,6 +690,7 @@ def main() -> None:
             "python": {"type": "str", "default": ""},
             "versions_code": {"type": "str", "default": ""},
             "listener_pid": {"type": "int", "default": None},
+            "wait": {"type": "float", "default": 0},
             "addresses": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
@@ -668,7 +722,9 @@ def main() -> None:
         module.exit_json(changed=False, versions=interpreter_versions(params["python"], params["versions_code"], command_runner(module)))
     elif mode == "connect":
         failures = connect_all(params["endpoints"], params["me"], params["timeout"], params["run_id"])
-        module.exit_json(changed=False, failures=failures)
+        # A failed connection refuses the run, whose rescue stops the listeners: no wait.
+        held = await_listener_end(params["ports"], params["listener_pid"] or 0, 0 if failures else params["wait"])
+        module.exit_json(changed=False, failures=failures, listener_gone=not held, ports_held=held)
     else:
         token = probe_token(params["run_id"], params["me"]) if params["run_id"] else ""
         still = stop_listeners(params["ports"], params["timeout"], token, params["listener_pid"])

@@ -82,6 +82,9 @@ def test_check_and_diff_on_local_hosts_preview_the_run_and_change_nothing(tmp_pa
     assert "--check: run dry would start 2 worker(s)" in output
     # The preflight ran for real: every host connected to the probe listeners.
     assert "Connect from this host to every worker port of the cluster" in output
+    # Its listeners ended by themselves once both hosts connected: no stop ran on any host
+    # (skipped tasks are not shown), and the ports are free (below).
+    assert "End the probe listeners" not in output, output[-4000:]
 
     plain = cluster.play("--check", tf_run_id="dry")
     assert plain.returncode == 0, (plain.stdout + plain.stderr)[-4000:]

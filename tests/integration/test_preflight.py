@@ -311,6 +311,11 @@ def test_a_worker_port_blocked_between_hosts_is_refused_before_launch(
             "no answer within 2 s") in output, output[-3000:]
     # Only that pair: node1 reaches node2, node2 reaches itself.
     assert "host node1 cannot reach" not in output and "host node2 cannot reach" not in output
+    # Every host's listener was stopped after the refusal, which was made again as is.
+    assert "End the probe listeners of a refused run" in output
+    _before, banner, again = output.partition("Refuse the run for what failed in the probe")
+    assert banner, output[-3000:]
+    assert f"host node0 cannot reach worker 2 on host node2 at {node2.address}:2222" in again, output[-3000:]
     for index in range(3):
         assert not hosts.run(index, "test -e ~/tf-runbook/runs/blocked")[0] == 0
         assert user_processes(hosts, index, "tf_supervisor") == []
@@ -341,6 +346,9 @@ def test_a_port_taken_on_a_remote_host_is_refused_naming_its_process(
         assert f"host node1: worker 1's port 2222 is already in use by pid {pid} (python3)" in output, output[-3000:]
         for index in range(2):
             assert hosts.run(index, "test -e ~/tf-runbook/runs/taken")[0] != 0
+        # node0 was clean and listened; the refusal stopped its listener at once.
+        assert "End the probe listeners of a refused run" in output
+        assert port_free(hosts, 0, 2222), "node0: the probe listener still holds port 2222"
         unchanged()
     finally:
         hosts.run(1, f"kill -9 {pid}")

@@ -308,6 +308,103 @@ def test_stop_frees_ports_of_a_detached_listener_still_waiting_for_peers() -> No
     assert probe.stop_listeners(ports, 10) == []
 
 
+def local_endpoints(ports: list[int], host: str = "h") -> list[dict[str, Any]]:
+    return [{"index": i, "host": host, "address": "127.0.0.1", "port": p} for i, p in enumerate(ports)]
+
+
+def test_a_detached_listener_ends_by_itself_once_every_peer_reached_every_port() -> None:
+    """No stop: the connects alone end it, and the wait sees its ports free."""
+    ports = [free_port(), free_port()]
+    pid = probe.start_listener(ports, ["a", "b"], 60)
+    try:
+        assert probe.connect_all(local_endpoints(ports), "a", 2) == []
+        # One peer of two: it still listens, whatever the wait.
+        assert probe.await_listener_end(ports, pid, 0.5) == ports
+        assert not probe.process_gone(pid)
+        assert probe.connect_all(local_endpoints(ports), "b", 2) == []
+        started = time.monotonic()
+        assert probe.await_listener_end(ports, pid, 10) == []
+        assert time.monotonic() - started < 5
+        assert probe.process_gone(pid) and all(probe.bind_error(p) == 0 for p in ports)
+    finally:
+        kill_quietly(pid)
+
+
+def test_a_detached_listener_missing_a_peer_ends_at_its_deadline() -> None:
+    ports = [free_port()]
+    pid = probe.start_listener(ports, ["a", "never-comes"], 1.5)
+    try:
+        started = time.monotonic()
+        assert probe.connect_all(local_endpoints(ports), "a", 2) == []
+        assert probe.await_listener_end(ports, pid, 10) == []
+        waited = time.monotonic() - started
+        assert 1.0 <= waited < 5, waited
+        assert probe.bind_error(ports[0]) == 0
+    finally:
+        kill_quietly(pid)
+
+
+def test_connect_waits_until_its_own_listener_heard_the_last_peer() -> None:
+    """The module in connect mode, as host a: returns once host b connected too, and
+    says that its listener is gone and its ports free."""
+    ports = [free_port(), free_port()]
+    pid = probe.start_listener(ports, ["a", "b"], 60, probe.probe_token("r1", "a"))  # forks: before any thread
+    try:
+        args = {"mode": "connect", "me": "a", "run_id": "r1", "endpoints": local_endpoints(ports, "a"),
+                "timeout": 2, "ports": ports, "listener_pid": pid, "wait": 20}
+        result: dict[str, Any] = {}
+        thread = threading.Thread(target=lambda: result.update(run_module(probe.__file__, args)))
+        started = time.monotonic()
+        thread.start()
+        time.sleep(1.5)
+        assert thread.is_alive(), f"connect returned before its listener heard every peer: {result}"
+        assert probe.connect_all(local_endpoints(ports, "a"), "b", 2, run_id="r1") == []
+        thread.join(15)
+        assert not thread.is_alive()
+        assert result["failures"] == [] and result["listener_gone"] is True and result["ports_held"] == []
+        assert 1.5 <= time.monotonic() - started < 15
+        assert all(probe.bind_error(p) == 0 for p in ports)
+    finally:
+        kill_quietly(pid)
+
+
+def test_connect_waits_a_bounded_time_and_says_what_is_still_held() -> None:
+    """A peer that never comes: the wait ends at its bound, the listener is left to its
+    own deadline (or the role's stop), and the result names its ports."""
+    ports = [free_port()]
+    pid = probe.start_listener(ports, ["a", "never-comes"], 60, probe.probe_token("r1", "a"))
+    try:
+        args = {"mode": "connect", "me": "a", "run_id": "r1", "endpoints": local_endpoints(ports, "a"),
+                "timeout": 2, "ports": ports, "listener_pid": pid, "wait": 1}
+        started = time.monotonic()
+        result = run_module(probe.__file__, args)
+        assert 1 <= time.monotonic() - started < 10
+        assert result["failures"] == [] and result["listener_gone"] is False and result["ports_held"] == ports
+        assert not probe.process_gone(pid)
+        assert probe.stop_listeners(ports, 10, probe.probe_token("r1", "a"), pid) == []
+    finally:
+        kill_quietly(pid)
+
+
+def test_connect_that_failed_does_not_wait_and_one_without_a_listener_has_none_to_wait_for() -> None:
+    ports = [free_port()]
+    pid = probe.start_listener(ports, ["a", "never-comes"], 60, probe.probe_token("r1", "a"))
+    try:
+        dead = {"index": 1, "host": "b", "address": "127.0.0.1", "port": free_port()}
+        args = {"mode": "connect", "me": "a", "run_id": "r1", "endpoints": [*local_endpoints(ports, "a"), dead],
+                "timeout": 0.5, "ports": ports, "listener_pid": pid, "wait": 30}
+        started = time.monotonic()
+        result = run_module(probe.__file__, args)
+        assert time.monotonic() - started < 10  # not the 30 s wait: the run is refused anyway
+        assert [f["index"] for f in result["failures"]] == [1]
+        assert result["listener_gone"] is False and result["ports_held"] == ports
+        assert probe.stop_listeners(ports, 10, probe.probe_token("r1", "a"), pid) == []
+    finally:
+        kill_quietly(pid)
+    # No listener of this host (listener_pid 0): nothing to wait for.
+    assert probe.await_listener_end([free_port()], 0, 30) == []
+
+
 def module_runner() -> probe.Runner:
     """The probe's command runner on a real AnsibleModule (run_command, as on a host)."""
     return probe.command_runner(ansible_module())
