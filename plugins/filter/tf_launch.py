@@ -6,15 +6,22 @@ from typing import Any
 
 
 def tf_launched_workers(result: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """One entry per worker whose supervisor was started, in index order: its index,
-    directory and supervisor pid. None of a dry run (check mode), a skipped task or a
-    host without a result."""
+    """One entry per worker the launch tried to start, in index order: its index,
+    directory, supervisor pid and launch error (None when it started). None of a dry run
+    (check mode), a skipped task or a host without a result."""
     launched = []
     for worker in (result or {}).get("workers") or []:
-        pid = worker.get("supervisor_pid")
-        if pid is None:
+        pid, error = worker.get("supervisor_pid"), worker.get("error")
+        if pid is None and not error:
             continue
-        launched.append({"index": int(worker["index"]), "dir": worker["dir"], "supervisor_pid": int(pid)})
+        launched.append(
+            {
+                "index": int(worker["index"]),
+                "dir": worker["dir"],
+                "supervisor_pid": None if pid is None else int(pid),
+                "launch_error": error or None,
+            }
+        )
     return sorted(launched, key=lambda entry: entry["index"])
 
 

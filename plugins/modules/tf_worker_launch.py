@@ -20,9 +20,13 @@ description:
   - Every worker is started before any is checked, so no worker waits for another; then
     the module waits at most O(settle) seconds for each supervisor to record its state
     (C(state.json)) or to end. A supervisor that could not be started, or that ended
-    without recording its state, fails the module with the host, the worker and the tail
-    of its C(supervisor.out); one still starting after O(settle) seconds is reported as
-    started (the wait sees it later through its recorded pid).
+    without recording its state, gets an C(error) naming the host, the worker, the reason
+    and the tail of its C(supervisor.out), shown as a warning, and is listed in
+    C(failed_workers);
+    the task itself does not fail, so that the wait reports that worker as failed, stops
+    the others at once and the run is collected and judged, as for any failed worker.
+    One still starting after O(settle) seconds counts as started (the wait sees it later
+    through its pid).
   - Refuses, before it starts anything, a worker directory that holds an earlier
     launch's records (C(state.json), C(exit.json)) or is missing.
   - A plain module (no C(async)), so that Ansible runs it pipelined in one SSH round
@@ -84,8 +88,9 @@ EXAMPLES = r"""
 RETURN = r"""
 workers:
   description: One entry per worker, in index order, with C(index), C(dir), C(argv),
-    C(supervisor_pid) (null in check mode) and C(recorded) (the supervisor had recorded
-    its state when the module returned).
+    C(supervisor_pid) (null in check mode, or when it could not be started), C(recorded)
+    (the supervisor had recorded its state when the module returned) and C(error) (null,
+    or why the supervisor could not be started or ended at once).
   type: list
   elements: dict
   returned: always
@@ -95,6 +100,13 @@ workers:
       argv: [python3, tf_supervisor.py, --worker-dir, /home/tf/tf-runbook/runs/r1/worker-0, --]
       supervisor_pid: 4242
       recorded: true
+      error: null
+failed_workers:
+  description: Indices of the workers whose supervisor could not be started or ended at once.
+  type: list
+  elements: int
+  returned: always
+  sample: []
 """
 
 import os
@@ -153,7 +165,9 @@ def spawn(slot: dict) -> subprocess.Popen:
     with the module, so the channel closes when the module returns)."""
     fd = os.open(os.path.join(slot["dir"], LAUNCH_OUTPUT_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        return subprocess.Popen(
+        # Not run_command: that waits for the process and reads its output; the point
+        # here is a process that outlives the module.
+        return subprocess.Popen(  # pylint: disable=ansible-bad-function
             slot["argv"],
             cwd=slot["dir"],
             stdin=subprocess.DEVNULL,
@@ -200,7 +214,7 @@ def launch(
             errors.append(f"the supervisor could not be started: {exc}")
     results = [
         {"index": s["index"], "dir": s["dir"], "argv": s["argv"], "supervisor_pid": p.pid if p else None,
-         "recorded": False}
+         "recorded": False, "error": None}
         for s, p in zip(slots, procs)
     ]  # fmt: skip
     pending = {i for i, proc in enumerate(procs) if proc is not None}
@@ -227,13 +241,11 @@ def launch(
             break
         sleep(POLL_SECONDS)
     failures = []
-    for slot, error in zip(slots, errors):
+    for slot, result, error in zip(slots, results, errors):
         if error is not None:
             tail = output_tail(slot["dir"])
-            failures.append(
-                f"worker {slot['index']} ({slot['dir']}): {error}"
-                + (f"; its output ({LAUNCH_OUTPUT_FILE}) ends: {tail}" if tail else "")
-            )
+            result["error"] = error + (f"; its output ({LAUNCH_OUTPUT_FILE}) ends: {tail}" if tail else "")
+            failures.append(f"worker {slot['index']} ({slot['dir']}): {result['error']}")
     return results, failures
 
 
@@ -259,7 +271,8 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(
             changed=bool(slots),
-            workers=[{**slot, "supervisor_pid": None, "recorded": False} for slot in slots],
+            workers=[{**slot, "supervisor_pid": None, "recorded": False, "error": None} for slot in slots],
+            failed_workers=[],
             msg=f"host {host}: would start {len(slots)} supervisor(s)",
         )
     problems = refusals(slots)
@@ -269,9 +282,13 @@ def main() -> None:
     # never waits for training, so Ansible's next host (with --forks below the number of
     # hosts) starts right after, as with the async launch this replaced.
     results, failures = launch(slots, params["settle"])
-    if failures:
-        module.fail_json(msg=f"host {host}: " + "; ".join(failures), workers=results, changed=True)
-    module.exit_json(changed=bool(results), workers=results)
+    for failure in failures:
+        module.warn(f"host {host}: {failure}")
+    module.exit_json(
+        changed=any(r["supervisor_pid"] is not None for r in results),
+        workers=results,
+        failed_workers=[r["index"] for r in results if r["error"] is not None],
+    )
 
 
 if __name__ == "__main__":

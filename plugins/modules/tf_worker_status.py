@@ -23,9 +23,10 @@ description:
     supervisor is alive (the recorded pid, still working in that worker's directory);
     otherwise it is reported as exited with C(returncode) -1 and the reason.
   - A worker with neither file is starting while the supervisor the launch started
-    (C(supervisor_pid) of its entry) is alive; once that supervisor is gone, it is
-    reported as exited with C(returncode) -1 and the end of the supervisor's own output
-    (C(supervisor.out)).
+    (C(supervisor_pid) of its entry) is alive; once that supervisor is gone, or when the
+    launch could not start it (C(launch_error)), it is reported as exited with
+    C(returncode) -1 and the reason (the end of the supervisor's own output,
+    C(supervisor.out)).
   - With O(heartbeat_file), renews that file (its modification time) on every check, so
     that the supervisors of a run tied to the controller stop when it goes stale.
   - Without O(workers), finds the workers of the latest attempt of the run in
@@ -36,7 +37,7 @@ options:
   workers:
     description: Worker entries with C(index) and C(dir), and optionally C(supervisor_pid),
       the pid the launch (M(tf_runbook.multiworker.tf_worker_launch)) started its
-      supervisor with.
+      supervisor with, and C(launch_error), why the launch could not start it.
     type: list
     elements: dict
   run_dir:
@@ -188,9 +189,12 @@ def _tail(path: str, lines: int, max_bytes: int = 65536) -> list[str]:
 
 
 def _launch_failure(entry: dict) -> str | None:
-    """Why a worker that recorded nothing never will: the supervisor the launch started
-    (the entry's ``supervisor_pid``) is gone; None while it lives, or with no pid to go by.
+    """Why a worker that recorded nothing never will: the launch could not start its
+    supervisor (the entry's ``launch_error``), or the supervisor it started (the entry's
+    ``supervisor_pid``) is gone; None while it lives, or with no pid to go by.
     The state is read again after the check: it may have been written just before."""
+    if entry.get("launch_error"):
+        return str(entry["launch_error"])
     pid = entry.get("supervisor_pid")
     if pid is None or supervisor_alive(int(pid), entry["dir"]):
         return None

@@ -207,13 +207,14 @@ def test_outcome_refuses_statuses_that_are_not_a_mapping() -> None:
 DIRS = {str(i): f"/home/u/tf/runs/r1/worker-{i}" for i in range(12)}
 
 
-def launch_result(*workers: tuple[Any, int | None]) -> dict[str, Any]:
-    """A registered tf_worker_launch result: one worker per (index, supervisor pid)."""
+def launch_result(*workers: tuple[Any, int | None], error: str | None = None) -> dict[str, Any]:
+    """A registered tf_worker_launch result: one worker per (index, supervisor pid); the
+    error goes to each worker without a pid."""
     return {
         "changed": True,
         "workers": [
             {"index": index, "dir": DIRS[str(index)], "argv": ["python3", "tf_supervisor.py"],
-             "supervisor_pid": pid, "recorded": True}
+             "supervisor_pid": pid, "recorded": True, "error": None if pid else error}
             for index, pid in workers
         ],
     }  # fmt: skip
@@ -221,10 +222,20 @@ def launch_result(*workers: tuple[Any, int | None]) -> dict[str, Any]:
 
 def test_launched_workers_in_index_order_with_dirs_and_supervisor_pids() -> None:
     assert tf_launched_workers(launch_result((10, 110), (2, 102), (3, 103))) == [
-        {"index": 2, "dir": DIRS["2"], "supervisor_pid": 102},
-        {"index": 3, "dir": DIRS["3"], "supervisor_pid": 103},
-        {"index": 10, "dir": DIRS["10"], "supervisor_pid": 110},
+        {"index": 2, "dir": DIRS["2"], "supervisor_pid": 102, "launch_error": None},
+        {"index": 3, "dir": DIRS["3"], "supervisor_pid": 103, "launch_error": None},
+        {"index": 10, "dir": DIRS["10"], "supervisor_pid": 110, "launch_error": None},
     ]
+
+
+def test_a_worker_the_launch_could_not_start_is_listed_with_its_error() -> None:
+    """The wait must see it, to report it failed and stop the others."""
+    result = launch_result((0, 100), (1, None), error="the supervisor could not be started: no python")
+    assert tf_launched_workers(result) == [
+        {"index": 0, "dir": DIRS["0"], "supervisor_pid": 100, "launch_error": None},
+        {"index": 1, "dir": DIRS["1"], "supervisor_pid": None,
+         "launch_error": "the supervisor could not be started: no python"},
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -239,4 +250,4 @@ def test_launched_workers_of_a_dry_run_or_no_launch_are_none(result: dict[str, A
 def test_launched_workers_string_index_and_pid_become_numbers() -> None:
     result = launch_result((4, 44))
     result["workers"][0].update(index="4", supervisor_pid="44")
-    assert tf_launched_workers(result) == [{"index": 4, "dir": DIRS["4"], "supervisor_pid": 44}]
+    assert tf_launched_workers(result) == [{"index": 4, "dir": DIRS["4"], "supervisor_pid": 44, "launch_error": None}]

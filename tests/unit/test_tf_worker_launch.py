@@ -1,5 +1,5 @@
 """tf_worker_launch (issue 13): every slot of a host started in one module run, detached,
-then checked; a supervisor that dies at once fails the launch naming its slot."""
+then checked; a supervisor that dies at once is a failure naming its host and slot."""
 
 from __future__ import annotations
 
@@ -160,6 +160,7 @@ def test_a_supervisor_that_dies_at_once_fails_naming_its_slot(tmp_path: Path, fa
     pids.extend(r["supervisor_pid"] for r in results)
     # The healthy slot was started and recorded all the same.
     assert results[0]["recorded"] is True and Path(dirs["0"], "state.json").exists()
+    assert results[0]["error"] is None and failures[0].endswith(results[1]["error"])
     assert len(failures) == 2
     assert failures[0].startswith(f"worker 1 ({dirs['1']}): the supervisor ended at once (status 3): it recorded no state")
     assert failures[0].endswith("fake: cannot import the job: boom")
@@ -184,7 +185,7 @@ def test_an_interpreter_that_cannot_run_fails_the_slot(tmp_path: Path, fake: Pat
     dirs = worker_dirs(tmp_path, "ok")
     slots = plan([{"index": 0}], dirs, str(tmp_path / "no-python"), str(fake), [])
     results, failures = launch(slots, settle=1)
-    assert results[0]["supervisor_pid"] is None
+    assert results[0]["supervisor_pid"] is None and results[0]["error"].startswith("the supervisor could not be")
     assert failures == [f"worker 0 ({dirs['0']}): the supervisor could not be started: [Errno 2] No such file or "
                         f"directory: '{tmp_path / 'no-python'}'"]  # fmt: skip
 
@@ -216,13 +217,19 @@ def test_the_module_returns_while_its_supervisors_live_on(tmp_path: Path, fake: 
     assert all(helpers.pid_running(w["supervisor_pid"]) for w in result["workers"])
 
 
-def test_the_module_fails_naming_host_and_slot(tmp_path: Path, fake: Path, pids: list[int]) -> None:
+def test_the_module_reports_a_failed_slot_naming_host_and_slot(tmp_path: Path, fake: Path, pids: list[int]) -> None:
+    """The task does not fail: the wait reports the slot as a failed worker and stops the
+    others (test_faults.py), as for any worker that fails."""
     dirs = worker_dirs(tmp_path, "ok", "die")
     result = helpers.run_module(MODULE, module_args(dirs, fake))
     pids.extend(w["supervisor_pid"] for w in result["workers"])
-    assert result["failed"] is True
-    assert result["msg"].startswith(f"host node-a: worker 1 ({dirs['1']}): the supervisor ended at once (status 3)")
-    assert "fake: cannot import the job: boom" in result["msg"]
+    assert result.get("failed") is not True and result["changed"] is True
+    assert result["failed_workers"] == [1]
+    (warning,) = [w["event"]["msg"] if isinstance(w, dict) else w for w in result["warnings"]]
+    assert warning.startswith(f"host node-a: worker 1 ({dirs['1']}): the supervisor ended at once (status 3)")
+    assert warning.endswith("fake: cannot import the job: boom")
+    assert result["workers"][1]["error"].startswith("the supervisor ended at once (status 3): it recorded no state")
+    assert result["workers"][0]["error"] is None
 
 
 def test_the_module_refuses_a_used_directory_before_starting_anything(tmp_path: Path, fake: Path) -> None:
@@ -238,8 +245,9 @@ def test_check_mode_reports_what_it_would_start_and_starts_nothing(tmp_path: Pat
     dirs = worker_dirs(tmp_path, "ok")
     result = helpers.run_module(MODULE, module_args(dirs, fake), check_mode=True)
     assert result["changed"] is True and result["msg"] == "host node-a: would start 1 supervisor(s)"
+    assert result["failed_workers"] == []
     assert result["workers"] == [
-        {"index": 0, "dir": dirs["0"], "supervisor_pid": None, "recorded": False,
+        {"index": 0, "dir": dirs["0"], "supervisor_pid": None, "recorded": False, "error": None,
          "argv": [sys.executable, str(fake), "--worker-dir", dirs["0"], "--python", "py", "--"]}
     ]  # fmt: skip
     assert sorted(os.listdir(dirs["0"])) == ["mode"]

@@ -178,8 +178,8 @@ def test_stop_worker_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
 # --- tf_worker_status.worker_state ----------------------------------------------------
 
 
-def entry(path: Path, index: int = 0, supervisor_pid: int | None = None) -> dict[str, Any]:
-    result: dict[str, Any] = {"index": str(index), "dir": str(path)}
+def entry(path: Path, index: int = 0, supervisor_pid: int | None = None, **extra: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {"index": str(index), "dir": str(path), **extra}
     if supervisor_pid is not None:
         result["supervisor_pid"] = supervisor_pid
     return result
@@ -266,6 +266,14 @@ def test_status_of_a_launch_whose_supervisor_ended_before_recording_anything(tmp
     )
     # Without a pid to go by (a reattached run), it is only starting.
     assert worker_state(entry(wdir), EPOCH, 8)["state"] == "starting"
+
+
+def test_status_of_a_worker_the_launch_could_not_start(tmp_path: Path) -> None:
+    error = "the supervisor could not be started: [Errno 2] No such file or directory: '/nonexistent/bin/python3'"
+    info = worker_state(entry(tmp_path, 2, supervisor_pid=None, launch_error=error), EPOCH, 8)
+    assert (info["state"], info["returncode"]) == ("exited", -1)
+    assert info["reason"] == f"the worker could not be launched: {error}"
+    assert worker_state(entry(tmp_path, 2, launch_error=None), EPOCH, 8)["state"] == "starting"
 
 
 def test_the_module_reports_a_launch_that_ended_as_a_failed_worker(tmp_path: Path) -> None:
