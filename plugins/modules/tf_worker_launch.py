@@ -32,6 +32,9 @@ description:
   - A plain module (no C(async)), so that Ansible runs it pipelined in one SSH round
     trip per host; one run per host returns at once, so with C(--forks) below the number
     of hosts a host still never waits for another's training.
+  - The supervisors are started by a small waiter process that the module forks (its
+    own session, no descriptor of the module's), which stays as their parent, reaps each
+    as it ends, then exits.
   - In check mode, reports what it would start and starts nothing.
 options:
   workers:
@@ -109,6 +112,7 @@ failed_workers:
   sample: []
 """
 
+import json
 import os
 import socket
 import subprocess
@@ -126,6 +130,8 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
 )
 
 POLL_SECONDS = 0.02
+# Descriptors the waiter closes above its pipe's.
+MAX_FD = 65536
 TAIL_BYTES = 2000
 
 
@@ -203,6 +209,14 @@ def launch(
     All are started before any is checked, so no slot waits for another. A slot settles
     when its supervisor recorded its state (started) or ended without one (failed); one
     still running unrecorded after ``settle`` seconds counts as started."""
+    results, failures, _procs = _launch(slots, settle, clock, sleep)
+    return results, failures
+
+
+def _launch(
+    slots: list[dict], settle: float, clock: Callable[[], float], sleep: Callable[[float], None]
+) -> tuple[list[dict], list[str], list]:
+    """launch(), also returning the supervisors' processes (None where none started)."""
     procs: list[subprocess.Popen | None] = []
     errors: list[str | None] = []
     for slot in slots:
@@ -246,7 +260,43 @@ def launch(
             tail = output_tail(slot["dir"])
             result["error"] = error + (f"; its output ({LAUNCH_OUTPUT_FILE}) ends: {tail}" if tail else "")
             failures.append(f"worker {slot['index']} ({slot['dir']}): {result['error']}")
-    return results, failures
+    return results, failures, procs
+
+
+def launch_detached(slots: list[dict], settle: float) -> tuple[list[dict], list[str]]:
+    """launch() in a waiter process of its own, forked from the module: it starts and
+    checks the supervisors, hands the module the results through a pipe, and then stays,
+    out of the module's session and away from its descriptors (the SSH channel), as the
+    supervisors' parent until they end, so that each is reaped the moment it exits (an
+    orphan would stay a zombie until init reaps it, at once on a host with systemd,
+    later or never under a container's init), as Ansible's async wrapper did."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the waiter: never returns into the module
+        try:
+            os.close(read_end)
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.closerange(3, write_end)
+            os.closerange(write_end + 1, MAX_FD)
+            results, failures, procs = _launch(slots, settle, time.monotonic, time.sleep)
+            with os.fdopen(write_end, "w", encoding="utf-8") as pipe:
+                json.dump({"results": results, "failures": failures}, pipe)
+            for proc in procs:
+                if proc is not None:
+                    proc.wait()
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, encoding="utf-8") as pipe:
+        text = pipe.read()
+    try:
+        data = json.loads(text)
+        return data["results"], data["failures"]
+    except (ValueError, KeyError, TypeError):
+        raise RuntimeError("the launch's waiter process ended without reporting what it started") from None
 
 
 def main() -> None:
@@ -281,7 +331,10 @@ def main() -> None:
     # The module returns once every supervisor settled (at most `settle` seconds); it
     # never waits for training, so Ansible's next host (with --forks below the number of
     # hosts) starts right after, as with the async launch this replaced.
-    results, failures = launch(slots, params["settle"])
+    try:
+        results, failures = launch_detached(slots, params["settle"])
+    except (OSError, RuntimeError) as exc:
+        module.fail_json(msg=f"host {host}: cannot launch: {exc}")
     for failure in failures:
         module.warn(f"host {host}: {failure}")
     module.exit_json(

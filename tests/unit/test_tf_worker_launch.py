@@ -215,6 +215,22 @@ def test_the_module_returns_while_its_supervisors_live_on(tmp_path: Path, fake: 
     assert result.get("failed") is not True and result["changed"] is True, result
     assert [w["index"] for w in result["workers"]] == [0, 1]
     assert all(helpers.pid_running(w["supervisor_pid"]) for w in result["workers"])
+    # Their parent is the module's waiter, in a session of its own, alive after the
+    # module ended: it reaps a supervisor the moment it ends (no zombie left to init).
+    parents = {int(helpers.proc_stat(w["supervisor_pid"])[1][1]) for w in result["workers"]}
+    assert len(parents) == 1
+    (waiter,) = parents
+    assert waiter not in (1, os.getpid()) and helpers.pid_running(waiter) and os.getsid(waiter) == waiter
+    os.kill(result["workers"][0]["supervisor_pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while helpers.proc_stat(result["workers"][0]["supervisor_pid"]) is not None:
+        assert time.monotonic() < deadline, "the killed supervisor was not reaped"
+        time.sleep(0.02)
+    os.kill(result["workers"][1]["supervisor_pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while helpers.pid_running(waiter):
+        assert time.monotonic() < deadline, "the waiter did not end with its last supervisor"
+        time.sleep(0.02)
 
 
 def test_the_module_reports_a_failed_slot_naming_host_and_slot(tmp_path: Path, fake: Path, pids: list[int]) -> None:
