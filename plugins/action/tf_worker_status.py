@@ -82,7 +82,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(
         (
             "flag_file", "rounds", "until_joined", "workers", "run_dir", "heartbeat_file", "wait", "deadline",
-            "progress_pattern", "tail_lines", "async_dir",
+            "progress_pattern", "tail_lines",
         )  # fmt: skip
     )
 

@@ -1,19 +1,26 @@
-"""Turn the results of the async launch loop into the list the wait phase polls."""
+"""Turn the result of the launch (tf_worker_launch) into the list the wait phase polls."""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-def tf_launched_workers(results: list[dict[str, Any]], dirs: dict[str, str]) -> list[dict[str, Any]]:
-    """One entry per launched worker, in index order."""
+def tf_launched_workers(result: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """One entry per worker the launch tried to start, in index order: its index,
+    directory, supervisor pid and launch error (None when it started). None of a dry run
+    (check mode), a skipped task or a host without a result."""
     launched = []
-    for result in results:
-        if result.get("skipped"):
+    for worker in (result or {}).get("workers") or []:
+        pid, error = worker.get("supervisor_pid"), worker.get("error")
+        if pid is None and not error:
             continue
-        index = int(result["item"]["index"])
         launched.append(
-            {"index": index, "dir": dirs[str(index)], "job_id": str(result.get("ansible_job_id", ""))}
+            {
+                "index": int(worker["index"]),
+                "dir": worker["dir"],
+                "supervisor_pid": None if pid is None else int(pid),
+                "launch_error": error or None,
+            }
         )
     return sorted(launched, key=lambda entry: entry["index"])
 

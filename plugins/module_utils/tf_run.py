@@ -36,6 +36,9 @@ CONFIG_FILE = "tf_config.json"
 JOB_ENV_FILE = "job_env.json"
 # Written by tf_worker_stop before it signals: who asked for the stop, and why.
 STOP_FILE = "stop.json"
+# Written by tf_worker_launch: the supervisor's own stdout and stderr (a refusal to start,
+# a crash before it could record anything).
+LAUNCH_OUTPUT_FILE = "supervisor.out"
 # A worker directory holding one of these was launched: it is never launched again.
 LAUNCH_RECORDS = (STATE_FILE, EXIT_FILE)
 

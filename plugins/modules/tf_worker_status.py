@@ -22,6 +22,11 @@ description:
   - A worker whose C(state.json) exists without C(exit.json) is only running while its
     supervisor is alive (the recorded pid, still working in that worker's directory);
     otherwise it is reported as exited with C(returncode) -1 and the reason.
+  - A worker with neither file is starting while the supervisor the launch started
+    (C(supervisor_pid) of its entry) is alive; once that supervisor is gone, or when the
+    launch could not start it (C(launch_error)), it is reported as exited with
+    C(returncode) -1 and the reason (the end of the supervisor's own output,
+    C(supervisor.out)).
   - With O(heartbeat_file), renews that file (its modification time) on every check, so
     that the supervisors of a run tied to the controller stop when it goes stale.
   - Without O(workers), finds the workers of the latest attempt of the run in
@@ -30,8 +35,9 @@ description:
   - Read-only apart from the heartbeat; supports check mode (no heartbeat then).
 options:
   workers:
-    description: Worker entries with C(index) and C(dir), and optionally C(job_id), the
-      Ansible async job id of its launch.
+    description: Worker entries with C(index) and C(dir), and optionally C(supervisor_pid),
+      the pid the launch (M(tf_runbook.multiworker.tf_worker_launch)) started its
+      supervisor with, and C(launch_error), why the launch could not start it.
     type: list
     elements: dict
   run_dir:
@@ -59,12 +65,6 @@ options:
     description: How many of the log's last lines to return per worker.
     type: int
     default: 8
-  async_dir:
-    description: Where Ansible keeps the results of async jobs on this host, to report a
-      launch (the C(job_id) of an entry of O(workers)) that failed before its supervisor
-      started.
-    type: path
-    default: ~/.ansible_async
   flag_file:
     description:
       - Controller path of the run's failure flag for this attempt, used by the action on
@@ -165,8 +165,10 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     EXIT_FILE,
+    LAUNCH_OUTPUT_FILE,
     LOG_FILE,
     STATE_FILE,
+    printable,
     read_json,
     retry_index,
     worker_index,
@@ -186,19 +188,21 @@ def _tail(path: str, lines: int, max_bytes: int = 65536) -> list[str]:
     return [line for line in data.splitlines() if line.strip()][-lines:]
 
 
-def _async_failure(job_id: str | None, async_dir: str | None) -> str | None:
-    """The error of a launch whose async job ended without starting the supervisor."""
-    if not job_id or not async_dir:
+def _launch_failure(entry: dict) -> str | None:
+    """Why a worker that recorded nothing never will: the launch could not start its
+    supervisor (the entry's ``launch_error``), or the supervisor it started (the entry's
+    ``supervisor_pid``) is gone; None while it lives, or with no pid to go by.
+    The state is read again after the check: it may have been written just before."""
+    if entry.get("launch_error"):
+        return str(entry["launch_error"])
+    pid = entry.get("supervisor_pid")
+    if pid is None or supervisor_alive(int(pid), entry["dir"]):
         return None
-    result = read_json(os.path.join(async_dir, job_id))
-    # While the job runs the file holds {"started": 1, "finished": 0}; the module's final
-    # result replaces it, with no "finished" key of its own.
-    if not result or result.get("finished") == 0 or not (result.get("failed") or result.get("rc", 0) != 0):
+    if any(os.path.exists(os.path.join(entry["dir"], name)) for name in (STATE_FILE, EXIT_FILE)):
         return None
-    cmd = result.get("cmd")
-    argv0 = cmd[0] if isinstance(cmd, list) and cmd else str(cmd or "").split(" ", 1)[0]
-    detail = str(result.get("stderr") or result.get("msg") or "launch failed").strip()
-    return (f"{argv0}: {detail}" if argv0 else detail)[-500:]
+    tail = _tail(os.path.join(entry["dir"], LAUNCH_OUTPUT_FILE), 3)
+    detail = printable(" / ".join(tail))[-500:]
+    return f"its supervisor (pid {pid}) ended before it recorded anything" + (f": {detail}" if detail else "")
 
 
 def supervisor_alive(pid: object, worker_dir: str) -> bool:
@@ -206,7 +210,7 @@ def supervisor_alive(pid: object, worker_dir: str) -> bool:
     return works_in(pid, worker_dir)
 
 
-def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, async_dir: str | None = None) -> dict:
+def worker_state(entry: dict, progress: re.Pattern, tail_lines: int) -> dict:
     wdir = entry["dir"]
     state = read_json(os.path.join(wdir, STATE_FILE))
     exit_ = read_json(os.path.join(wdir, EXIT_FILE))
@@ -248,14 +252,14 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, async_dir: 
     elif state is not None:
         info["state"] = "running"
     else:
-        failure = _async_failure(entry.get("job_id"), async_dir)
+        failure = _launch_failure(entry)
         if failure is not None:
             info.update(state="exited", returncode=-1, reason=f"the worker could not be launched: {failure}")
     return info
 
 
-def snapshot(workers: list[dict], progress: re.Pattern, tail_lines: int, async_dir: str | None = None) -> list[dict]:
-    return [worker_state(entry, progress, tail_lines, async_dir) for entry in workers]
+def snapshot(workers: list[dict], progress: re.Pattern, tail_lines: int) -> list[dict]:
+    return [worker_state(entry, progress, tail_lines) for entry in workers]
 
 
 def find_workers(run_dir: str) -> tuple[list[dict], dict]:
@@ -298,7 +302,6 @@ def main() -> None:
             "deadline": {"type": "float", "default": 0},
             "progress_pattern": {"type": "str", "default": "epoch="},
             "tail_lines": {"type": "int", "default": 8},
-            "async_dir": {"type": "path", "default": "~/.ansible_async"},
             # Read by the action of the same name on the controller, never sent here.
             "flag_file": {"type": "path"},
             "until_joined": {"type": "bool", "default": False},
@@ -325,14 +328,14 @@ def main() -> None:
                 module.fail_json(msg=f"cannot renew the controller heartbeat {heartbeat}: {exc}")
 
     beat()
-    first = snapshot(workers, progress, params["tail_lines"], params["async_dir"])
+    first = snapshot(workers, progress, params["tail_lines"])
     current = first
     key = [(w["state"], w["last_line"], w["joined"]) for w in first]
     stop_at = time.monotonic() + max(0.0, params["wait"])
     while time.monotonic() < stop_at and not all(w["state"] == "exited" for w in current):
         time.sleep(0.5)
         beat()
-        current = snapshot(workers, progress, params["tail_lines"], params["async_dir"])
+        current = snapshot(workers, progress, params["tail_lines"])
         if [(w["state"], w["last_line"], w["joined"]) for w in current] != key:
             break
     failed = [w["index"] for w in current if w["state"] == "exited" and w["returncode"] != 0]

@@ -46,6 +46,7 @@ MODULES: dict[str, Path] = {
     "tf_report_action": PLUGINS / "action" / "tf_report.py",
     "tf_worker_stop": PLUGINS / "modules" / "tf_worker_stop.py",
     "tf_worker_status": PLUGINS / "modules" / "tf_worker_status.py",
+    "tf_worker_launch": PLUGINS / "modules" / "tf_worker_launch.py",
     "tf_supervisor": SUPERVISOR,
     "tf_preflight": PLUGINS / "filter" / "tf_preflight.py",
     "tf_preflight_probe": PLUGINS / "modules" / "tf_preflight_probe.py",

@@ -21,7 +21,7 @@ SUPERVISOR = REPO / "roles" / "tf_worker" / "files" / "tf_supervisor.py"
 # The contract's literals no plugin may spell out again.
 CONTRACT_LITERALS = {
     tf_run.STATE_FILE, tf_run.EXIT_FILE, tf_run.LOG_FILE, tf_run.CONFIG_FILE, tf_run.JOB_ENV_FILE,
-    tf_run.STOP_FILE, tf_run.WORKER_PREFIX, tf_run.RETRY_PREFIX, tf_run.RUNS_DIR,
+    tf_run.STOP_FILE, tf_run.LAUNCH_OUTPUT_FILE, tf_run.WORKER_PREFIX, tf_run.RETRY_PREFIX, tf_run.RUNS_DIR,
 }  # fmt: skip
 DOC_NAMES = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
 

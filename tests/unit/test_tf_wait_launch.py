@@ -207,41 +207,47 @@ def test_outcome_refuses_statuses_that_are_not_a_mapping() -> None:
 DIRS = {str(i): f"/home/u/tf/runs/r1/worker-{i}" for i in range(12)}
 
 
-def launch_result(index: Any, job_id: str | None = None, **extra: Any) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "item": {"index": index, "host": "node-a", "endpoint": f"10.0.0.1:{2222 + int(index)}"},
-        "started": 1,
-        "finished": 0,
+def launch_result(*workers: tuple[Any, int | None], error: str | None = None) -> dict[str, Any]:
+    """A registered tf_worker_launch result: one worker per (index, supervisor pid); the
+    error goes to each worker without a pid."""
+    return {
         "changed": True,
-        "results_file": f"/root/.ansible_async/{job_id}",
-        "ansible_loop_var": "item",
-    }
-    if job_id is not None:
-        result["ansible_job_id"] = job_id
-    result.update(extra)
-    return result
+        "workers": [
+            {"index": index, "dir": DIRS[str(index)], "argv": ["python3", "tf_supervisor.py"],
+             "supervisor_pid": pid, "recorded": True, "error": None if pid else error}
+            for index, pid in workers
+        ],
+    }  # fmt: skip
 
 
-def test_launched_workers_in_index_order_with_dirs_and_job_ids() -> None:
-    results = [launch_result(10, "j10.1"), launch_result(2, "j2.1"), launch_result(3, "j3.1")]
-    assert tf_launched_workers(results, DIRS) == [
-        {"index": 2, "dir": DIRS["2"], "job_id": "j2.1"},
-        {"index": 3, "dir": DIRS["3"], "job_id": "j3.1"},
-        {"index": 10, "dir": DIRS["10"], "job_id": "j10.1"},
+def test_launched_workers_in_index_order_with_dirs_and_supervisor_pids() -> None:
+    assert tf_launched_workers(launch_result((10, 110), (2, 102), (3, 103))) == [
+        {"index": 2, "dir": DIRS["2"], "supervisor_pid": 102, "launch_error": None},
+        {"index": 3, "dir": DIRS["3"], "supervisor_pid": 103, "launch_error": None},
+        {"index": 10, "dir": DIRS["10"], "supervisor_pid": 110, "launch_error": None},
     ]
 
 
-def test_launched_workers_skip_skipped_results() -> None:
-    skipped = {"item": {"index": 0}, "skipped": True, "changed": False, "skip_reason": "Conditional result was False"}
-    assert tf_launched_workers([skipped, launch_result(1, "j1")], DIRS) == [
-        {"index": 1, "dir": DIRS["1"], "job_id": "j1"}
-    ]
-    assert tf_launched_workers([skipped], DIRS) == []
+def test_a_worker_the_launch_could_not_start_is_listed_with_its_error() -> None:
+    """The wait must see it, to report it failed and stop the others."""
+    result = launch_result((0, 100), (1, None), error="the supervisor could not be started: no python")
+    assert tf_launched_workers(result) == [
+        {"index": 0, "dir": DIRS["0"], "supervisor_pid": 100, "launch_error": None},
+        {"index": 1, "dir": DIRS["1"], "supervisor_pid": None,
+         "launch_error": "the supervisor could not be started: no python"},
+    ]  # fmt: skip
 
 
-def test_launched_workers_string_index_and_missing_job_id() -> None:
-    assert tf_launched_workers([launch_result("4")], DIRS) == [{"index": 4, "dir": DIRS["4"], "job_id": ""}]
+@pytest.mark.parametrize(
+    "result",
+    [None, {}, {"skipped": True, "changed": False}, launch_result((0, None), (1, None)), {"workers": None}],
+    ids=["no-result", "empty", "skipped", "check-mode", "null-workers"],
+)
+def test_launched_workers_of_a_dry_run_or_no_launch_are_none(result: dict[str, Any] | None) -> None:
+    assert tf_launched_workers(result) == []
 
 
-def test_launched_workers_numeric_job_id_becomes_text() -> None:
-    assert tf_launched_workers([launch_result(0, job_id=None, ansible_job_id=123456)], DIRS)[0]["job_id"] == "123456"
+def test_launched_workers_string_index_and_pid_become_numbers() -> None:
+    result = launch_result((4, 44))
+    result["workers"][0].update(index="4", supervisor_pid="44")
+    assert tf_launched_workers(result) == [{"index": 4, "dir": DIRS["4"], "supervisor_pid": 44, "launch_error": None}]

@@ -178,10 +178,10 @@ def test_stop_worker_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
 # --- tf_worker_status.worker_state ----------------------------------------------------
 
 
-def entry(path: Path, index: int = 0, job_id: str | None = None) -> dict[str, Any]:
-    result: dict[str, Any] = {"index": str(index), "dir": str(path)}
-    if job_id is not None:
-        result["job_id"] = job_id
+def entry(path: Path, index: int = 0, supervisor_pid: int | None = None, **extra: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {"index": str(index), "dir": str(path), **extra}
+    if supervisor_pid is not None:
+        result["supervisor_pid"] = supervisor_pid
     return result
 
 
@@ -246,35 +246,46 @@ def test_status_log_tail_length(tmp_path: Path, tail_lines: int) -> None:
     assert info["last_line"] == "worker=0 epoch=3 loss=0.6 binary_accuracy=0.3"
 
 
-def test_status_of_a_launch_that_failed(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    (home / ".ansible_async").mkdir(parents=True)
-    (home / ".ansible_async" / "j1.2").write_text(
-        json.dumps({"finished": 1, "failed": True, "rc": 2, "msg": "No such file or directory: tf_supervisor.py"})
-    )
+def test_status_of_a_launch_whose_supervisor_ended_before_recording_anything(tmp_path: Path) -> None:
+    """No state.json, no exit.json: starting while the supervisor the launch started
+    lives (in that directory), a failure with the end of its output once it is gone."""
     wdir = tmp_path / "worker-0"
     wdir.mkdir()
-    info = worker_state(entry(wdir, job_id="j1.2"), EPOCH, 8, str(home / ".ansible_async"))
-    assert info["state"] == "exited"
-    assert info["returncode"] == -1
-    assert info["reason"] == "the worker could not be launched: No such file or directory: tf_supervisor.py"
-    # A launch still in progress is only starting.
-    (home / ".ansible_async" / "j1.2").write_text(json.dumps({"started": 1, "finished": 0}))
-    assert worker_state(entry(wdir, job_id="j1.2"), EPOCH, 8, str(home / ".ansible_async"))["state"] == "starting"
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=wdir)
+    try:
+        assert worker_state(entry(wdir, supervisor_pid=alive.pid), EPOCH, 8)["state"] == "starting"
+    finally:
+        alive.kill()
+        alive.wait()
+    (wdir / "supervisor.out").write_text("Traceback (most recent call last):\nImportError: no module \x1b[2Jjson\n")
+    info = worker_state(entry(wdir, supervisor_pid=alive.pid), EPOCH, 8)
+    assert (info["state"], info["returncode"]) == ("exited", -1)
+    assert info["reason"] == (
+        f"the worker could not be launched: its supervisor (pid {alive.pid}) ended before it recorded anything: "
+        "Traceback (most recent call last): / ImportError: no module \\x1b[2Jjson"
+    )
+    # Without a pid to go by (a reattached run), it is only starting.
+    assert worker_state(entry(wdir), EPOCH, 8)["state"] == "starting"
 
 
-def test_the_module_finds_a_failed_launch_in_the_users_async_dir(tmp_path: Path) -> None:
-    """The module's default async_dir, ~/.ansible_async, is the home of the user it runs as."""
-    home = tmp_path / "home"
-    (home / ".ansible_async").mkdir(parents=True)
-    (home / ".ansible_async" / "j1.2").write_text(json.dumps({"finished": 1, "failed": True, "msg": "no python"}))
+def test_status_of_a_worker_the_launch_could_not_start(tmp_path: Path) -> None:
+    error = "the supervisor could not be started: [Errno 2] No such file or directory: '/nonexistent/bin/python3'"
+    info = worker_state(entry(tmp_path, 2, supervisor_pid=None, launch_error=error), EPOCH, 8)
+    assert (info["state"], info["returncode"]) == ("exited", -1)
+    assert info["reason"] == f"the worker could not be launched: {error}"
+    assert worker_state(entry(tmp_path, 2, launch_error=None), EPOCH, 8)["state"] == "starting"
+
+
+def test_the_module_reports_a_launch_that_ended_as_a_failed_worker(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
     wdir = tmp_path / "worker-0"
     wdir.mkdir()
     result = helpers.run_module(
-        PLUGINS / "modules" / "tf_worker_status.py", {"workers": [entry(wdir, job_id="j1.2")]}, HOME=str(home)
+        PLUGINS / "modules" / "tf_worker_status.py", {"workers": [entry(wdir, supervisor_pid=dead.pid)]}
     )
-    assert result["workers"][0]["reason"] == "the worker could not be launched: no python"
-    assert result["failed_workers"] == [0]
+    assert result["workers"][0]["reason"].startswith(f"the worker could not be launched: its supervisor (pid {dead.pid})")
+    assert result["failed_workers"] == [0] and result["done"] is True
 
 
 # --- supervision (issue 10) -------------------------------------------------------------

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run one training worker under the runbook's control, on the worker's own host.
 
-Started by the launch phase through an Ansible async task. It:
+Started by the launch phase (the tf_worker_launch module), detached. It:
 - starts the training process in its own session and process group, with TF_CONFIG
   from the worker's ``tf_config.json`` in its environment (never on a command line) and
   the worker directory as its working directory;
