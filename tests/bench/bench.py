@@ -91,15 +91,24 @@ def play(playbook: str, args: list[str], extra: dict[str, Any]) -> tuple[float, 
     return elapsed, result
 
 
-def run_timings(base_dir: Path, run_id: str, wall_start: float, wall_end: float) -> dict[str, float]:
-    """Start/exit times of every worker from the supervisors' records (same clock)."""
+def run_timings(base_dir: Path, run_id: str, wall_start: float, wall_end: float,
+                launch_at: float | None = None) -> dict[str, float]:
+    """Start/exit times of every worker from the supervisors' records (same clock).
+
+    With ``launch_at`` (the launch task's start), also the first and the median worker's
+    start after it: the skew is the last start minus the first.
+    """
     starts, exits = [], []
     for state in base_dir.glob(f"**/runs/{run_id}/worker-*/state.json"):
         starts.append(json.loads(state.read_text())["started_at"])
         exits.append(json.loads((state.parent / "exit.json").read_text())["finished_at"])
     if not starts:
         raise RuntimeError(f"no worker records for {run_id} under {base_dir}")
-    return {
+    after = {}
+    if launch_at:
+        after = {"launch_to_first_start": min(starts) - launch_at,
+                 "launch_to_median_start": median([s - launch_at for s in starts])}
+    return {**after,
         "e2e": wall_end - wall_start,
         "first_start": min(starts) - wall_start,
         "skew": max(starts) - min(starts),
@@ -189,6 +198,10 @@ class Instruments:
             "ops": {h: dict(c) for h, c in metrics.ssh_ops(metrics.read_oplog(work / "oplog"), names).items()},
             "new_connections": {h.name: self._logins(h) - logins[h.name] for h in hosts} if hosts else {},
             "left_in_cgroup": left, "started": started, "ended": ended,
+            # When the first launch began dispatching (the task's start): the workers'
+            # start times against it split the skew into dispatch and start-up.
+            "launch_at": next((m["t"] for m in marks if m.get("event") == "task"
+                               and str(m.get("name", "")).endswith("Start this host's workers")), None),
         }
         if proc.returncode != 0:
             errors = [line for line in output.splitlines() if "fatal" in line or "refused" in line or "[ERROR]" in line]
@@ -232,7 +245,8 @@ class Instruments:
         print(f"  could not remove {cgroup}", flush=True)
 
 
-def worker_timings(hosts: Any, workdir: Path, run_id: str, wall_start: float, wall_end: float) -> dict[str, float]:
+def worker_timings(hosts: Any, workdir: Path, run_id: str, wall_start: float, wall_end: float,
+                   launch_at: float | None = None) -> dict[str, float]:
     """run_timings of a namespace-host run: the records are read through each host's root."""
     merged = workdir / f"records-{run_id}"
     for host_home in (h.private_path("/home") for h in hosts.hosts):
@@ -240,7 +254,7 @@ def worker_timings(hosts: Any, workdir: Path, run_id: str, wall_start: float, wa
             target = merged / host_home.parent.name / state.relative_to(host_home)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(state.read_bytes())
-    return run_timings(merged, run_id, wall_start, wall_end)
+    return run_timings(merged, run_id, wall_start, wall_end, launch_at)
 
 
 # -- part 1: smoke vs hand ---------------------------------------------------------------
@@ -353,7 +367,8 @@ def part_compare(sizes: list[int], reps: int, tmp: Path, inst: Instruments,
                         sample = slim(result, size)
                         if result["rc"] == 0:
                             try:
-                                sample["timings"] = worker_timings(hosts, workdir, run_id, result["started"], result["ended"])
+                                sample["timings"] = worker_timings(hosts, workdir, run_id, result["started"], result["ended"],
+                                                                   result.get("launch_at"))
                             except RuntimeError as exc:
                                 sample["timings_error"] = str(exc)
                         table[size][label].append(sample)
@@ -579,6 +594,8 @@ def controller_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[l
                 _med(samples, lambda s: s["ssh_per_host"].get("put", 0.0)),
                 _med(samples, lambda s: s["ssh_per_host"].get("fetch", 0.0)),
                 _med(samples, lambda s: s["new_connections_per_host"]),
+                _med(samples, lambda s: s.get("timings", {}).get("launch_to_first_start", float("nan"))),
+                _med(samples, lambda s: s.get("timings", {}).get("launch_to_median_start", float("nan"))),
                 _med(samples, lambda s: s.get("timings", {}).get("skew", float("nan"))),
                 f"{len(_ok(samples))} / {len(samples) - len(_ok(samples))}",
             ])
@@ -587,7 +604,8 @@ def controller_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[l
 
 CONTROLLER_HEADERS = ["N", "tree", "wall s", "controller CPU s", "CPU s per host", "task results per host",
                       "remote module runs per host", "ssh exec per host", "put per host", "fetch per host",
-                      "new SSH connections per host", "launch skew s", "runs ok / failed"]
+                      "new SSH connections per host", "launch task to first worker start s",
+                      "launch task to median worker start s", "launch skew s", "runs ok / failed"]
 
 
 def phase_rows(table: dict[Any, dict[str, list[dict[str, Any]]]], key: str) -> tuple[list[str], list[list[Any]]]:
