@@ -339,3 +339,41 @@ def test_group_belongs_only_while_a_member_works_in_the_worker_dir(launched: Lau
     assert group_belongs(str(launched.worker_dir), launched.state)
     assert not group_belongs(str(tmp_path / "other"), launched.state)
     assert not group_belongs(str(launched.worker_dir), {"pgid": None})
+
+
+# --- when one wait returns early (issue 13) ----------------------------------------------
+
+
+def _w(index: int, state: str = "running", line: str = "", joined: bool = False) -> dict:
+    return {"index": index, "state": state, "last_line": line, "joined": joined}
+
+
+def test_progress_alone_does_not_end_a_wait_early() -> None:
+    import tf_worker_status
+
+    first = [_w(0, line="epoch=1"), _w(1, state="starting")]
+    later = [_w(0, line="epoch=2", joined=True), _w(1, joined=True)]
+    assert tf_worker_status.worth_returning(first, later, until_joined=False) is False
+
+
+def test_a_worker_that_exits_ends_a_wait_at_once() -> None:
+    import tf_worker_status
+
+    first = [_w(0), _w(1)]
+    assert tf_worker_status.worth_returning(first, [_w(0), _w(1, state="exited")], until_joined=False) is True
+
+
+def test_a_worker_that_had_exited_before_does_not_end_it_again() -> None:
+    import tf_worker_status
+
+    first = [_w(0, state="exited"), _w(1)]
+    assert tf_worker_status.worth_returning(first, [_w(0, state="exited"), _w(1, line="epoch=3")], False) is False
+
+
+def test_a_detached_wait_ends_once_every_worker_joined() -> None:
+    import tf_worker_status
+
+    first = [_w(0), _w(1)]
+    assert tf_worker_status.worth_returning(first, [_w(0, joined=True), _w(1)], until_joined=True) is False
+    assert tf_worker_status.worth_returning(first, [_w(0, joined=True), _w(1, joined=True)], until_joined=True) is True
+    assert tf_worker_status.worth_returning(first, [_w(0, joined=True), _w(1, joined=True)], until_joined=False) is False
