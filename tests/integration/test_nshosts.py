@@ -369,7 +369,12 @@ def test_power_off_kills_everything_and_power_on_keeps_disk(
     h1 = hosts.hosts[1]
     assert hosts.run(h1, "echo persisted > ~/disk")[0] == 0
     assert hosts.run(h1, "nohup sleep 300 >/dev/null 2>&1 &")[0] == 0
+    # The background job may not have exec'd `sleep` yet when the ssh command returns.
+    deadline = time.monotonic() + 10
     sleepers = [p for p in hosts.netns_pids(h1) if comm(p) == "sleep"]
+    while not sleepers and time.monotonic() < deadline:
+        time.sleep(0.1)
+        sleepers = [p for p in hosts.netns_pids(h1) if comm(p) == "sleep"]
     old_sshd = h1.sshd_pid
     assert len(sleepers) == 1 and old_sshd in hosts.netns_pids(h1)
     sleeper = sleepers[0]
