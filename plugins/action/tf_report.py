@@ -19,9 +19,9 @@ from typing import Any
 
 import jinja2
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 
 from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_report import tf_report_view
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 
 # The options (documented in plugins/modules/tf_report.py, the documentation-only module).
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
@@ -65,17 +65,11 @@ def write_report(summary_path: str, template_path: str, dest: str) -> dict[str, 
     return {"path": dest, "bytes": len(page.encode()), "seconds": round(time.perf_counter() - started, 3)}
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def work(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         template = self._find_needle("templates", args["template"])
         if self._task.check_mode:
-            result.update(changed=True, path=args["dest"], msg="check mode: the report would be written")
-            return result
-        result.update(write_report(args["summary"], template, args["dest"]))
-        result["changed"] = True
-        return result
+            return {"changed": True, "path": args["dest"], "msg": "check mode: the report would be written"}
+        return {**write_report(args["summary"], template, args["dest"]), "changed": True}

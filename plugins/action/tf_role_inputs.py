@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.plugins.action import ActionBase
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 
 # The options (documented in plugins/modules/tf_role_inputs.py, the documentation-only module).
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
@@ -64,14 +64,11 @@ def input_errors(options: dict[str, Any], own_host: str, own: dict[str, Any],
     return errors
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        task_vars = task_vars or {}
-        result = super().run(tmp, task_vars)
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def work(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
         role = os.path.basename(os.path.normpath(args["role_path"]))
         options = entry_point_options(args["role_path"], args["entry_point"])
         own_host = task_vars.get("inventory_hostname", "localhost")

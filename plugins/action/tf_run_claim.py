@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 
 # The options (documented in plugins/modules/tf_run_claim.py, the documentation-only module).
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
@@ -45,12 +45,8 @@ def claim(runs_dir: str, run_id: str, check_mode: bool = False) -> dict[str, Any
     return {"changed": True, "path": run_dir}
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        result.update(claim(args["runs_dir"], args["run_id"], self._task.check_mode))
-        return result
+    def work(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return claim(args["runs_dir"], args["run_id"], self._task.check_mode)

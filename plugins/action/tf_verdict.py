@@ -11,17 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.tf_runbook.multiworker.plugins.modules.tf_verdict import ARGUMENT_SPEC, verdict
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        result.update(verdict(args, self._task.check_mode))
-        return result
+    def work(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        return verdict(args, self._task.check_mode)

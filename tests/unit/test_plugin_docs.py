@@ -73,7 +73,7 @@ def action_spec(name: str) -> dict[str, Any] | set[str] | None:
     def catch(*args: Any, **kwargs: Any) -> None:
         raise Caught({"argument_spec": args[0]} if args else kwargs)
 
-    if "validate_argument_spec" in vars(action)["run"].__code__.co_names:
+    if "validate_argument_spec" in action.run.__code__.co_names:
         with mock.patch.object(instance, "validate_argument_spec", catch), pytest.raises(Caught) as caught:
             instance.run(task_vars={})
         return caught.value.kwargs["argument_spec"]
