@@ -31,7 +31,9 @@ masters) is stopped by PID, so every run starts its connections cold and pays fo
 The callback tests/bench/callback/tf_bench.py notes the cgroup's usage at each play
 start (phases from the phase playbook a play came from) and every task result per host;
 the ssh, sftp and scp that Ansible runs are tests/bench/oplog.sh, which records each
-invocation and execs the real binary.
+invocation and execs the real binary. The callback also notes when the strategy hands a
+task to the worker process of each host (the launch's dispatch spread). With
+TF_BENCH_KEEP_EVENTS=DIR, each run's callback events are kept in DIR for a closer look.
 """
 
 from __future__ import annotations
@@ -189,6 +191,10 @@ class Instruments:
             self._stop_cgroup(cgroup)
             self._remove_cgroup(cgroup)
         marks = metrics.read_events(events)
+        if os.environ.get("TF_BENCH_KEEP_EVENTS"):  # for a closer look at one run's timeline
+            keep = Path(os.environ["TF_BENCH_KEEP_EVENTS"])
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(events, keep / f"{extra.get('tf_run_id', 'run')}-{self.count}.jsonl")
         names = {h.address: h.name for h in hosts} if hosts else {}
         result: dict[str, Any] = {
             "rc": proc.returncode, "wall": ended - started, "cpu": usage / 1e6,
@@ -202,6 +208,7 @@ class Instruments:
             # start times against it split the skew into dispatch and start-up.
             "launch_at": next((m["t"] for m in marks if m.get("event") == "task"
                                and str(m.get("name", "")).endswith("Start this host's workers")), None),
+            **launch_spread(marks),
         }
         if proc.returncode != 0:
             errors = [line for line in output.splitlines() if "fatal" in line or "refused" in line or "[ERROR]" in line]
@@ -243,6 +250,23 @@ class Instruments:
             except OSError:
                 time.sleep(0.1)
         print(f"  could not remove {cgroup}", flush=True)
+
+
+def launch_spread(marks: list[dict[str, Any]]) -> dict[str, float]:
+    """The launch task's own times on the controller, from the callback's per-host events.
+
+    `launch_dispatch`: first to last host handed to a worker process (the strategy's loop
+    alone); `launch_returned`: first to last host's result; `launch_task`: first hand-off
+    to last result. A skew far above the dispatch spread comes from the hosts' side.
+    """
+    action = "tf_worker_launch"
+    starts = [m["t"] for m in marks if m.get("event") == "start" and str(m.get("action", "")).endswith(action)]
+    ends = [m["t"] for m in marks if m.get("event") == "result" and "t" in m
+            and str(m.get("action", "")).endswith(action)]
+    if not starts or not ends:
+        return {}
+    return {"launch_dispatch": max(starts) - min(starts), "launch_returned": max(ends) - min(ends),
+            "launch_task": max(ends) - min(starts)}
 
 
 def worker_timings(hosts: Any, workdir: Path, run_id: str, wall_start: float, wall_end: float,
@@ -369,6 +393,8 @@ def part_compare(sizes: list[int], reps: int, tmp: Path, inst: Instruments,
                             try:
                                 sample["timings"] = worker_timings(hosts, workdir, run_id, result["started"], result["ended"],
                                                                    result.get("launch_at"))
+                                sample["timings"].update({k: result[k] for k in ("launch_dispatch", "launch_returned",
+                                                                                 "launch_task") if k in result})
                             except RuntimeError as exc:
                                 sample["timings_error"] = str(exc)
                         table[size][label].append(sample)
@@ -597,6 +623,8 @@ def controller_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[l
                 _med(samples, lambda s: s.get("timings", {}).get("launch_to_first_start", float("nan"))),
                 _med(samples, lambda s: s.get("timings", {}).get("launch_to_median_start", float("nan"))),
                 _med(samples, lambda s: s.get("timings", {}).get("skew", float("nan"))),
+                _med(samples, lambda s: s.get("timings", {}).get("launch_dispatch", float("nan"))),
+                _med(samples, lambda s: s.get("timings", {}).get("launch_returned", float("nan"))),
                 f"{len(_ok(samples))} / {len(samples) - len(_ok(samples))}",
             ])
     return rows
@@ -605,7 +633,8 @@ def controller_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[l
 CONTROLLER_HEADERS = ["N", "tree", "wall s", "controller CPU s", "CPU s per host", "task results per host",
                       "remote module runs per host", "ssh exec per host", "put per host", "fetch per host",
                       "new SSH connections per host", "launch task to first worker start s",
-                      "launch task to median worker start s", "launch skew s", "runs ok / failed"]
+                      "launch task to median worker start s", "launch skew s",
+                      "launch dispatch spread s (controller)", "launch results spread s", "runs ok / failed"]
 
 
 def phase_rows(table: dict[Any, dict[str, list[dict[str, Any]]]], key: str) -> tuple[list[str], list[list[Any]]]:

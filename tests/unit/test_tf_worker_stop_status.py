@@ -344,8 +344,8 @@ def test_group_belongs_only_while_a_member_works_in_the_worker_dir(launched: Lau
 # --- when one wait returns early (issue 13) ----------------------------------------------
 
 
-def _w(index: int, state: str = "running", line: str = "", joined: bool = False) -> dict:
-    return {"index": index, "state": state, "last_line": line, "joined": joined}
+def _w(index: int, state: str = "running", line: str = "", joined: bool = False, returncode: int | None = None) -> dict:
+    return {"index": index, "state": state, "last_line": line, "joined": joined, "returncode": returncode}
 
 
 def test_progress_alone_does_not_end_a_wait_early() -> None:
@@ -356,18 +356,32 @@ def test_progress_alone_does_not_end_a_wait_early() -> None:
     assert tf_worker_status.worth_returning(first, later, until_joined=False) is False
 
 
-def test_a_worker_that_exits_ends_a_wait_at_once() -> None:
+def test_a_worker_that_fails_ends_a_wait_at_once() -> None:
     import tf_worker_status
 
     first = [_w(0), _w(1)]
-    assert tf_worker_status.worth_returning(first, [_w(0), _w(1, state="exited")], until_joined=False) is True
+    for code in (1, 137, -1):
+        later = [_w(0), _w(1, state="exited", returncode=code)]
+        assert tf_worker_status.worth_returning(first, later, until_joined=False) is True
+
+
+def test_a_worker_that_ends_well_waits_for_the_others_of_its_host() -> None:
+    # Its peers of a healthy run end with it: returning now would cost a module run more.
+    import tf_worker_status
+
+    first = [_w(0), _w(1)]
+    assert tf_worker_status.worth_returning(first, [_w(0), _w(1, state="exited", returncode=0)], False) is False
+    # ... but one of them failing afterwards is news again.
+    later = [_w(0, state="exited", returncode=2), _w(1, state="exited", returncode=0)]
+    assert tf_worker_status.worth_returning(first, later, until_joined=False) is True
 
 
 def test_a_worker_that_had_exited_before_does_not_end_it_again() -> None:
     import tf_worker_status
 
-    first = [_w(0, state="exited"), _w(1)]
-    assert tf_worker_status.worth_returning(first, [_w(0, state="exited"), _w(1, line="epoch=3")], False) is False
+    first = [_w(0, state="exited", returncode=1), _w(1)]
+    later = [_w(0, state="exited", returncode=1), _w(1, line="epoch=3")]
+    assert tf_worker_status.worth_returning(first, later, False) is False
 
 
 def test_a_detached_wait_ends_once_every_worker_joined() -> None:

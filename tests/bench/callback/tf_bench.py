@@ -74,7 +74,12 @@ class CallbackModule(CallbackBase):
         loop = not item and isinstance(result._result, dict) and isinstance(result._result.get("results"), list)
         delegated = (result._result.get("_ansible_delegated_vars") or {}).get("ansible_host") if isinstance(result._result, dict) else None
         self._emit({"event": "result", "kind": kind, "host": result._host.get_name(), "action": task.action,
-                    "item": item, "loop": loop, "delegated": delegated})
+                    "item": item, "loop": loop, "delegated": delegated, "t": time.time()})
+
+    def v2_runner_on_start(self, host: Any, task: Any) -> None:
+        # Sent by the strategy as it hands the task to a worker process for this host: the
+        # spread of these over a task's hosts is the controller's dispatch alone.
+        self._emit({"event": "start", "host": host.get_name(), "action": task.action, "t": time.time()})
 
     def v2_runner_on_ok(self, result: Any) -> None:
         self._result("ok", result)
