@@ -201,6 +201,8 @@ def test_a_project_directory_trains_with_its_env_and_gpus_and_brings_the_model_b
     capped = book.play("playbooks/collect.yml", *vault, extra={"tf_run_id": "project", "tf_collect_max_mb": 0})
     assert capped.returncode == 0, capped.stdout[-4000:]
     assert "not collected (over tf_collect_max_mb): node0: worker-0/model/model.keras (" in capped.stdout
+    warning = capped.stdout.split("TASK [tf_collect : Warn about artifacts left on the hosts", 1)[1].split("TASK [", 1)[0]
+    assert "Left on node0 under" in warning and "worker-0/model/model.keras" in warning, warning
     left_out = book.summary("project")["context"]["left_out"]
     assert sorted(left_out) == ["node0"]
     assert "worker-0/model/model.keras" in [entry["path"] for entry in left_out["node0"]]
