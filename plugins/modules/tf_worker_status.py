@@ -177,7 +177,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import works_in
 
-# How often the wait looks at the workers' records: an exit is seen within this.
+# How often the wait reads the workers' records: a written exit record is seen within this.
 POLL_SECONDS = 0.25
 
 
