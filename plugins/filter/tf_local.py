@@ -16,10 +16,7 @@ _VERSIONED_NAME = re.compile(r"^python(\d+)\.(\d+)$")
 @lru_cache(maxsize=8)
 def _system_python(path: str) -> str | None:
     """`path` when it resolves to an executable named pythonX.Y with X.Y supported."""
-    try:
-        real = os.path.realpath(path)
-    except OSError:
-        return None
+    real = os.path.realpath(path)
     match = _VERSIONED_NAME.match(os.path.basename(real))
     if not match or not os.access(real, os.X_OK):
         return None

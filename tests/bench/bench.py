@@ -256,8 +256,8 @@ def launch_spread(marks: list[dict[str, Any]]) -> dict[str, float]:
     """The launch task's own times on the controller, from the callback's per-host events.
 
     `launch_dispatch`: first to last host handed to a worker process (the strategy's loop
-    alone); `launch_returned`: first to last host's result; `launch_task`: first hand-off
-    to last result. A skew far above the dispatch spread comes from the hosts' side.
+    alone); `launch_returned`: first to last host's result. A skew far above the dispatch
+    spread comes from the hosts' side.
     """
     action = "tf_worker_launch"
     starts = [m["t"] for m in marks if m.get("event") == "start" and str(m.get("action", "")).endswith(action)]
@@ -265,8 +265,7 @@ def launch_spread(marks: list[dict[str, Any]]) -> dict[str, float]:
             and str(m.get("action", "")).endswith(action)]
     if not starts or not ends:
         return {}
-    return {"launch_dispatch": max(starts) - min(starts), "launch_returned": max(ends) - min(ends),
-            "launch_task": max(ends) - min(starts)}
+    return {"launch_dispatch": max(starts) - min(starts), "launch_returned": max(ends) - min(ends)}
 
 
 def worker_timings(hosts: Any, workdir: Path, run_id: str, wall_start: float, wall_end: float,
@@ -393,8 +392,8 @@ def part_compare(sizes: list[int], reps: int, tmp: Path, inst: Instruments,
                             try:
                                 sample["timings"] = worker_timings(hosts, workdir, run_id, result["started"], result["ended"],
                                                                    result.get("launch_at"))
-                                sample["timings"].update({k: result[k] for k in ("launch_dispatch", "launch_returned",
-                                                                                 "launch_task") if k in result})
+                                sample["timings"].update({k: result[k] for k in ("launch_dispatch", "launch_returned")
+                                                          if k in result})
                             except RuntimeError as exc:
                                 sample["timings_error"] = str(exc)
                         table[size][label].append(sample)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -56,3 +57,16 @@ def test_this_machine_gets_a_python_that_runs_the_modules() -> None:
 def test_no_fallback_is_an_error(bad: object) -> None:
     with pytest.raises(ValueError, match="fallback"):
         tf_module_python(bad)
+
+
+def test_the_smoke_inventory_runs_localhost_modules_under_the_chosen_interpreter() -> None:
+    # The inventory's own value, templated by Ansible: the filter's choice for this machine.
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible")), "localhost", "-i", "inventory/local", "-o",
+         "-m", "ansible.builtin.debug", "-a", "msg={{ ansible_python_interpreter }}"],
+        cwd=repo, env=dict(os.environ, ANSIBLE_CONFIG=str(repo / "ansible.cfg")),
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f'"msg": "{tf_module_python(sys.executable)}"' in out.stdout, out.stdout
