@@ -17,6 +17,7 @@ RANGES: dict[str, tuple[int, int | None, str | None]] = {
     "tf_restart_attempts": (0, None, "no restart"),
     "tf_run_attempt": (0, None, "the first launch"),
     "tf_launch_stop_grace": (0, None, "SIGKILL at once"),
+    "tf_launch_go_timeout": (0, None, "derived from the number of hosts and --forks"),
     "tf_stop_grace": (0, None, "SIGKILL at once"),
     "tf_wait_poll_interval": (1, None, None),
     "tf_wait_deadline_margin": (0, None, "no margin"),

@@ -42,6 +42,15 @@ LAUNCH_OUTPUT_FILE = "supervisor.out"
 # A worker directory holding one of these was launched: it is never launched again.
 LAUNCH_RECORDS = (STATE_FILE, EXIT_FILE)
 
+# The launch's go (tf_worker_launch arms the supervisors, tf_worker_go starts them all at
+# once): the line sent to each worker's port (the magic, then the token), the answers,
+# and the environment variable that hands the supervisor its token.
+GO_MAGIC = b"TF-RUNBOOK-GO "
+GO_STARTED = b"TF-RUNBOOK-STARTED "
+GO_FAILED = b"TF-RUNBOOK-FAILED "
+GO_TOKEN_ENV = "TF_RUNBOOK_GO_TOKEN"
+GO_LINE_BYTES = 512
+
 # The fields of exit.json.
 EXIT_FIELDS = ("returncode", "signal", "reason", "stopped_by", "started_at", "finished_at", "joined")
 # Values of exit.json's "stopped_by": who ended the job; None when it exited on its own.

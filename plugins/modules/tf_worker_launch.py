@@ -35,6 +35,11 @@ description:
   - The supervisors are started by a small waiter process that the module forks (its
     own session, no descriptor of the module's), which stays as their parent, reaps each
     as it ends, then exits.
+  - With O(go_token), the supervisors are armed rather than started (O(args) then holds
+    C(--go-timeout)); each holds its worker's TensorFlow port and records an
+    armed C(state.json), and starts its job only on the go that M(tf_runbook.multiworker.tf_worker_go)
+    sends every worker of the run at once, with this token. The token reaches each
+    supervisor through its environment (C(TF_RUNBOOK_GO_TOKEN)), never a command line.
   - In check mode, reports what it would start and starts nothing.
 options:
   workers:
@@ -68,6 +73,11 @@ options:
   host:
     description: Name of this host in messages (the inventory name); empty for the
       machine's own host name.
+    type: str
+    default: ""
+  go_token:
+    description: The run's secret for the go of an armed launch; empty to start the jobs
+      at once.
     type: str
     default: ""
 attributes:
@@ -122,6 +132,7 @@ from typing import Callable
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     EXIT_FILE,
+    GO_TOKEN_ENV,
     LAUNCH_OUTPUT_FILE,
     LAUNCH_RECORDS,
     STATE_FILE,
@@ -164,7 +175,7 @@ def refusals(slots: list[dict]) -> list[str]:
     return problems
 
 
-def spawn(slot: dict) -> subprocess.Popen:
+def spawn(slot: dict, env: dict | None = None) -> subprocess.Popen:
     """Start one supervisor detached from this process: its own session (no SIGHUP when
     the SSH session ends), stdin from /dev/null, stdout and stderr appended to the worker
     directory's launch output, no other inherited descriptor (the SSH channel's stay
@@ -181,6 +192,7 @@ def spawn(slot: dict) -> subprocess.Popen:
             stderr=fd,
             close_fds=True,
             start_new_session=True,
+            env=env,
         )
     finally:
         os.close(fd)
@@ -203,25 +215,33 @@ def launch(
     settle: float,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    go_token: str = "",
 ) -> tuple[list[dict], list[str]]:
     """Start every slot, then check each: (one result per slot, in order; the failures).
 
     All are started before any is checked, so no slot waits for another. A slot settles
     when its supervisor recorded its state (started) or ended without one (failed); one
     still running unrecorded after ``settle`` seconds counts as started."""
-    results, failures, _procs = _launch(slots, settle, clock, sleep)
+    results, failures, _procs = _launch(slots, settle, clock, sleep, go_token)
     return results, failures
 
 
+def supervisor_environment(go_token: str) -> dict | None:
+    """The supervisors' environment: the module's, plus the go's token for an armed
+    launch (None: the module's own, unchanged)."""
+    return {**os.environ, GO_TOKEN_ENV: go_token} if go_token else None
+
+
 def _launch(
-    slots: list[dict], settle: float, clock: Callable[[], float], sleep: Callable[[float], None]
+    slots: list[dict], settle: float, clock: Callable[[], float], sleep: Callable[[float], None], go_token: str = ""
 ) -> tuple[list[dict], list[str], list]:
     """launch(), also returning the supervisors' processes (None where none started)."""
     procs: list[subprocess.Popen | None] = []
     errors: list[str | None] = []
+    env = supervisor_environment(go_token)
     for slot in slots:
         try:
-            procs.append(spawn(slot))
+            procs.append(spawn(slot, env))
             errors.append(None)
         except OSError as exc:
             procs.append(None)
@@ -263,7 +283,7 @@ def _launch(
     return results, failures, procs
 
 
-def launch_detached(slots: list[dict], settle: float) -> tuple[list[dict], list[str]]:
+def launch_detached(slots: list[dict], settle: float, go_token: str = "") -> tuple[list[dict], list[str]]:
     """launch() in a waiter process of its own, forked from the module: it starts and
     checks the supervisors, hands the module the results through a pipe, and then stays,
     out of the module's session and away from its descriptors (the SSH channel), as the
@@ -281,7 +301,7 @@ def launch_detached(slots: list[dict], settle: float) -> tuple[list[dict], list[
                 os.dup2(null, fd)
             os.closerange(3, write_end)
             os.closerange(write_end + 1, MAX_FD)
-            results, failures, procs = _launch(slots, settle, time.monotonic, time.sleep)
+            results, failures, procs = _launch(slots, settle, time.monotonic, time.sleep, go_token)
             with os.fdopen(write_end, "w", encoding="utf-8") as pipe:
                 json.dump({"results": results, "failures": failures}, pipe)
             for proc in procs:
@@ -309,6 +329,7 @@ def main() -> None:
             "args": {"type": "list", "elements": "str", "default": []},
             "settle": {"type": "float", "default": 2},
             "host": {"type": "str", "default": ""},
+            "go_token": {"type": "str", "default": "", "no_log": True},
         },
         supports_check_mode=True,
     )
@@ -332,7 +353,7 @@ def main() -> None:
     # never waits for training, so Ansible's next host (with --forks below the number of
     # hosts) starts right after, as with the async launch this replaced.
     try:
-        results, failures = launch_detached(slots, params["settle"])
+        results, failures = launch_detached(slots, params["settle"], params["go_token"])
     except (OSError, RuntimeError) as exc:
         module.fail_json(msg=f"host {host}: cannot launch: {exc}")
     for failure in failures:

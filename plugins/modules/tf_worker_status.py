@@ -254,6 +254,9 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int) -> dict:
             stopped_by=exit_.get("stopped_by"),
             joined=bool(exit_.get("joined")) or info["joined"],
         )
+    elif state is not None and state.get("pid") is None and entry.get("launch_error"):
+        # Armed, and the launch's go never started it: failed now, not when it gives up.
+        info.update(state="exited", returncode=-1, reason=f"the worker could not be launched: {entry['launch_error']}")
     elif state is not None:
         info["state"] = "running"
     else:

@@ -109,7 +109,8 @@ def run_timings(base_dir: Path, run_id: str, wall_start: float, wall_end: float,
     after = {}
     if launch_at:
         after = {"launch_to_first_start": min(starts) - launch_at,
-                 "launch_to_median_start": median([s - launch_at for s in starts])}
+                 "launch_to_median_start": median([s - launch_at for s in starts]),
+                 "launch_to_last_start": max(starts) - launch_at}
     return {**after,
         "e2e": wall_end - wall_start,
         "first_start": min(starts) - wall_start,
@@ -621,6 +622,7 @@ def controller_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[l
                 _med(samples, lambda s: s["new_connections_per_host"]),
                 _med(samples, lambda s: s.get("timings", {}).get("launch_to_first_start", float("nan"))),
                 _med(samples, lambda s: s.get("timings", {}).get("launch_to_median_start", float("nan"))),
+                _med(samples, lambda s: s.get("timings", {}).get("launch_to_last_start", float("nan"))),
                 _med(samples, lambda s: s.get("timings", {}).get("skew", float("nan"))),
                 _med(samples, lambda s: s.get("timings", {}).get("launch_dispatch", float("nan"))),
                 _med(samples, lambda s: s.get("timings", {}).get("launch_returned", float("nan"))),
@@ -632,7 +634,7 @@ def controller_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[l
 CONTROLLER_HEADERS = ["N", "tree", "wall s", "controller CPU s", "CPU s per host", "task results per host",
                       "remote module runs per host", "ssh exec per host", "put per host", "fetch per host",
                       "new SSH connections per host", "launch task to first worker start s",
-                      "launch task to median worker start s", "launch skew s",
+                      "launch task to median worker start s", "launch task to last worker start s", "launch skew s",
                       "launch dispatch spread s (controller)", "launch results spread s", "runs ok / failed"]
 
 

@@ -72,11 +72,14 @@ def test_a_worker_that_cannot_start_stops_the_others(
         lambda: None,
         hostvars={"node2": {"tf_worker_python": "/nonexistent/bin/python3"}},
     )
-    # Worker 2 never ran, so it has no log; the others must, and were stopped by the
-    # runbook as soon as node2 reported, not by their own 90 s startup deadline.
-    summary = assert_clean_failure(hosts, out, [0, 1, 2], bound=200, never_launched=("node2",))
+    # Worker 2's supervisor could not start, so the launch sent no go: no job ran
+    # anywhere (no log), and the armed others were stopped by the runbook as soon as
+    # node2 reported, not by their own go or startup deadlines.
+    summary = assert_clean_failure(hosts, out, [0, 1, 2], bound=200, never_launched=("node0", "node1", "node2"))
     others = [w for w in summary["workers"] if w["host"] != "node2"]
     assert others and all(str(w["exit_reason"]).startswith("stopped by") for w in others), others
+    assert all("before the job started" in str(w["exit_reason"]) for w in others), others
+    assert not any(Path(w["log"]).is_file() for w in summary["workers"]), summary["workers"]
     assert "worker 2 on host node2 failed" in out.stdout
     assert "/nonexistent/bin/python3" in out.stdout
 

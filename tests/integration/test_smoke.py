@@ -88,6 +88,8 @@ def test_smoke_run_trains_two_workers_and_proves_it(dirs: dict[str, Path]) -> No
     for index in (0, 1):
         state = json.loads((host_run / f"worker-{index}" / "state.json").read_text())
         assert not pid_alive(state["pid"]) and not pid_alive(state["supervisor_pid"])
+        # One host starts its slots in one module run: not armed, no go.
+        assert state["armed_at"] is None and state["started_at"] > 0
         assert oct((host_run / f"worker-{index}").stat().st_mode & 0o777) == "0o700"
 
     # collect.yml runs alone on an earlier run and reaches the same verdict, and report.

@@ -47,6 +47,7 @@ MODULES: dict[str, Path] = {
     "tf_worker_stop": PLUGINS / "modules" / "tf_worker_stop.py",
     "tf_worker_status": PLUGINS / "modules" / "tf_worker_status.py",
     "tf_worker_launch": PLUGINS / "modules" / "tf_worker_launch.py",
+    "tf_worker_go": PLUGINS / "modules" / "tf_worker_go.py",
     "tf_supervisor": SUPERVISOR,
     "tf_preflight": PLUGINS / "filter" / "tf_preflight.py",
     "tf_preflight_probe": PLUGINS / "modules" / "tf_preflight_probe.py",

@@ -211,7 +211,7 @@ def _sample(cpu: float, hosts: int, rc: int = 0, skew: float = 0.2) -> dict:
     return {"rc": rc, "wall": cpu * 2, "cpu": cpu, "cpu_per_host": cpu / hosts, "hosts": hosts,
             "results_per_host": 50.0, "remote_runs_per_host": 9.0, "ssh_per_host": {"exec": 10.0, "put": 2.0},
             "new_connections_per_host": 1.0, "timings": {"skew": skew, "launch_to_first_start": 0.5, "launch_to_median_start": 0.6,
-                                                           "launch_dispatch": 0.15, "launch_returned": 0.3},
+                                                           "launch_to_last_start": 0.7, "launch_dispatch": 0.15, "launch_returned": 0.3},
             "cpu_phases": {"startup": 1.0, "preflight": cpu - 1.0, "total": cpu},
             "cpu_tasks": {"preflight: Probe": cpu / 2, "deploy: Copy": 1.0},
             "wall_phases": {"startup": 1.0, "preflight": cpu * 2 - 1.0, "total": cpu * 2}}
@@ -236,7 +236,7 @@ def test_report_ratios_and_targets(tmp_path: Path) -> None:
     assert "| controller CPU per host at N = 32, new / baseline | 0.37 | <= 0.5 | met |" in text
     assert "| launch skew at N = 32 (s) | 0.20 | <= 1 s | met |" in text
     assert "| smoke / hand launch (wall) | 1.50 | <= 1.5x (stretch 1.25x) | met |" in text
-    assert "| 32 | new | 72.00 | 36.00 | 1.12 | 50.00 | 9.00 | 10.00 | 2.00 | 0.00 | 1.00 | 0.50 | 0.60 | 0.20 | 0.15 | 0.30 | 2 / 1 |" in text
+    assert "| 32 | new | 72.00 | 36.00 | 1.12 | 50.00 | 9.00 | 10.00 | 2.00 | 0.00 | 1.00 | 0.50 | 0.60 | 0.70 | 0.20 | 0.15 | 0.30 | 2 / 1 |" in text
     assert "| ansible-playbook start-up (empty play) | 1.00 | 0.80 |" in text
     assert "| preflight: Probe | 18.00 | 50% |" in text  # new tree, median of the good runs
     assert "| preflight: Probe | 49.00 | 50% |" in text  # baseline

@@ -28,7 +28,10 @@ DOC_NAMES = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
 
 @pytest.mark.parametrize(
     "name",
-    ["STATE_FILE", "EXIT_FILE", "LOG_FILE", "CONFIG_FILE", "JOB_ENV_FILE", "STOP_FILE", "STOPPED_BY"],
+    [
+        "STATE_FILE", "EXIT_FILE", "LOG_FILE", "CONFIG_FILE", "JOB_ENV_FILE", "STOP_FILE", "STOPPED_BY",
+        "GO_MAGIC", "GO_STARTED", "GO_FAILED", "GO_TOKEN_ENV", "GO_LINE_BYTES",
+    ],  # fmt: skip
 )
 def test_the_supervisor_keeps_the_contracts_constants(name: str) -> None:
     assert getattr(tf_supervisor, name) == getattr(tf_run, name)

@@ -23,6 +23,12 @@ Started by the launch phase (the tf_worker_launch module), detached. It:
   when the supervisor is gone, however it died; the job itself also gets SIGKILL as its
   parent-death signal;
 - validates every argument before anything is started;
+- with ``--go-timeout``, starts the job only on the launch's go: it first holds the
+  worker's own TensorFlow port (proving it free) and records an armed ``state.json``
+  (no job pid yet); the launch sends every worker of the run its go at once, over that
+  port, with a secret token that reaches the supervisor through its environment
+  (``TF_RUNBOOK_GO_TOKEN``, never a command line or the job's environment); no go within
+  the timeout, or a stop, ends it without starting the job;
 - with ``--controller-timeout``, stops the job when the controller's heartbeat file has
   not been renewed for that long (Ctrl-C, a sleeping laptop, a lost network);
 - with ``--peer-timeout``, watches the other workers' TensorFlow ports: a worker whose
@@ -40,6 +46,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import errno
+import hmac
 import json
 import math
 import os
@@ -68,6 +75,15 @@ WATCH_SECONDS = 2.0
 ANNOUNCE_MAGIC = b"TF-RUNBOOK-FAILED "
 # Longest time a failed worker keeps announcing its failure.
 ANNOUNCE_SECONDS = 30.0
+# The launch's go: the line it sends (then the token), and the answers to it.
+GO_MAGIC = b"TF-RUNBOOK-GO "
+GO_STARTED = b"TF-RUNBOOK-STARTED "
+GO_FAILED = b"TF-RUNBOOK-FAILED "
+# The environment variable that carries the go's token to the supervisor.
+GO_TOKEN_ENV = "TF_RUNBOOK_GO_TOKEN"
+# Longest go line read, and how long a connection may take to send it.
+GO_LINE_BYTES = 512
+GO_READ_SECONDS = 2.0
 PR_SET_PDEATHSIG = 1
 
 # Values of exit.json's "stopped_by": who ended the job, None when it exited on its own.
@@ -474,6 +490,69 @@ def announce_failure(
         server.close()
 
 
+def hold_port(port: int) -> socket.socket:
+    """A listening socket on this worker's TensorFlow port, on every address (IPv4 and,
+    where the host has it, IPv6): the go comes to the port the peers will use. Raises
+    OSError when the port is taken."""
+    if socket.has_dualstack_ipv6():
+        return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+    return socket.create_server(("", port))
+
+
+def read_go(conn: socket.socket, token: bytes, timeout: float = GO_READ_SECONDS) -> bool:
+    """Whether the connection sends this run's go line (the magic, then the token) within
+    ``timeout`` seconds; anything else (a port scan, another run's go) is not a go."""
+    conn.settimeout(timeout)
+    data = b""
+    end = time.monotonic() + timeout
+    try:
+        while b"\n" not in data and len(data) < GO_LINE_BYTES and time.monotonic() < end:
+            chunk = conn.recv(GO_LINE_BYTES - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        return False
+    line = data.split(b"\n", 1)[0]
+    return bool(token) and hmac.compare_digest(line, GO_MAGIC + token)
+
+
+def await_go(
+    listener: socket.socket, token: bytes, timeout: float, stopped: Callable[[], bool]
+) -> tuple[socket.socket | None, str]:
+    """Wait on the held port for the go: (the go's connection, "go"), or (None, "stopped")
+    when ``stopped()`` became true, or (None, "timeout") after ``timeout`` seconds.
+    Connections that do not send the go are closed and the wait goes on."""
+    end = time.monotonic() + timeout
+    listener.settimeout(POLL_SECONDS)
+    while True:
+        if stopped():
+            return None, "stopped"
+        if time.monotonic() >= end:
+            return None, "timeout"
+        try:
+            conn, _ = listener.accept()
+        except OSError:  # the poll's timeout, or a signal
+            continue
+        if read_go(conn, token):
+            return conn, "go"
+        conn.close()
+
+
+def answer_go(conn: socket.socket, answer: bytes) -> None:
+    """Answer the go, then wait (briefly) for the launch to close first, so that the
+    connection's TIME_WAIT stays on the launch's side, away from the job's port."""
+    try:
+        conn.settimeout(1.0)
+        conn.sendall(answer.replace(b"\n", b" ")[:GO_LINE_BYTES - 1] + b"\n")
+        while conn.recv(64):
+            pass
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
 class LineClock:
     """Notes the time at which each contract line first appeared in the log.
 
@@ -526,6 +605,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--controller-timeout", type=float, default=0, help="0: not tied to the controller")
     parser.add_argument("--heartbeat-file", default="", help="renewed by the controller's wait")
     parser.add_argument("--peer-timeout", type=float, default=0, help="0: peers not watched")
+    parser.add_argument(
+        "--go-timeout", type=float, default=0, help="0: start at once; else await the launch's go that long"
+    )
     parser.add_argument("job_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.job_args and args.job_args[0] == "--":
@@ -536,7 +618,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def validate(args: argparse.Namespace, config_text: str | None) -> list[str]:
     """Every problem with the arguments, before anything is started."""
     problems = []
-    for name in ("startup_timeout", "job_timeout", "grace", "controller_timeout", "peer_timeout"):
+    for name in ("startup_timeout", "job_timeout", "grace", "controller_timeout", "peer_timeout", "go_timeout"):
         value = getattr(args, name)
         if not math.isfinite(value) or value < 0:
             problems.append(f"--{name.replace('_', '-')} must be 0 or more seconds, got {value:g}")
@@ -548,6 +630,8 @@ def validate(args: argparse.Namespace, config_text: str | None) -> list[str]:
         problems.append(f"--startup-pattern {args.startup_pattern!r} is not a valid regular expression: {exc}")
     if args.controller_timeout > 0 and not args.heartbeat_file:
         problems.append("--controller-timeout needs --heartbeat-file")
+    if args.go_timeout > 0 and not os.environ.get(GO_TOKEN_ENV):
+        problems.append(f"--go-timeout needs the go's token in the environment ({GO_TOKEN_ENV})")
     if config_text is None:
         problems.append(f"{CONFIG_FILE} cannot be read")
     else:
@@ -602,6 +686,8 @@ def supervise(args: argparse.Namespace) -> int:
         return 2
     assert config_text is not None
     own_port, peers = cluster_peers(json.loads(config_text))
+    # The token is the launch's secret: the job's environment never holds it.
+    go_token = os.environ.pop(GO_TOKEN_ENV, "").encode("utf-8")
     env = job_environment(worker_dir, dict(os.environ))
     env["TF_CONFIG"] = config_text.strip()
     env["PYTHONUNBUFFERED"] = "1"
@@ -619,6 +705,49 @@ def supervise(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
+
+    launch = {
+        "python": args.python,
+        "script": str(args.script),
+        "job_args": list(args.job_args),
+        "attempt": args.attempt,
+        "checkpoint_dir": args.checkpoint_dir,
+        "controller_timeout": args.controller_timeout,
+        "heartbeat_file": args.heartbeat_file,
+        "peer_timeout": args.peer_timeout,
+    }
+    armed_at = None
+    go_conn = None
+    if args.go_timeout:
+        try:
+            listener = hold_port(own_port)
+        except OSError as exc:
+            reason = f"refused to start: port {own_port} (its TensorFlow port) is not free: {exc}"
+            print(f"{worker_dir}: {reason}", file=sys.stderr)
+            write_json_atomic(worker_dir / EXIT_FILE, exit_record(2, reason, None, started, False))
+            return 2
+        armed_at = time.time()
+        armed: dict[str, Any] = {
+            "supervisor_pid": os.getpid(), "pid": None, "pgid": None, "keeper_pid": None, "started_at": None,
+            "armed_at": armed_at, "go_port": own_port, "argv": [args.python, str(args.script), *args.job_args],
+            "launch": launch, "joined_at": None,
+        }  # fmt: skip
+        write_json_atomic(worker_dir / STATE_FILE, armed)
+        with listener:
+            go_conn, outcome = await_go(listener, go_token, args.go_timeout, lambda: bool(stop_reason))
+        if go_conn is None:
+            if outcome == "stopped":
+                stopped_by, reason = stop_reason[0]
+                result = exit_record(-signal.SIGTERM, f"{reason} (before the job started)", stopped_by, armed_at, False)
+            else:
+                reason = (
+                    f"no go from the launch within {args.go_timeout:g} s (tf_launch_go_timeout): the launch did "
+                    "not finish on every host, so the job was never started"
+                )
+                result = exit_record(124, reason, "startup-deadline", armed_at, False)
+            write_json_atomic(worker_dir / EXIT_FILE, result)
+            return int(result["returncode"])
+        started = time.time()
 
     # The keeper's pipe: the supervisor holds the write end for as long as it lives.
     keeper_read, keeper_write = os.pipe()
@@ -638,6 +767,8 @@ def supervise(args: argparse.Namespace) -> int:
             log.write(f"supervisor: cannot start {args.python}: {exc}\n".encode())
             result = exit_record(127, f"cannot start the job: {exc}", None, started, False)
             write_json_atomic(worker_dir / EXIT_FILE, result)
+            if go_conn is not None:
+                answer_go(go_conn, GO_FAILED + f"cannot start the job: {exc}".encode("utf-8", "replace"))
             return 127
     os.close(keeper_read)
     pgid = child.pid
@@ -648,21 +779,14 @@ def supervise(args: argparse.Namespace) -> int:
         "pgid": pgid,
         "keeper_pid": next((p for p in group_members(pgid) if p != child.pid), None),
         "started_at": started,
+        "armed_at": armed_at,
         "argv": [args.python, str(args.script), *args.job_args],
-        "launch": {
-            "python": args.python,
-            "script": str(args.script),
-            "job_args": list(args.job_args),
-            "attempt": args.attempt,
-            "checkpoint_dir": args.checkpoint_dir,
-            "deadline_at": deadline_at,
-            "controller_timeout": args.controller_timeout,
-            "heartbeat_file": args.heartbeat_file,
-            "peer_timeout": args.peer_timeout,
-        },
+        "launch": {**launch, "deadline_at": deadline_at},
         "joined_at": None,
     }
     write_json_atomic(worker_dir / STATE_FILE, state)
+    if go_conn is not None:
+        answer_go(go_conn, GO_STARTED + str(child.pid).encode())
 
     watcher = LogWatcher(log_path, args.startup_pattern)
     peer_watch = PeerWatch(peers, args.peer_timeout) if args.peer_timeout and peers else None

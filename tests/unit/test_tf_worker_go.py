@@ -1,0 +1,266 @@
+"""The armed launch (issue 13): a supervisor started with --go-timeout holds its worker's
+port and starts its job only on the go that tf_worker_go sends, with the run's token.
+Real supervisors on tiny Python jobs, real sockets on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tf_launch import tf_launch_go_timeout, tf_launched_workers
+from tf_worker_go import go, go_all
+from tf_worker_launch import launch, plan, supervisor_environment
+from tf_worker_status import worker_state
+from tf_worker_stop import stop_worker
+
+TOKEN = "s3cret-token-of-this-launch"
+# Writes what the job saw, then lives a little so that a stop has something to stop.
+JOB = """
+import json, os, sys, time
+with open("seen.json", "w") as handle:
+    json.dump({"env": sorted(os.environ), "tf_config": os.environ.get("TF_CONFIG"), "pid": os.getpid(),
+               "at": time.time()}, handle)
+time.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 0)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def worker_dir(root: Path, port: int, name: str = "worker-0") -> Path:
+    wdir = root / name
+    wdir.mkdir(parents=True)
+    config = {"cluster": {"worker": [f"127.0.0.1:{port}", "127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}
+    (wdir / "tf_config.json").write_text(json.dumps(config) + "\n")
+    return wdir
+
+
+@pytest.fixture
+def procs(reaper: None) -> Iterator[list[subprocess.Popen]]:
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+def arm(
+    procs: list, supervisor: Path, wdir: Path, *options: str, token: str | None = TOKEN,
+    python: str = sys.executable, job_args: tuple[str, ...] = ("0",),
+) -> subprocess.Popen:
+    script = wdir.parent / "job.py"
+    script.write_text(JOB)
+    env = {k: v for k, v in os.environ.items() if k != "TF_RUNBOOK_GO_TOKEN"}
+    if token is not None:
+        env["TF_RUNBOOK_GO_TOKEN"] = token
+    proc = subprocess.Popen(
+        [sys.executable, str(supervisor), "--worker-dir", str(wdir), "--python", python, "--script", str(script),
+         *options, "--", *job_args],
+        env=env, cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    procs.append(proc)
+    return proc
+
+
+def armed(procs: list, supervisor: Path, root: Path, timeout: str, **kwargs: Any) -> tuple[int, Path, subprocess.Popen]:
+    """A supervisor armed with --go-timeout on a free port: (port, worker dir, process)."""
+    port = free_port()
+    wdir = worker_dir(root, port)
+    return port, wdir, arm(procs, supervisor, wdir, "--go-timeout", timeout, **kwargs)
+
+
+def wait_armed(wdir: Path, proc: subprocess.Popen, timeout: float = 10.0) -> dict[str, Any]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if (wdir / "state.json").exists():
+            return json.loads((wdir / "state.json").read_text())
+        assert proc.poll() is None, f"the supervisor ended before it armed: {proc.stderr.read() if proc.stderr else ''}"
+        time.sleep(0.02)
+    pytest.fail(f"{wdir} was not armed within {timeout} s")
+
+
+def target(port: int, index: int = 0) -> dict[str, Any]:
+    return {"index": index, "address": "127.0.0.1", "port": port, "host": f"h{index}"}
+
+
+def test_an_armed_supervisor_holds_its_port_and_starts_nothing_until_the_go(
+    supervisor_path: Path, tmp_path: Path, procs: list
+) -> None:
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30")
+    state = wait_armed(wdir, proc)
+    assert state["pid"] is None and state["pgid"] is None and state["started_at"] is None
+    assert state["supervisor_pid"] == proc.pid and state["go_port"] == port
+    with socket.socket() as sock, pytest.raises(OSError):
+        sock.bind(("127.0.0.1", port))
+    time.sleep(0.5)
+    assert not (wdir / "seen.json").exists() and not (wdir / "worker.log").exists()
+
+    result = go(target(port), TOKEN, 10)
+    assert result["started"] is True, result
+    assert result["error"] is None and result["endpoint"] == f"127.0.0.1:{port}"
+    assert proc.wait(20) == 0, proc.stderr.read() if proc.stderr else ""
+    seen = json.loads((wdir / "seen.json").read_text())
+    state = json.loads((wdir / "state.json").read_text())
+    assert result["pid"] == state["pid"] == seen["pid"]
+    assert state["armed_at"] <= state["started_at"] <= seen["at"]
+    # The token is the launch's: the job never sees it.
+    assert "TF_RUNBOOK_GO_TOKEN" not in seen["env"] and "TF_CONFIG" in seen["env"]
+    exit_ = json.loads((wdir / "exit.json").read_text())
+    assert (exit_["returncode"], exit_["stopped_by"]) == (0, None)
+
+
+def test_a_go_without_this_runs_token_is_ignored(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30")
+    wait_armed(wdir, proc)
+    wrong = go(target(port), "another-runs-token", 1.0)
+    assert wrong["started"] is False and "did not take this run's go" in wrong["error"], wrong
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:  # a port scan, no line
+        sock.close()
+    assert json.loads((wdir / "state.json").read_text())["pid"] is None
+    assert go(target(port), TOKEN, 10)["started"] is True
+    assert proc.wait(20) == 0
+
+
+def test_no_go_within_the_timeout_ends_it_without_starting_the_job(
+    supervisor_path: Path, tmp_path: Path, procs: list
+) -> None:
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "1")
+    assert proc.wait(20) == 124
+    exit_ = json.loads((wdir / "exit.json").read_text())
+    assert exit_["stopped_by"] == "startup-deadline" and "no go from the launch within 1 s" in exit_["reason"]
+    assert not (wdir / "seen.json").exists()
+    # The port is free again.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_a_stop_ends_an_armed_supervisor_recording_who_stopped_it(
+    supervisor_path: Path, tmp_path: Path, procs: list
+) -> None:
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "60")
+    wait_armed(wdir, proc)
+    stopped = stop_worker(str(wdir), 5.0, "operator", "stopped by the operator (stop.yml)")
+    assert stopped == [proc.pid]
+    assert proc.wait(10) == 128 + signal.SIGTERM
+    exit_ = json.loads((wdir / "exit.json").read_text())
+    assert exit_["stopped_by"] == "operator" and "before the job started" in exit_["reason"]
+    assert not (wdir / "seen.json").exists()
+
+
+def test_a_taken_port_is_refused_before_anything_starts(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
+    with socket.create_server(("", 0)) as taken:
+        port = taken.getsockname()[1]
+        wdir = worker_dir(tmp_path, port)
+        proc = arm(procs, supervisor_path, wdir, "--go-timeout", "30")
+        assert proc.wait(20) == 2
+    exit_ = json.loads((wdir / "exit.json").read_text())
+    assert f"port {port}" in exit_["reason"] and "not free" in exit_["reason"]
+    assert not (wdir / "state.json").exists()
+
+
+def test_arming_without_a_token_is_refused(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
+    wdir = worker_dir(tmp_path, free_port())
+    proc = arm(procs, supervisor_path, wdir, "--go-timeout", "30", token=None)
+    assert proc.wait(20) == 2
+    assert "TF_RUNBOOK_GO_TOKEN" in json.loads((wdir / "exit.json").read_text())["reason"]
+
+
+def test_a_job_that_cannot_start_is_reported_to_the_go(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30", python=str(tmp_path / "no" / "python3"))
+    wait_armed(wdir, proc)
+    result = go(target(port), TOKEN, 10)
+    assert result["started"] is False and "could not start the job" in result["error"], result
+    assert proc.wait(20) == 127
+
+
+def test_the_go_names_a_worker_nothing_listens_for(tmp_path: Path) -> None:
+    port = free_port()
+    started = time.monotonic()
+    result = go(target(port, 3), TOKEN, 0.5)
+    assert time.monotonic() - started < 5
+    assert result["started"] is False and "connection refused" in result["error"]
+    assert (result["index"], result["host"], result["endpoint"]) == (3, "h3", f"127.0.0.1:{port}")
+
+
+def test_go_all_starts_every_armed_worker(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
+    ports = [free_port() for _ in range(4)]
+    dirs = [worker_dir(tmp_path / str(i), port) for i, port in enumerate(ports)]
+    armed = [arm(procs, supervisor_path, wdir, "--go-timeout", "30") for wdir in dirs]
+    for wdir, proc in zip(dirs, armed):
+        wait_armed(wdir, proc)
+    results = go_all([target(port, i) for i, port in enumerate(ports)], TOKEN, 10)
+    assert [r["index"] for r in results] == [0, 1, 2, 3]
+    assert all(r["started"] for r in results), results
+    assert [proc.wait(20) for proc in armed] == [0, 0, 0, 0]
+
+
+def test_the_launch_module_hands_the_token_through_the_environment(tmp_path: Path, procs: list) -> None:
+    fake = tmp_path / "fake.py"
+    fake.write_text(
+        "import json, os, sys\n"
+        "json.dump({'token': os.environ.get('TF_RUNBOOK_GO_TOKEN'), 'argv': sys.argv}, open('seen.json', 'w'))\n"
+        "json.dump({'supervisor_pid': os.getpid()}, open('state.json', 'w'))\n"
+    )
+    wdir = tmp_path / "worker-0"
+    wdir.mkdir()
+    slots = plan([{"index": 0}], {"0": str(wdir)}, sys.executable, str(fake), ["--go-timeout", "60", "--"])
+    results, failures = launch(slots, 5.0, go_token=TOKEN)
+    assert failures == [] and results[0]["recorded"] is True
+    seen = json.loads((wdir / "seen.json").read_text())
+    assert seen["token"] == TOKEN and TOKEN not in " ".join(seen["argv"])
+    assert supervisor_environment("") is None
+
+
+def test_launched_workers_take_the_gos_failures() -> None:
+    result = {"workers": [
+        {"index": 2, "dir": "/r/worker-2", "supervisor_pid": 22, "error": None},
+        {"index": 3, "dir": "/r/worker-3", "supervisor_pid": 33, "error": None},
+    ]}  # fmt: skip
+    went = {"workers": [
+        {"index": 0, "started": False, "error": "connection refused"},
+        {"index": 2, "started": True, "error": None},
+        {"index": 3, "started": False, "error": "no answer within 10 s"},
+    ]}  # fmt: skip
+    assert tf_launched_workers(result, went) == [
+        {"index": 2, "dir": "/r/worker-2", "supervisor_pid": 22, "launch_error": None},
+        {"index": 3, "dir": "/r/worker-3", "supervisor_pid": 33,
+         "launch_error": "the launch's go did not start it: no answer within 10 s"},
+    ]  # fmt: skip
+    assert tf_launched_workers(result, None) == tf_launched_workers(result)
+    assert all(entry["launch_error"] is None for entry in tf_launched_workers(result))
+
+
+@pytest.mark.parametrize(
+    ("timeout", "forks", "hosts", "seconds"),
+    [(0, 5, 2, 60), (0, 32, 32, 60), (0, 5, 32, 120), (0, 1, 3, 80), (45, 1, 100, 45)],
+)
+def test_go_timeout_covers_every_batch_of_hosts(timeout: int, forks: int, hosts: int, seconds: int) -> None:
+    assert tf_launch_go_timeout(timeout, forks, hosts) == seconds
+
+
+def test_the_wait_fails_an_armed_worker_the_go_did_not_start(tmp_path: Path, procs: list) -> None:
+    wdir = tmp_path / "worker-1"
+    wdir.mkdir()
+    armed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=wdir)
+    procs.append(armed)
+    (wdir / "state.json").write_text(json.dumps({"supervisor_pid": armed.pid, "pid": None, "pgid": None}))
+    entry = {"index": 1, "dir": str(wdir), "supervisor_pid": armed.pid}
+    progress = re.compile("epoch")
+    assert worker_state(entry, progress, 5)["state"] == "running"
+    failed = worker_state({**entry, "launch_error": "the launch's go did not start it: refused"}, progress, 5)
+    assert failed["state"] == "exited" and failed["returncode"] == -1
+    assert "go did not start it: refused" in failed["reason"]
