@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import pytest
 
-from faults import LONG_JOB_ARGS, Outcome, remote_pid, run_processes, run_with_fault, wait_for_log
+from faults import LONG_JOB_ARGS, Outcome, remote_json, remote_pid, run_processes, run_with_fault, wait_for_log
 from nshosts import NamespaceHosts
 
 RUN = "~/tf-runbook/runs"
@@ -82,6 +82,29 @@ def test_a_worker_that_cannot_start_stops_the_others(
     assert not any(Path(w["log"]).is_file() for w in summary["workers"]), summary["workers"]
     assert "worker 2 on host node2 failed" in out.stdout
     assert "/nonexistent/bin/python3" in out.stdout
+
+
+def test_a_restart_over_several_hosts_is_armed_again_on_the_same_ports(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    hosts = make_ns_hosts(count=2)
+
+    def kill_worker_1() -> None:
+        wait_for_log(hosts, 1, f"{RUN}/rearmed/worker-1/worker.log", "epoch=2 ")
+        assert hosts.run(1, f"kill -9 {remote_pid(hosts, 1, f'{RUN}/rearmed/worker-1')}")[0] == 0
+
+    settings = common(worker_python, tf_restart_attempts=1, tf_train_args=["--epochs=6", "--steps-per-epoch=200"])
+    out = run_with_fault(hosts, tmp_path, "rearmed", settings, kill_worker_1)
+    assert out.returncode == 0, out.stdout[-4000:]
+    summary = out.summary()
+    assert summary["status"] == "succeeded" and summary["attempt"] == 1, summary["checks"]
+    # Both attempts were armed on the workers' own ports, and each started on its go.
+    for attempt_dir in ("", "retry-1/"):
+        states = [remote_json(hosts, i, f"{RUN}/rearmed/{attempt_dir}worker-{i}/state.json") for i in (0, 1)]
+        assert all(s and s["armed_at"] and s["go_port"] == 2222 and s["pid"] for s in states), states
+        assert max(s["armed_at"] for s in states) <= min(s["started_at"] for s in states), states
+    for host in (0, 1):
+        assert run_processes(hosts, host, "rearmed") == []
 
 
 def test_the_job_deadline_stops_every_worker(

@@ -115,7 +115,7 @@ def test_an_armed_supervisor_holds_its_port_and_starts_nothing_until_the_go(
     assert proc.wait(20) == 0, proc.stderr.read() if proc.stderr else ""
     seen = json.loads((wdir / "seen.json").read_text())
     state = json.loads((wdir / "state.json").read_text())
-    assert result["pid"] == state["pid"] == seen["pid"]
+    assert result["pid"] == state["pid"] == seen["pid"] and state["go_port"] == port
     assert state["armed_at"] <= state["started_at"] <= seen["at"]
     # The token is the launch's: the job never sees it.
     assert "TF_RUNBOOK_GO_TOKEN" not in seen["env"] and "TF_CONFIG" in seen["env"]

@@ -490,13 +490,21 @@ def announce_failure(
         server.close()
 
 
-def hold_port(port: int) -> socket.socket:
+def hold_port(port: int, attempts: int = 5, pause: float = 0.2) -> socket.socket:
     """A listening socket on this worker's TensorFlow port, on every address (IPv4 and,
-    where the host has it, IPv6): the go comes to the port the peers will use. Raises
-    OSError when the port is taken."""
-    if socket.has_dualstack_ipv6():
-        return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
-    return socket.create_server(("", port))
+    where the host has it, IPv6): the go comes to the port the peers will use. Tried a
+    few times for a second (a restart's port may still be let go of by the attempt
+    before, stopping); raises OSError when the port stays taken."""
+    for attempt in range(attempts):
+        try:
+            if socket.has_dualstack_ipv6():
+                return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+            return socket.create_server(("", port))
+        except OSError:
+            if attempt + 1 == attempts:
+                raise
+            time.sleep(pause)
+    raise OSError(f"port {port} could not be held")  # not reached: attempts >= 1
 
 
 def read_go(conn: socket.socket, token: bytes, timeout: float = GO_READ_SECONDS) -> bool:
@@ -780,6 +788,7 @@ def supervise(args: argparse.Namespace) -> int:
         "keeper_pid": next((p for p in group_members(pgid) if p != child.pid), None),
         "started_at": started,
         "armed_at": armed_at,
+        "go_port": own_port if args.go_timeout else None,
         "argv": [args.python, str(args.script), *args.job_args],
         "launch": {**launch, "deadline_at": deadline_at},
         "joined_at": None,
