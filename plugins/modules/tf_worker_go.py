@@ -147,6 +147,12 @@ def go(worker: dict, token: str, timeout: float) -> dict:
             result["sent_at"] = time.time()
             conn.sendall(GO_MAGIC + token.encode("utf-8") + b"\n")
             answer = read_answer(conn, end)
+            error = (
+                f"no answer within {timeout:g} s: the supervisor there did not take this run's go"
+                if time.monotonic() >= end
+                else "the connection was closed without an answer: the supervisor there did not take this "
+                "run's go (another run's, or not armed)"
+            )
         except OSError as exc:
             answer, error = b"", f"the go could not be sent: {exc.strerror or exc}"
         finally:
@@ -160,11 +166,6 @@ def go(worker: dict, token: str, timeout: float) -> dict:
             error = "its supervisor could not start the job: " + answer[len(GO_FAILED) :].decode("utf-8", "replace")
         elif answer:
             error = "it answered something other than a supervisor: " + answer[:80].decode("utf-8", "replace")
-        elif not error.startswith("the go could not"):
-            error = (
-                f"no answer within {timeout:g} s: the supervisor there did not take this run's go "
-                "(another run's, or not armed)"
-            )
         break
     result["error"] = printable(error)
     return result
@@ -175,7 +176,15 @@ def go_all(workers: list[dict], token: str, timeout: float) -> list[dict]:
     results: list[dict | None] = [None] * len(workers)
 
     def one(i: int) -> None:
-        results[i] = go(workers[i], token, timeout)
+        try:
+            results[i] = go(workers[i], token, timeout)
+        except Exception as exc:  # noqa: BLE001 - every worker must get a result
+            results[i] = {
+                "index": int(workers[i]["index"]), "host": str(workers[i].get("host", "")),
+                "endpoint": endpoint_of(str(workers[i]["address"]), int(workers[i]["port"])), "started": False,
+                "pid": None, "sent_at": None, "answered_at": None,
+                "error": printable(f"the go failed: {type(exc).__name__}: {exc}"),
+            }  # fmt: skip
 
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(workers))]
     for thread in threads:

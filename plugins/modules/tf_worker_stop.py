@@ -177,9 +177,23 @@ def stop_worker(worker_dir: str, grace: float, stopped_by: str | None = None, re
     _signal_all(run_processes(worker_dir, state), signal.SIGTERM)
     if owned_group:
         _signal_group(owned_group, signal.SIGTERM)
+
+    def adopt_started_job() -> None:
+        """An armed supervisor (no job group when its state was read) may have started its
+        job on the launch's go since: that job's group is the run's to stop as well."""
+        nonlocal state, owned_group
+        if owned_group is not None or state.get("pgid") is not None:
+            return
+        later = read_json(os.path.join(worker_dir, STATE_FILE))
+        if later and later.get("pgid") is not None and group_belongs(worker_dir, later):
+            state, owned_group = later, later["pgid"]
+            _signal_group(owned_group, signal.SIGTERM)
+
+    adopt_started_job()
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and alive():
         time.sleep(0.2)
+    adopt_started_job()
     # Kill what is left of the training group first, so that a live supervisor still sees
     # its child exit and records exit.json itself; then the supervisor, if it lingers.
     supervisor = state.get("supervisor_pid")

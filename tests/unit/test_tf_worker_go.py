@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,7 +21,7 @@ import pytest
 from tf_launch import tf_launch_go_timeout, tf_launched_workers
 from tf_worker_go import go, go_all
 from tf_worker_launch import launch, plan, supervisor_environment
-from tf_worker_status import worker_state
+from tf_worker_status import find_workers, worker_state
 from tf_worker_stop import stop_worker
 
 TOKEN = "s3cret-token-of-this-launch"
@@ -76,11 +77,13 @@ def arm(
     return proc
 
 
-def armed(procs: list, supervisor: Path, root: Path, timeout: str, **kwargs: Any) -> tuple[int, Path, subprocess.Popen]:
+def armed(
+    procs: list, supervisor: Path, root: Path, timeout: str, *options: str, **kwargs: Any
+) -> tuple[int, Path, subprocess.Popen]:
     """A supervisor armed with --go-timeout on a free port: (port, worker dir, process)."""
     port = free_port()
     wdir = worker_dir(root, port)
-    return port, wdir, arm(procs, supervisor, wdir, "--go-timeout", timeout, **kwargs)
+    return port, wdir, arm(procs, supervisor, wdir, "--go-timeout", timeout, *options, **kwargs)
 
 
 def wait_armed(wdir: Path, proc: subprocess.Popen, timeout: float = 10.0) -> dict[str, Any]:
@@ -185,6 +188,8 @@ def test_a_job_that_cannot_start_is_reported_to_the_go(supervisor_path: Path, tm
     result = go(target(port), TOKEN, 10)
     assert result["started"] is False and "could not start the job" in result["error"], result
     assert proc.wait(20) == 127
+    exit_ = json.loads((wdir / "exit.json").read_text())
+    assert exit_["returncode"] == 127 and "cannot start the job" in exit_["reason"]
 
 
 def test_the_go_names_a_worker_nothing_listens_for(tmp_path: Path) -> None:
@@ -264,3 +269,104 @@ def test_the_wait_fails_an_armed_worker_the_go_did_not_start(tmp_path: Path, pro
     failed = worker_state({**entry, "launch_error": "the launch's go did not start it: refused"}, progress, 5)
     assert failed["state"] == "exited" and failed["returncode"] == -1
     assert "go did not start it: refused" in failed["reason"]
+
+
+def test_the_go_reaches_every_worker_at_once_not_one_after_another(tmp_path: Path) -> None:
+    """Four fake supervisors that each take 1 s to answer: sent one after another, the
+    go would take 4 s; at once, about 1 s (the timeout is 2.5 s)."""
+    servers = [socket.create_server(("127.0.0.1", 0)) for _ in range(4)]
+
+    def answer_late(server: socket.socket) -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(512)
+            time.sleep(1.0)
+            conn.sendall(b"TF-RUNBOOK-STARTED 4242\n")
+
+    threads = [threading.Thread(target=answer_late, args=(s,), daemon=True) for s in servers]
+    for thread in threads:
+        thread.start()
+    try:
+        started = time.monotonic()
+        results = go_all([target(s.getsockname()[1], i) for i, s in enumerate(servers)], TOKEN, 2.5)
+        took = time.monotonic() - started
+    finally:
+        for server in servers:
+            server.close()
+    assert [r["started"] for r in results] == [True] * 4, results
+    assert [r["pid"] for r in results] == [4242] * 4
+    assert took < 2.5, took
+    assert max(r["sent_at"] for r in results) - min(r["sent_at"] for r in results) < 0.5
+
+
+def test_a_go_sent_before_the_supervisor_holds_its_port_is_tried_again(
+    supervisor_path: Path, tmp_path: Path, procs: list
+) -> None:
+    port = free_port()
+    wdir = worker_dir(tmp_path, port)
+    result: dict[str, Any] = {}
+    sender = threading.Thread(target=lambda: result.update(go(target(port), TOKEN, 15)), daemon=True)
+    sender.start()
+    time.sleep(0.5)  # refused meanwhile: nothing holds the port yet
+    proc = arm(procs, supervisor_path, wdir, "--go-timeout", "30")
+    sender.join(20)
+    assert result.get("started") is True, result
+    assert proc.wait(20) == 0
+
+
+def test_a_port_let_go_of_within_a_second_is_still_held(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
+    taken = socket.create_server(("", 0))
+    port = taken.getsockname()[1]
+    wdir = worker_dir(tmp_path, port)
+    proc = arm(procs, supervisor_path, wdir, "--go-timeout", "30")
+    time.sleep(0.3)
+    taken.close()
+    wait_armed(wdir, proc)
+    assert go(target(port), TOKEN, 10)["started"] is True
+    assert proc.wait(20) == 0
+
+
+def test_a_stop_that_comes_while_the_go_is_read_wins(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30")
+    wait_armed(wdir, proc)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"TF-RUNBOOK-GO ")
+        time.sleep(0.3)
+        (wdir / "stop.json").write_text(json.dumps({"by": "runbook", "reason": "stopped by the runbook"}))
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        conn.sendall(TOKEN.encode() + b"\n")
+        conn.settimeout(5)
+        answer = conn.recv(512)
+    assert answer.startswith(b"TF-RUNBOOK-FAILED ") and b"stopped" in answer, answer
+    assert proc.wait(10) == 128 + signal.SIGTERM
+    exit_ = json.loads((wdir / "exit.json").read_text())
+    assert exit_["stopped_by"] == "runbook" and not (wdir / "seen.json").exists()
+
+
+def test_the_job_deadline_counts_from_the_launch_not_from_the_go(
+    supervisor_path: Path, tmp_path: Path, procs: list
+) -> None:
+    # The job deadline: 3 s from the supervisor's start; the go comes 2 s in.
+    port, wdir, proc = armed(
+        procs, supervisor_path, tmp_path, "30", "--job-timeout", "3", "--grace", "0", job_args=("30",)
+    )
+    state = wait_armed(wdir, proc)
+    assert state["launch"]["deadline_at"] is not None
+    time.sleep(2.0)
+    assert go(target(port), TOKEN, 10)["started"] is True
+    proc.wait(20)
+    exit_ = json.loads((wdir / "exit.json").read_text())
+    assert exit_["stopped_by"] == "job-deadline", exit_
+    # Stopped about 1 s after the go (3 s from the launch), not 3 s after it.
+    assert exit_["finished_at"] - exit_["started_at"] < 2.5, exit_
+
+
+def test_a_reattach_finds_the_launch_of_an_armed_attempt(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30")
+    wait_armed(wdir, proc)
+    workers, launch_record = find_workers(str(tmp_path))
+    assert [w["index"] for w in workers] == [0]
+    assert launch_record["attempt"] == 0 and "deadline_at" in launch_record and launch_record["python"]
+    stop_worker(str(wdir), 5.0, "runbook", "stopped by the runbook")
+    assert proc.wait(10) == 128 + signal.SIGTERM

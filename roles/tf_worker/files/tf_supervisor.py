@@ -540,11 +540,18 @@ def await_go(
             return None, "timeout"
         try:
             conn, _ = listener.accept()
-        except OSError:  # the poll's timeout, or a signal
+        except socket.timeout:  # the poll's timeout
             continue
-        if read_go(conn, token):
+        except OSError:  # out of descriptors, say: no busy loop
+            time.sleep(POLL_SECONDS)
+            continue
+        if not read_go(conn, token):
+            conn.close()
+        elif stopped():  # the stop came while the go was being read: it wins
+            answer_go(conn, GO_FAILED + b"stopped before its job started")
+            return None, "stopped"
+        else:
             return conn, "go"
-        conn.close()
 
 
 def answer_go(conn: socket.socket, answer: bytes) -> None:
@@ -714,6 +721,10 @@ def supervise(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
 
+    # The job deadline counts from the launch (this process's start): time spent armed,
+    # waiting for the go, comes out of it, as it would have for a job started at once.
+    launched_mono = time.monotonic()
+    deadline_at = started + args.job_timeout if args.job_timeout else None
     launch = {
         "python": args.python,
         "script": str(args.script),
@@ -723,6 +734,7 @@ def supervise(args: argparse.Namespace) -> int:
         "controller_timeout": args.controller_timeout,
         "heartbeat_file": args.heartbeat_file,
         "peer_timeout": args.peer_timeout,
+        "deadline_at": deadline_at,
     }
     armed_at = None
     go_conn = None
@@ -756,6 +768,8 @@ def supervise(args: argparse.Namespace) -> int:
             write_json_atomic(worker_dir / EXIT_FILE, result)
             return int(result["returncode"])
         started = time.time()
+    spent = time.monotonic() - launched_mono
+    job_timeout = max(args.job_timeout - spent, min(args.job_timeout, 1.0)) if args.job_timeout else 0.0
 
     # The keeper's pipe: the supervisor holds the write end for as long as it lives.
     keeper_read, keeper_write = os.pipe()
@@ -780,7 +794,6 @@ def supervise(args: argparse.Namespace) -> int:
             return 127
     os.close(keeper_read)
     pgid = child.pid
-    deadline_at = started + args.job_timeout if args.job_timeout else None
     state: dict[str, Any] = {
         "supervisor_pid": os.getpid(),
         "pid": child.pid,
@@ -790,7 +803,7 @@ def supervise(args: argparse.Namespace) -> int:
         "armed_at": armed_at,
         "go_port": own_port if args.go_timeout else None,
         "argv": [args.python, str(args.script), *args.job_args],
-        "launch": {**launch, "deadline_at": deadline_at},
+        "launch": launch,
         "joined_at": None,
     }
     write_json_atomic(worker_dir / STATE_FILE, state)
@@ -820,7 +833,7 @@ def supervise(args: argparse.Namespace) -> int:
             if args.startup_timeout and not joined and elapsed > args.startup_timeout:
                 stopped_by = "startup-deadline"
                 reason = f"startup deadline of {args.startup_timeout:g} s passed before the worker joined the cluster"
-            elif args.job_timeout and elapsed > args.job_timeout:
+            elif job_timeout and elapsed > job_timeout:
                 stopped_by, reason = "job-deadline", f"job deadline of {args.job_timeout:g} s passed"
             elif now >= next_watch:
                 next_watch = now + WATCH_SECONDS
