@@ -55,6 +55,8 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[2]
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO / "tests" / "integration"))
+# tests/helpers.py, which the integration helpers (faults.py) import.
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(BENCH))
 
 import metrics  # noqa: E402 - the bench's pure parts, beside this file

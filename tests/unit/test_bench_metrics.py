@@ -300,3 +300,18 @@ def test_report_says_when_parts_come_from_different_runs() -> None:
     assert "different runs" in lines[0]
     assert "  - smoke: B" in lines
     assert "  - hosts: an earlier run of the script" in lines
+
+
+def test_the_fault_part_finds_the_integration_helpers_on_its_own() -> None:
+    """bench.py's own import path, without the test suite's: the fault part imports
+    tests/integration/faults.py, which imports tests/helpers.py."""
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('bench', {str(BENCH / 'bench.py')!r})\n"
+        "bench = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(bench)\n"
+        "import faults, nshosts, workerenv\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
