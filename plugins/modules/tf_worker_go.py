@@ -122,13 +122,19 @@ def read_answer(conn: socket.socket, end: float) -> bytes:
     return data.split(b"\n", 1)[0]
 
 
+def not_started(worker: dict, error: str | None = None) -> dict:
+    """A worker's result entry before (or without) its go: not started, with ``error``."""
+    return {
+        "index": int(worker["index"]), "host": str(worker.get("host", "")),
+        "endpoint": endpoint_of(str(worker["address"]), int(worker["port"])),
+        "started": False, "pid": None, "sent_at": None, "answered_at": None, "error": error,
+    }  # fmt: skip
+
+
 def go(worker: dict, token: str, timeout: float) -> dict:
     """Send one worker its go and read its answer: the worker's result entry."""
     address, port = str(worker["address"]), int(worker["port"])
-    result = {
-        "index": int(worker["index"]), "host": str(worker.get("host", "")), "endpoint": endpoint_of(address, port),
-        "started": False, "pid": None, "sent_at": None, "answered_at": None, "error": None,
-    }  # fmt: skip
+    result = not_started(worker)
     end = time.monotonic() + timeout
     error = "no attempt was made"
     while True:
@@ -179,12 +185,7 @@ def go_all(workers: list[dict], token: str, timeout: float) -> list[dict]:
         try:
             results[i] = go(workers[i], token, timeout)
         except Exception as exc:  # noqa: BLE001 - every worker must get a result
-            results[i] = {
-                "index": int(workers[i]["index"]), "host": str(workers[i].get("host", "")),
-                "endpoint": endpoint_of(str(workers[i]["address"]), int(workers[i]["port"])), "started": False,
-                "pid": None, "sent_at": None, "answered_at": None,
-                "error": printable(f"the go failed: {type(exc).__name__}: {exc}"),
-            }  # fmt: skip
+            results[i] = not_started(workers[i], printable(f"the go failed: {type(exc).__name__}: {exc}"))
 
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(workers))]
     for thread in threads:
@@ -216,8 +217,7 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(
             changed=False,
-            workers=[{**w, "endpoint": endpoint_of(w["address"], w["port"]), "started": False, "pid": None,
-                      "sent_at": None, "answered_at": None, "error": None} for w in workers],
+            workers=[{**w, **not_started(w)} for w in workers],
             failed_workers=[],
             msg=f"would send the go to {len(workers)} worker(s)",
         )  # fmt: skip

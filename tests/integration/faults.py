@@ -118,6 +118,16 @@ def remote_json(hosts: NamespaceHosts, host: int, path: str) -> dict[str, Any] |
     return json.loads(out) if rc == 0 and out.strip() else None
 
 
+def assert_started_together(hosts: NamespaceHosts, run_dir: str, workers: dict[int, int]) -> list[dict[str, Any]]:
+    """An armed launch: every worker (index: host) of the attempt in ``run_dir`` was armed
+    before any job started, and every job started on the go. The hosts share this
+    machine's clock. Returns the workers' states, in the order given."""
+    states = [remote_json(hosts, host, f"{run_dir}/worker-{index}/state.json") for index, host in workers.items()]
+    assert all(s and s["armed_at"] is not None and s["go_port"] and s["pid"] for s in states), states
+    assert max(s["armed_at"] for s in states) <= min(s["started_at"] for s in states), states
+    return states  # type: ignore[return-value]
+
+
 def wait_until(check: Callable[[], Any], timeout: float, what: str) -> float:
     """Seconds until ``check()`` is true; raises after ``timeout``."""
     start = time.monotonic()

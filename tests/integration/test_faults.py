@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import pytest
 
-from faults import LONG_JOB_ARGS, Outcome, remote_json, remote_pid, run_processes, run_with_fault, wait_for_log
+from faults import LONG_JOB_ARGS, Outcome, assert_started_together, remote_pid, run_processes, run_with_fault, wait_for_log
 from nshosts import NamespaceHosts
 
 RUN = "~/tf-runbook/runs"
@@ -42,17 +42,22 @@ def assert_clean_failure(
     return summary
 
 
+def killing_worker_1(hosts: NamespaceHosts, run_id: str) -> Callable[[], None]:
+    """The fault: SIGKILL of worker 1 (on node1) once its log shows epoch 2 of run ``run_id``."""
+
+    def kill() -> None:
+        wait_for_log(hosts, 1, f"{RUN}/{run_id}/worker-1/worker.log", "epoch=2 ")
+        assert hosts.run(1, f"kill -9 {remote_pid(hosts, 1, f'{RUN}/{run_id}/worker-1')}")[0] == 0
+
+    return kill
+
+
 def test_a_worker_killed_mid_training_stops_the_run(
     make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
 ) -> None:
     hosts = make_ns_hosts(count=2)
 
-    def kill_worker_1() -> None:
-        wait_for_log(hosts, 1, f"{RUN}/killed/worker-1/worker.log", "epoch=2 ")
-        pid = remote_pid(hosts, 1, f"{RUN}/killed/worker-1")
-        assert hosts.run(1, f"kill -9 {pid}")[0] == 0
-
-    out = run_with_fault(hosts, tmp_path, "killed", common(worker_python), kill_worker_1)
+    out = run_with_fault(hosts, tmp_path, "killed", common(worker_python), killing_worker_1(hosts, "killed"))
     summary = assert_clean_failure(hosts, out, [0, 1], bound=60)
     assert "worker 1 on host node1 failed first: exit status 137" in out.stdout
     assert summary["reason"].startswith("worker 1 on host node1")
@@ -89,20 +94,15 @@ def test_a_restart_over_several_hosts_is_armed_again_on_the_same_ports(
 ) -> None:
     hosts = make_ns_hosts(count=2)
 
-    def kill_worker_1() -> None:
-        wait_for_log(hosts, 1, f"{RUN}/rearmed/worker-1/worker.log", "epoch=2 ")
-        assert hosts.run(1, f"kill -9 {remote_pid(hosts, 1, f'{RUN}/rearmed/worker-1')}")[0] == 0
-
     settings = common(worker_python, tf_restart_attempts=1, tf_train_args=["--epochs=6", "--steps-per-epoch=200"])
-    out = run_with_fault(hosts, tmp_path, "rearmed", settings, kill_worker_1)
+    out = run_with_fault(hosts, tmp_path, "rearmed", settings, killing_worker_1(hosts, "rearmed"))
     assert out.returncode == 0, out.stdout[-4000:]
     summary = out.summary()
     assert summary["status"] == "succeeded" and summary["attempt"] == 1, summary["checks"]
     # Both attempts were armed on the workers' own ports, and each started on its go.
-    for attempt_dir in ("", "retry-1/"):
-        states = [remote_json(hosts, i, f"{RUN}/rearmed/{attempt_dir}worker-{i}/state.json") for i in (0, 1)]
-        assert all(s and s["armed_at"] and s["go_port"] == 2222 and s["pid"] for s in states), states
-        assert max(s["armed_at"] for s in states) <= min(s["started_at"] for s in states), states
+    for attempt_dir in ("rearmed", "rearmed/retry-1"):
+        states = assert_started_together(hosts, f"{RUN}/{attempt_dir}", {0: 0, 1: 1})
+        assert all(s["go_port"] == 2222 for s in states), states
     for host in (0, 1):
         assert run_processes(hosts, host, "rearmed") == []
 

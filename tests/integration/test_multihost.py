@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import pytest
 
+from faults import assert_started_together
 from helpers import run_playbook
 from nshosts import NamespaceHosts
 from workerenv import HOST_PYTHON, SHARED_VENV_ROOT, WORKER_PINS
@@ -52,18 +53,6 @@ class Runbook:
         return [line for line in out.splitlines() if line.strip() and "for p in" not in line]
 
 
-def assert_started_together(book: Runbook, run_id: str, workers: dict[int, int]) -> None:
-    """An armed launch: every worker (index: host) was armed before any job started, and
-    every job started on the go. The hosts share this machine's clock."""
-    states = []
-    for index, host in workers.items():
-        rc, out, err = book.hosts.run(host, f"cat ~/tf-runbook/runs/{run_id}/worker-{index}/state.json")
-        assert rc == 0, err
-        states.append(json.loads(out))
-    assert all(s["armed_at"] is not None and s["pid"] for s in states), states
-    assert max(s["armed_at"] for s in states) <= min(s["started_at"] for s in states), states
-
-
 def assert_trained(book: Runbook, result: subprocess.CompletedProcess[str], run_id: str, expect: list[tuple[str, int]]) -> dict[str, Any]:
     """The run succeeded with workers (host, port) in index order; checked on every side."""
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
@@ -93,7 +82,7 @@ def test_three_hosts_same_port_train_and_only_the_chief_writes_its_marker(
         assert book.run_processes(host, "three") == []
         rc, out, _ = hosts.run(host, f"stat -c %a {run}")
         assert out.strip() == "700"
-    assert_started_together(book, "three", {0: 0, 1: 1, 2: 2})
+    assert_started_together(hosts, "~/tf-runbook/runs/three", {0: 0, 1: 1, 2: 2})
     # Every worker saw the full cluster list, with the same port on three addresses.
     cluster = [f"{h.address}:2222" for h in hosts.hosts]
     assert book.summary("three")["cluster"]["worker"] == cluster
@@ -119,7 +108,7 @@ def test_forks_one_still_starts_every_worker(
     result = book.play("train.yml", "--forks", "1", extra={"tf_run_id": "forks1"})
     assert_trained(book, result, "forks1", [("node0", 2222), ("node1", 2222), ("node2", 2222)])
     # Armed one host after another, started together on one go.
-    assert_started_together(book, "forks1", {0: 0, 1: 1, 2: 2})
+    assert_started_together(hosts, "~/tf-runbook/runs/forks1", {0: 0, 1: 1, 2: 2})
 
 
 def test_two_hosts_with_two_slots_each(
@@ -135,7 +124,7 @@ def test_two_hosts_with_two_slots_each(
     assert book.exists(1, "~/tf-runbook/runs/slots/worker-3/worker.log")
     assert book.exists(0, "~/tf-runbook/runs/slots/worker-0/multiworker-complete.txt")
     assert not book.exists(0, "~/tf-runbook/runs/slots/worker-1/multiworker-complete.txt")
-    assert_started_together(book, "slots", {0: 0, 1: 0, 2: 1, 3: 1})
+    assert_started_together(hosts, "~/tf-runbook/runs/slots", {0: 0, 1: 0, 2: 1, 3: 1})
 
 
 def test_managed_virtualenv_is_built_offline_from_the_controllers_wheelhouse(

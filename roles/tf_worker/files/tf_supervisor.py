@@ -423,18 +423,30 @@ class PeerWatch:
         return None
 
 
-def bind_announcer(port: int, attempts: int = 10) -> socket.socket | None:
-    """A listening socket on this worker's port, retried for a few seconds: the job's own
-    server may take a moment to let go of it."""
+def listen_on(port: int, attempts: int, pause: float) -> socket.socket:
+    """A listening socket on this worker's port, on every address (IPv4 and, where the
+    host has it, IPv6), tried ``attempts`` times ``pause`` seconds apart (the port may
+    still be let go of by the job's own server, or a restart's earlier attempt); raises
+    OSError when it stays taken."""
     for attempt in range(attempts):
         try:
             if socket.has_dualstack_ipv6():
                 return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
             return socket.create_server(("", port))
         except OSError:
-            if attempt + 1 < attempts:
-                time.sleep(0.5)
-    return None
+            if attempt + 1 >= attempts:
+                raise
+            time.sleep(pause)
+    raise OSError(f"port {port} could not be listened on")  # not reached: attempts >= 1
+
+
+def bind_announcer(port: int, attempts: int = 10) -> socket.socket | None:
+    """The failure announcer's socket, retried for a few seconds: the job's own server may
+    take a moment to let go of the port; None when it stays taken."""
+    try:
+        return listen_on(port, attempts, 0.5)
+    except OSError:
+        return None
 
 
 def serve_announcement(server: socket.socket, message: bytes, done: threading.Event) -> None:
@@ -491,20 +503,10 @@ def announce_failure(
 
 
 def hold_port(port: int, attempts: int = 5, pause: float = 0.2) -> socket.socket:
-    """A listening socket on this worker's TensorFlow port, on every address (IPv4 and,
-    where the host has it, IPv6): the go comes to the port the peers will use. Tried a
-    few times for a second (a restart's port may still be let go of by the attempt
-    before, stopping); raises OSError when the port stays taken."""
-    for attempt in range(attempts):
-        try:
-            if socket.has_dualstack_ipv6():
-                return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
-            return socket.create_server(("", port))
-        except OSError:
-            if attempt + 1 == attempts:
-                raise
-            time.sleep(pause)
-    raise OSError(f"port {port} could not be held")  # not reached: attempts >= 1
+    """The armed supervisor's hold on this worker's TensorFlow port: the go comes to the
+    port the peers will use. Tried for a second (a restart's port may still be let go of
+    by the attempt before, stopping); raises OSError when the port stays taken."""
+    return listen_on(port, attempts, pause)
 
 
 def read_go(conn: socket.socket, token: bytes, timeout: float = GO_READ_SECONDS) -> bool:
@@ -736,7 +738,12 @@ def supervise(args: argparse.Namespace) -> int:
         "peer_timeout": args.peer_timeout,
         "deadline_at": deadline_at,
     }
-    armed_at = None
+    argv = [args.python, str(args.script), *args.job_args]
+    # state.json: armed (no job yet) and then started, with the same launch.
+    record: dict[str, Any] = {
+        "supervisor_pid": os.getpid(), "pid": None, "pgid": None, "keeper_pid": None, "started_at": None,
+        "armed_at": None, "go_port": None, "argv": argv, "launch": launch, "joined_at": None,
+    }  # fmt: skip
     go_conn = None
     if args.go_timeout:
         try:
@@ -747,12 +754,8 @@ def supervise(args: argparse.Namespace) -> int:
             write_json_atomic(worker_dir / EXIT_FILE, exit_record(2, reason, None, started, False))
             return 2
         armed_at = time.time()
-        armed: dict[str, Any] = {
-            "supervisor_pid": os.getpid(), "pid": None, "pgid": None, "keeper_pid": None, "started_at": None,
-            "armed_at": armed_at, "go_port": own_port, "argv": [args.python, str(args.script), *args.job_args],
-            "launch": launch, "joined_at": None,
-        }  # fmt: skip
-        write_json_atomic(worker_dir / STATE_FILE, armed)
+        record.update(armed_at=armed_at, go_port=own_port)
+        write_json_atomic(worker_dir / STATE_FILE, record)
         with listener:
             go_conn, outcome = await_go(listener, go_token, args.go_timeout, lambda: bool(stop_reason))
         if go_conn is None:
@@ -777,7 +780,7 @@ def supervise(args: argparse.Namespace) -> int:
     with open(log_path, "ab", buffering=0) as log:
         try:
             child = subprocess.Popen(
-                [args.python, str(args.script), *args.job_args],
+                argv,
                 cwd=worker_dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -795,16 +798,11 @@ def supervise(args: argparse.Namespace) -> int:
     os.close(keeper_read)
     pgid = child.pid
     state: dict[str, Any] = {
-        "supervisor_pid": os.getpid(),
+        **record,
         "pid": child.pid,
         "pgid": pgid,
         "keeper_pid": next((p for p in group_members(pgid) if p != child.pid), None),
         "started_at": started,
-        "armed_at": armed_at,
-        "go_port": own_port if args.go_timeout else None,
-        "argv": [args.python, str(args.script), *args.job_args],
-        "launch": launch,
-        "joined_at": None,
     }
     write_json_atomic(worker_dir / STATE_FILE, state)
     if go_conn is not None:
