@@ -64,6 +64,21 @@ STOP_REQUESTERS = ("operator", "runbook")
 # worker is a victim, never the culprit of a failed run.
 VICTIM_STOPS = frozenset({"runbook", "operator", "peer"})
 
+# Why a worker ended: exit.json's "cause" (written by the supervisor, see tf_causes.py)
+# and summary.json's, per worker. A cause is a mapping {"kind": one of CAUSES, "detail":
+# text, ...} with more keys for some kinds (see tf_causes.py).
+CAUSES = (
+    "completed", "job-error", "peer-lost", "out-of-memory", "killed", "preempted", "stalled", "deadline",
+    "startup", "host-lost", "controller-lost", "operator", "runbook", "restore-mismatch", "unknown",
+)  # fmt: skip
+# What a restart can fix: the default of tf_restart_on.
+RESTARTABLE_CAUSES = ("preempted", "peer-lost", "stalled", "killed", "host-lost")
+# The exit status of a job that TensorFlow's PreemptionCheckpointHandler saved and ended.
+PREEMPTION_EXIT = 42
+# Written into the worker directory by the supervisor: every thread's Python stack of the
+# job (faulthandler's text), captured before a stall or deadline stop.
+STACKS_FILE = "stacks.txt"
+
 # A run id becomes a directory name on every host and on the controller.
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 RUN_ID_RULE = "use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit, without '..'"
