@@ -197,3 +197,18 @@ def test_collect_alone_keeps_what_the_earlier_judgement_recorded(tmp_path: Path)
     given = run_verdict(run, wait_outcome={})
     assert given["summary"]["judged_again"]["kept"] == ["attempts", "devices"]
     assert not given["reason"].startswith("worker 1 on host node1 failed: host-lost")
+
+
+def test_a_deadline_stop_says_where_the_culprit_was_stuck(tmp_path: Path) -> None:
+    run = tmp_path / "deadline"
+    deadline = {"kind": "deadline", "detail": "job deadline of 60 s passed"}
+    pair(run, w0={"exit_status": 137, "stopped_by": "job-deadline", "complete": False, "finished_at": 1_764_000_100.0,
+                  "exit_extra": {"cause": deadline, "stacks": STACKS}},
+         w1={"exit_status": 137, "stopped_by": "job-deadline", "complete": False, "finished_at": 1_764_000_101.0,
+             "exit_extra": {"cause": deadline}})  # fmt: skip
+    summary = build(run, 2)
+    assert summary["reason"].startswith(
+        "worker 0 on host node0 failed first: deadline: job deadline of 60 s passed; exit status 137 (exited); "
+        "stuck in load_batch (train.py:41); last log lines: "
+    )
+    assert summary["stall"] is None
