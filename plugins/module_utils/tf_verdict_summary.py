@@ -19,7 +19,7 @@ import os
 import time
 from typing import Any
 
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import FORMATS, format_named
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import CONTRACT, format_named
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     LOG_FILE,
     STATE_FILE,
@@ -244,21 +244,26 @@ def mismatched_workers(attempt: dict[str, Any]) -> set[int]:
 def recorded_inputs(run_dir: str, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The verdict's inputs: those given, and for each not given (None) what the run's
     earlier summary.json recorded (collect.yml alone keeps the earlier judgement's
-    attempts, wait outcome and devices). Returns the inputs and what was kept (None when
+    attempts, wait outcome and devices, and the cluster size it was launched with).
+    Returns the inputs (the options, with ``expected_size``) and what was kept (None when
     every input was given or nothing was recorded)."""
-    earlier = as_dict(as_dict(read_json(os.path.join(run_dir, SUMMARY_FILE))).get("context"))
-    inputs: dict[str, Any] = {}
+    earlier = as_dict(read_json(os.path.join(run_dir, SUMMARY_FILE)))
+    recorded = as_dict(earlier.get("context"))
+    inputs: dict[str, Any] = {"expected_size": given.get("expected_size") or 0}
     kept = []
     for option, key in INPUTS.items():
         value = given.get(option)
-        if value is None and key in earlier:
-            value = earlier[key]
+        if value is None and key in recorded:
+            value = recorded[key]
             kept.append(key)
         inputs[option] = value
     if not kept:
         return inputs, None
-    written = as_dict(read_json(os.path.join(run_dir, SUMMARY_FILE))).get("written_at")
-    return inputs, {"kept": kept, "from": f"{SUMMARY_FILE} written at {written}", "judged_again": "the collected files"}
+    size = as_dict(earlier.get("cluster")).get("size")
+    if not inputs["expected_size"] and isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        inputs["expected_size"] = size
+    return inputs, {"kept": kept, "from": f"{SUMMARY_FILE} written at {earlier.get('written_at')}",
+                    "judged_again": "the collected files"}  # fmt: skip
 
 
 def summarize_run(run_id: str, run_dir: str, marker_name: str, expected_size: int, inputs: dict[str, Any],
@@ -334,7 +339,7 @@ def worker_timeline(run_dir: str, worker: dict[str, Any], source: str | None) ->
         for entry in exit_.get("timed_lines") or []
         if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], (int, float)) and not isinstance(entry[0], bool)
     ]
-    clock = FORMATS[0].clock_of(timed) if FORMATS and FORMATS[0].contract else {"joined_at": None, "epoch_at": {}, "completed_at": None}
+    clock = CONTRACT.clock_of(timed)
     fmt = format_named(source)
     if fmt is not None and not fmt.contract:
         own = fmt.clock_of(timed)
@@ -509,15 +514,12 @@ def verdict(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     context = params.get("context") or {}
     try:
         inputs, kept = recorded_inputs(run_dir, params)
-        if not params.get("expected_size") and kept:
-            earlier = as_dict(as_dict(read_json(os.path.join(run_dir, SUMMARY_FILE))).get("cluster")).get("size")
-            params = {**params, "expected_size": earlier if isinstance(earlier, int) else 0}
     except Exception:  # noqa: BLE001 - an unreadable earlier summary is no earlier judgement
-        inputs, kept = {option: params.get(option) for option in INPUTS}, None
+        inputs, kept = {"expected_size": params.get("expected_size") or 0, **{o: params.get(o) for o in INPUTS}}, None
     attempts = None
     try:
         attempts = load_attempts(run_dir, params["marker"])
-        summary = summarize_run(params["run_id"], run_dir, params["marker"], params["expected_size"], inputs, context, attempts)
+        summary = summarize_run(params["run_id"], run_dir, params["marker"], inputs["expected_size"], inputs, context, attempts)
     except Exception as exc:  # noqa: BLE001 - whatever the run holds, a summary.json is written
         summary = unreadable_summary(params["run_id"], f"{type(exc).__name__}: {exc}", context)
     summary["judged_again"] = kept
