@@ -73,7 +73,8 @@ def nice_ticks(low: float, high: float, target: int = 5) -> list[float]:
     # below 2**53 here), so no tick is a sum that stops growing or overflows.
     first = math.ceil(low / step - 1e-9)
     last = math.floor(high / step + 1e-9)
-    ticks = [round(k * step, 12) for k in range(first, min(last, first + MAX_TICKS - 1) + 1)]
+    decimals = max(0, -math.floor(math.log10(step))) + 2  # the step's, to drop float noise (0.35000000000000003)
+    ticks = [round(k * step, decimals) for k in range(first, min(last, first + MAX_TICKS - 1) + 1)]
     return [t for t in ticks if math.isfinite(t)] or [low, high]
 
 

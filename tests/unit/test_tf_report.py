@@ -8,12 +8,17 @@ then parsed, and its structure and numbers checked.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import signal
+import sys
 import time
+from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Iterator
 
 import pytest
 from ansible.errors import AnsibleActionFail, AnsibleFilterError
@@ -21,7 +26,7 @@ from ansible.errors import AnsibleActionFail, AnsibleFilterError
 import tf_report
 from report_runs import TEMPLATE, T0, build, endpoints, metrics_of, render, write_worker
 from tf_report import fmt_seconds, nice_ticks, tf_report_view
-from tf_report_action import write_report
+from tf_report_action import ActionModule, culprit_log_tails, log_tail, write_report
 from tf_verdict import summarize
 
 MARKER = "multiworker-complete.txt"
@@ -99,14 +104,36 @@ def points(polyline: Node) -> list[tuple[float, float]]:
     return [tuple(map(float, pair.split(","))) for pair in polyline.attrs["points"].split()]  # type: ignore[misc]
 
 
-def chart_x(epoch: int, low: int, high: int) -> float:
-    left, right = tf_report.CHART_LEFT, tf_report.CHART_W - tf_report.CHART_RIGHT
-    return round(left + (epoch - low) / (high - low) * (right - left), 1)
+# Where things must land, worked out by hand from the page's layout (not from the module's
+# constants, so that a wrong scale cannot agree with itself): a chart's plot spans x = 62
+# to 508 (520 units wide, 62 of labels on the left, 12 on the right); a timeline's x = 170
+# to 1024 (1040 wide, 170 of labels, 16 on the right), from the attempt's first launch to
+# its last record.
+CHART_X_1_3 = {1: 62.0, 2: 285.0, 3: 508.0}  # epochs 1..3: the ends and the middle
+CHART_X_1_4 = {1: 62.0, 2: 210.7, 3: 359.3, 4: 508.0}  # epochs 1..4: 446 / 3 apart
+TIMELINE_X_7S = {0: 170.0, 2.0: 414.0, 3.5: 597.0, 5.0: 780.0, 6.5: 963.0, 7: 1024.0}  # 7 s: 122 a second
+TIMELINE_X_6_2S = {3.5: 652.1, 4.5: 789.8}  # 6.2 s: 854 / 6.2 a second
 
 
-def timeline_x(seconds: float, span: float) -> float:
-    left, right = tf_report.TIMELINE_LABEL_W, tf_report.TIMELINE_W - tf_report.TIMELINE_RIGHT
-    return round(left + seconds / span * (right - left), 1)
+@contextmanager
+def cpu_budget(seconds: float) -> Iterator[None]:
+    """Asserts that the block takes under ``seconds`` of this process's CPU; a block that
+    would never end (a tick loop that stops advancing) is interrupted at twice that by a
+    CPU-time timer and fails instead of hanging the test run."""
+
+    def expired(_signum: int, _frame: Any) -> None:
+        raise AssertionError(f"still running after {2 * seconds} s of CPU")
+
+    previous = signal.signal(signal.SIGVTALRM, expired)
+    signal.setitimer(signal.ITIMER_VIRTUAL, 2 * seconds)
+    started = time.process_time()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, previous)
+    used = time.process_time() - started
+    assert used < seconds, f"{used:.3f} s of CPU"
 
 
 def assert_self_contained(html: str) -> None:
@@ -230,7 +257,7 @@ def test_succeeded_run_page(succeeded: dict[str, Any]) -> None:
     assert [line.attrs["data-worker"] for line in lines] == ["0", "1"]
     for line in lines:
         coords = points(line)
-        assert [x for x, _ in coords] == [chart_x(e, 1, 3) for e in (1, 2, 3)]
+        assert [x for x, _ in coords] == [62.0, 285.0, 508.0]
         assert coords[0][1] < coords[1][1] < coords[2][1]  # the loss falls: y grows downwards
         assert "stroke-dasharray" not in line.attrs
     assert points(lines[0]) == points(lines[1])
@@ -242,17 +269,15 @@ def test_succeeded_run_page(succeeded: dict[str, Any]) -> None:
     [timeline] = root.find("svg", "timeline")
     rows = timeline.find("g", "row")
     assert [r.attrs["data-worker"] for r in rows] == ["0", "1"] and all("ok" in r.classes for r in rows)
-    span = 7.0  # launch at T0, last exit at T0 + 7
+    at = TIMELINE_X_7S  # launch at T0, last exit at T0 + 7
     for row in rows:
         [bar] = row.find("rect", "bar")
-        assert float(bar.attrs["x"]) == timeline_x(0, span)
-        assert float(bar.attrs["width"]) == pytest.approx(timeline_x(7, span) - timeline_x(0, span), abs=0.15)
+        assert float(bar.attrs["x"]) == at[0] == 170.0
+        assert float(bar.attrs["width"]) == pytest.approx(at[7] - at[0], abs=0.15)
         [epochs] = row.find("path", "epochs")
-        assert [float(m) for m in re.findall(r"M([\d.]+) ", epochs.attrs["d"])] == [
-            timeline_x(t, span) for t in (3.5, 5.0, 6.5)
-        ]
+        assert [float(m) for m in re.findall(r"M([\d.]+) ", epochs.attrs["d"])] == [at[3.5], at[5.0], at[6.5]]
         [join] = row.find("path", "join")
-        assert join.attrs["d"].startswith(f"M{timeline_x(2.0, span)} ")
+        assert join.attrs["d"].startswith(f"M{at[2.0]} ")
         assert row.find("circle", "exit-ok")
     links = [a.attrs["href"] for a in root.find("a", "log")]
     assert links == ["node0/worker-0/worker.log", "node0/worker-1/worker.log"]
@@ -267,7 +292,7 @@ def test_disagreeing_metrics_are_marked_and_named(disagreeing: dict[str, Any]) -
     loss = root.find("svg", "chart", data_metric="loss")[0]
     circles = loss.find("circle", "disagree")
     assert len(circles) == 2  # one per distinct value
-    assert {float(c.attrs["cx"]) for c in circles} == {chart_x(2, 1, 3)}
+    assert {float(c.attrs["cx"]) for c in circles} == {CHART_X_1_3[2]}
     odd = [p for line in loss.find("polyline", "series") if line.attrs["data-worker"] == "1" for p in points(line)]
     assert any(float(c.attrs["cy"]) == odd[1][1] for c in circles)
     note = loss.parent.find("ul", "disagreements")[0].all_text()  # type: ignore[union-attr]
@@ -283,9 +308,8 @@ def test_killed_worker_is_the_marked_culprit(killed: dict[str, Any]) -> None:
     assert statuses == {"0": {"stopped"}, "1": {"culprit"}, "2": {"stopped"}}
     [culprit] = timeline.find("g", "culprit")
     assert culprit.find("path", "exit-culprit") and culprit.find("rect", "bar")
-    span = 6.2
-    [bar] = culprit.find("rect", "bar")
-    assert float(bar.attrs["x"]) + float(bar.attrs["width"]) == pytest.approx(timeline_x(4.5, span), abs=0.15)
+    [bar] = culprit.find("rect", "bar")  # the attempt lasted 6.2 s; worker 1 exited at 4.5 s
+    assert float(bar.attrs["x"]) + float(bar.attrs["width"]) == pytest.approx(TIMELINE_X_6_2S[4.5], abs=0.15)
     assert "culprit: exit 137 SIGKILL" in culprit.all_text()
     assert len(timeline.find("rect", "exit-stopped")) == 2
     head = root.find("div", "attempt")[0].find("div", "head")[0].all_text()
@@ -299,8 +323,7 @@ def test_restart_with_resume(resumed: dict[str, Any]) -> None:
     first, second = root.find("svg", "timeline")
     assert (first.attrs["data-attempt"], second.attrs["data-attempt"]) == ("0", "1")
     [resume] = first.find("line", "resume")
-    span = 6.2
-    assert float(resume.attrs["x1"]) == timeline_x(3.5, span)  # epoch 1 of attempt 0 ended at T0 + 3.5
+    assert float(resume.attrs["x1"]) == TIMELINE_X_6_2S[3.5]  # epoch 1 of attempt 0 ended at T0 + 3.5
     assert "attempt 1 resumed after epoch 1" in first.all_text()
     note = root.find("div", "attempt", data_attempt="1")[0].find("p", "resume-note")[0].text
     assert "Resumed after epoch 1" in note and "from epoch 2" in note
@@ -308,9 +331,9 @@ def test_restart_with_resume(resumed: dict[str, Any]) -> None:
     dashed = [line for line in loss.find("polyline", "series") if "stroke-dasharray" in line.attrs]
     solid = [line for line in loss.find("polyline", "series") if "stroke-dasharray" not in line.attrs]
     assert {line.attrs["data-attempt"] for line in dashed} == {"0"} and len(solid) == 3
-    assert [x for x, _ in points(solid[0])] == [chart_x(e, 1, 4) for e in (2, 3, 4)]
+    assert [x for x, _ in points(solid[0])] == [CHART_X_1_4[e] for e in (2, 3, 4)]
     [restart] = loss.find("line", "resume")
-    assert float(restart.attrs["x1"]) == chart_x(1, 1, 4)
+    assert float(restart.attrs["x1"]) == CHART_X_1_4[1]
     assert "3 worker(s), 6 curves (earlier attempts dashed)" in loss.parent.all_text()  # type: ignore[union-attr]
     links = [a.attrs["href"] for a in root.find("a", "log")]
     assert "node1/worker-1/worker.log" in links and "node1/retry-1/worker-1/worker.log" in links
@@ -325,7 +348,8 @@ def test_32_workers_200_epochs_render_fast_and_small(tmp_path: Path) -> None:
     # What the role's action does: read summary.json, lay it out, render, write. CPU time,
     # not wall time: the bound holds on a loaded machine too.
     started, wall = time.process_time(), time.perf_counter()
-    written = write_report(str(run / "summary.json"), str(TEMPLATE), str(run / "report.html"))
+    with cpu_budget(1.0):
+        written = write_report(str(run / "summary.json"), str(TEMPLATE), str(run / "report.html"))
     elapsed, wall = time.process_time() - started, time.perf_counter() - wall
     html = (run / "report.html").read_text()
     size = len(html.encode())
@@ -444,3 +468,157 @@ def test_the_documentation_only_module_documents_the_actions_options() -> None:
     options = yaml.safe_load(doc_module.DOCUMENTATION)["options"]
     documented = {name: {"type": o["type"], "required": o.get("required", False)} for name, o in options.items()}
     assert documented == {name: {"type": s["type"], "required": s.get("required", False)} for name, s in ARGUMENT_SPEC.items()}
+
+
+# --- values the axes must survive (issue 24, point 1) -----------------------------------------
+
+BIG = sys.float_info.max
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        (1e16, 1e16 + 2, [1e16, 1e16 + 2]),  # a step of 0.5 does not move 1e16: the two ends
+        (-1e308, 1e308, [-1e308, -5e307, 0, 5e307, 1e308]),  # the span overflows a float
+        (-BIG, BIG, [-1e308, 0, 1e308]),
+        (0, 5e-324, [0, 5e-324]),  # the smallest float: the span underflows
+        (1e-300, 3e-300, [1e-300, 1.5e-300, 2e-300, 2.5e-300, 3e-300]),
+        (7, 7, [7]),
+    ],
+)
+def test_nice_ticks_at_the_float_types_ends(low: float, high: float, expected: list[float]) -> None:
+    with cpu_budget(1.0):
+        ticks = nice_ticks(low, high, 5)
+    assert ticks == pytest.approx(expected, rel=1e-12)
+
+
+MAGNITUDES = [0.0, 1e-300, 1e-9, 0.5, 3.0, 1e6, 1e15, 1e16, 2**53, 1e20, 1e300, 1e308]
+SPANS = [5e-324, 1e-300, 1e-12, 1e-3, 1.0, 2.0, 7.0, 1e6, 1e20, 1e300, 1e308]
+
+
+def test_nice_ticks_are_bounded_increasing_and_finite_for_any_span() -> None:
+    """Every pair of magnitude and span, both signs: at most MAX_TICKS ticks (the bound,
+    12, known here independently), strictly increasing, finite, within the span's reach."""
+    cases = 0
+    with cpu_budget(1.0):
+        for base in MAGNITUDES:
+            for sign in (1, -1):
+                low = sign * base
+                for span in SPANS:
+                    high = min(low + span, BIG)
+                    for target in (1, 5, 8, 1000):
+                        ticks = nice_ticks(low, high, target)
+                        assert 1 <= len(ticks) <= 12, (low, high, target, ticks)
+                        assert all(math.isfinite(t) for t in ticks)
+                        assert all(a < b for a, b in zip(ticks, ticks[1:])), (low, high, ticks)
+                        cases += 1
+    assert cases == len(MAGNITUDES) * 2 * len(SPANS) * 4
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_nice_ticks_refuse_what_is_not_a_number(bad: float) -> None:
+    with pytest.raises(AnsibleFilterError, match="cannot scale an axis from"):
+        nice_ticks(0.0, bad)
+
+
+def run_of(tmp_path: Path, values: list[dict[int, dict[str, str]]], epochs: range = range(1, 4)) -> dict[str, Any]:
+    """A run of one worker per entry of ``values`` (its metrics per epoch)."""
+    run = tmp_path / "odd"
+    hosts, eps = endpoints(len(values))
+    for index, metrics in enumerate(values):
+        write_worker(run, hosts[index], index, eps, epochs=epochs, metrics=metrics)
+    return build(run, len(values))
+
+
+def drawn(tmp_path: Path, summary: dict[str, Any]) -> Node:
+    """The page the action writes for ``summary``, drawn (not the page that says why),
+    within a second of CPU."""
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    with cpu_budget(1.0):
+        written = write_report(str(tmp_path / "summary.json"), str(TEMPLATE), str(tmp_path / "report.html"))
+    assert "error" not in written, written["error"]
+    html = (tmp_path / "report.html").read_text()
+    assert_self_contained(html)
+    return Tree(html).root
+
+
+def y_labels(root: Node, metric: str = "loss") -> list[str]:
+    return [t.text for t in root.find("svg", "chart", data_metric=metric)[0].find("text", "tick")
+            if float(t.attrs["x"]) < 62]
+
+
+def test_values_one_float_step_apart_are_drawn(tmp_path: Path) -> None:
+    """loss=1e16 and loss=10000000000000002: the report used to append ticks forever."""
+    root = drawn(tmp_path, run_of(tmp_path, [{e: {"loss": "1e16"} for e in (1, 2, 3)},
+                                             {e: {"loss": "10000000000000002"} for e in (1, 2, 3)}]))
+    assert y_labels(root) == ["10000000000000000", "10000000000000002"]
+    assert len(root.find("circle", "disagree")) == 6  # three epochs, two values each
+
+
+def test_values_at_the_ends_of_the_float_type_are_drawn(tmp_path: Path) -> None:
+    root = drawn(tmp_path, run_of(tmp_path, [{e: {"loss": "-1e308"} for e in (1, 2, 3)},
+                                             {e: {"loss": "1e308"} for e in (1, 2, 3)}]))
+    assert y_labels(root) == ["-1e+308", "-5e+307", "0", "5e+307", "1e+308"]
+    lines = root.find("svg", "chart", data_metric="loss")[0].find("polyline", "series")
+    assert [{y for _, y in points(line)} for line in lines] == [{186.1}, {21.9}]  # padded by 6 % of the span: 184 * (0.12 / 2.24) from each end
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400"])
+def test_values_past_the_float_type_are_named_not_drawn(tmp_path: Path, value: str) -> None:
+    root = drawn(tmp_path, run_of(tmp_path, [{2: {"loss": value, "binary_accuracy": "0.5"}}, {}]))
+    card = root.find("svg", "chart", data_metric="loss")[0].parent
+    assert f"not drawn: epoch 2, worker 0: loss={value}" in card.all_text()  # type: ignore[union-attr]
+
+
+def test_a_single_value_is_drawn(tmp_path: Path) -> None:
+    root = drawn(tmp_path, run_of(tmp_path, [{1: {"loss": "0.5"}}], epochs=range(1, 2)))
+    [chart] = root.find("svg", "chart", data_metric="loss")
+    [line] = chart.find("polyline", "series")
+    assert points(line) == [(285.0, 104.0)]  # the middle of the plot (x 62-508, y 12-196)
+    assert chart.find("path", "dots")  # one dot: a one-point line would not show
+    assert [t.text for t in chart.find("text", "tick") if float(t.attrs["x"]) >= 62] == ["1"]
+
+
+def test_a_single_epoch_of_two_workers_is_labelled_once(tmp_path: Path) -> None:
+    root = drawn(tmp_path, run_of(tmp_path, [{}, {}], epochs=range(1, 2)))
+    for chart in root.find("svg", "chart"):
+        assert [t.text for t in chart.find("text", "tick") if float(t.attrs["x"]) >= 62] == ["1"]
+
+
+def test_times_past_the_float_type_are_not_drawn(tmp_path: Path, killed: dict[str, Any]) -> None:
+    rows = killed["timeline"][0]["workers"]
+    rows[0]["finished_at"], rows[1]["launched_at"], rows[2]["joined_at"] = 1e308, -1e308, float("nan")
+    rows[2]["epoch_at"] = {"1": "soon", "2": True}
+    root = drawn(tmp_path, json.loads(json.dumps(killed).replace("NaN", "null")))
+    assert len(root.find("g", "row")) == 3
+
+
+def test_a_summary_that_cannot_be_laid_out_gives_a_page_that_says_why(tmp_path: Path) -> None:
+    summary = {"run_id": "odd-run", "status": "failed", "reason": "worker 1 <b>failed</b>",
+               "timeline": [{"attempt": 0, "workers": [{"host": "node0"}]}]}  # a worker without an index
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    written = write_report(str(tmp_path / "summary.json"), str(TEMPLATE), str(tmp_path / "report.html"))
+    assert written["error"] == "KeyError: 'index'"
+    root = Tree((tmp_path / "report.html").read_text()).root
+    assert root.find("span", id="status")[0].text == "FAILED"
+    assert root.find("div", id="reason")[0].text == "worker 1 <b>failed</b>" and not root.find("b")
+    assert "The report could not be drawn: KeyError: 'index'" in root.find("p", id="not-drawn")[0].all_text()
+    assert root.find("a")[0].attrs["href"] == "summary.json"
+
+
+def test_a_template_that_fails_gives_a_page_and_a_warning_not_a_failed_task(tmp_path: Path, succeeded: dict[str, Any]) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps(succeeded))
+    (tmp_path / "broken.html.j2").write_text("{{ __tf_verdict_report.no_such_field.x }}")
+    action = ActionModule.__new__(ActionModule)
+    action._task = SimpleNamespace(check_mode=False)  # type: ignore[attr-defined]
+    action._find_needle = lambda _kind, name: name  # type: ignore[method-assign]
+    args = {"summary": str(tmp_path / "summary.json"), "template": str(tmp_path / "broken.html.j2"),
+            "dest": str(tmp_path / "report.html")}
+    result = action.work(args, {})
+    assert result["changed"] is True and "failed" not in result
+    assert result["error"].startswith("UndefinedError: ")
+    assert result["warnings"] == [
+        f"the report could not be drawn ({result['error']}); {tmp_path}/report.html says so, and the verdict "
+        f"and {tmp_path}/summary.json stand"
+    ]
+    assert Tree((tmp_path / "report.html").read_text()).root.find("span", id="status")[0].text == "SUCCEEDED"
