@@ -424,6 +424,7 @@ def test_text_from_logs_is_escaped(killed: dict[str, Any]) -> None:
     html, _ = page(killed)
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; left" in html
     assert "&lt;b&gt;bold&lt;/b&gt;" in html
+    assert not [t for t in Elements(html).tags if t in ("script", "b")]  # present as text, never as markup
 
 
 # --- the filter's pieces ----------------------------------------------------------------------
@@ -625,3 +626,115 @@ def test_a_template_that_fails_gives_a_page_and_a_warning_not_a_failed_task(tmp_
         f"and {tmp_path}/summary.json stand"
     ]
     assert Tree((tmp_path / "report.html").read_text()).root.find("span", id="status")[0].text == "SUCCEEDED"
+
+
+# --- markup from logs and records never becomes markup (issue 24, point 21) -------------------
+
+
+def markup(field: str) -> str:
+    """Text that, printed unescaped, adds a script, an image with a handler, and (breaking
+    out of a quoted attribute either way) a handler attribute; ``field`` names it."""
+    return (
+        f'<script>alert("{field}")</script><img src=x onerror="alert(1)">'
+        f'" data-injected="1" onmouseover="alert(2)" \' data-injected=\'1\' onfocus=\'alert(3)\' <b>'
+    )
+
+
+class Elements(HTMLParser):
+    """Every element and attribute of a page as a browser's parser sees them."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str]] = []
+        self.text: list[str] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.attrs += [(k, v or "") for k, v in attrs]
+
+    handle_startendtag = handle_starttag
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def injected(self) -> list[str]:
+        """What the markup above added to the page, if it became markup."""
+        return [f"<{t}>" for t in self.tags if t in ("script", "img", "b")] + [
+            f"{k}=" for k, _ in self.attrs if k.startswith("on") or k in ("src", "data-injected")
+        ]
+
+    def shows(self, field: str) -> bool:
+        """Whether the field's text reached the page (as text or an attribute's value)."""
+        needle = f'alert("{field}")'.lower()
+        return any(needle in piece.lower() for piece in self.text + [v for _, v in self.attrs])
+
+
+FIELDS = (
+    "run_id", "status", "reason", "written_at", "check_name", "check_detail", "metric", "value", "disagree_value",
+    "host", "endpoint", "devices", "exit_reason", "signal", "cause_kind", "cause_detail", "log", "log_line",
+    "stall_detail", "stack_where", "stack_frame", "stack_host",
+)  # fmt: skip
+
+
+def injected_run(tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    """A failed, restarted run (worker 1 killed, the others stopped, then a resume) whose
+    every field that comes from a log or a record carries markup; its summary.json and the
+    culprit's log written in the run directory."""
+    run = tmp_path / "resume"
+    hosts, eps = endpoints(3, 3)
+    write_killed(run, hosts, eps)
+    for index in range(3):
+        write_worker(run, hosts[index], index, eps, attempt=1, start=T0 + 10, epochs=range(2, 5), resumed_from=1)
+    summary = build(run, 3)
+    m = {field: markup(field) for field in FIELDS}
+    summary.update(run_id=m["run_id"], status=m["status"], reason=m["reason"], written_at=m["written_at"])
+    summary["checks"][0].update(name=m["check_name"], detail=m["check_detail"])
+    summary["context"]["devices"] = {"0": m["devices"]}
+    summary["workers"][2].update(host=m["host"], endpoint=m["endpoint"])
+    summary["stall"] = {"culprits": [1], "detail": m["stall_detail"]}
+    summary["workers"][1]["stacks"] = {"where": m["stack_where"], "frames": ["train.py:9 in main", m["stack_frame"]]}
+    summary["workers"][0]["stacks"] = {"where": "tensorflow", "frames": []}
+    summary["workers"][0]["host"] = m["stack_host"]
+    first, second = summary["timeline"]
+    for row in first["workers"] + second["workers"]:
+        row["metrics"] = {epoch: {m["metric"]: v["loss"]} for epoch, v in row["metrics"].items()}
+    second["workers"][0]["metrics"]["3"] = {m["metric"]: m["value"]}
+    second["disagreements"] = [{"epoch": "3", "metric": m["metric"], "values": [
+        {"value": m["disagree_value"], "workers": [0]}, {"value": "0.5", "workers": [1, 2]}]}]
+    first["workers"][2].update(host=m["host"], exit_reason=m["exit_reason"], signal=m["signal"], log=m["log"])
+    first["workers"][1]["cause"] = {"kind": m["cause_kind"], "detail": m["cause_detail"]}
+    first["workers"][0]["cause"] = {"kind": "runbook", "detail": m["cause_detail"]}
+    (run / "node1" / "worker-1" / "worker.log").write_text(f"Traceback (most recent call last):\n{m['log_line']}\n")
+    (run / "summary.json").write_text(json.dumps(summary))
+    return summary, run
+
+
+def test_markup_from_logs_and_records_stays_text(tmp_path: Path) -> None:
+    """Every field a job, a log or a record can fill, filled with markup: the parsed page
+    has none of its elements or attributes, and shows each field as text."""
+    _summary, run = injected_run(tmp_path)
+    written = write_report(str(run / "summary.json"), str(TEMPLATE), str(run / "report.html"))
+    assert "error" not in written, written
+    page_ = Elements((run / "report.html").read_text())
+    assert page_.injected() == []
+    assert [field for field in FIELDS if not page_.shows(field)] == []
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["report.run.reason", "r.exit_reason", "check.detail", "c.metric", "n", "a.culprit.log_tail", "r.cause.detail",
+     "r.host", "w.host", "report.stall.detail", "d.title", "report.run.id"],
+)
+def test_the_markup_test_fails_when_a_field_is_printed_raw(tmp_path: Path, expression: str) -> None:
+    """The test above can fail: the same run, rendered with one field marked ``|safe``,
+    puts the markup on the page."""
+    _summary, run = injected_run(tmp_path)
+    template = TEMPLATE.read_text(encoding="utf-8")
+    assert "{{ %s }}" % expression in template
+    raw = tmp_path / "raw.html.j2"
+    raw.write_text(template.replace("{{ %s }}" % expression, "{{ %s | safe }}" % expression))
+    written = write_report(str(run / "summary.json"), str(raw), str(run / "report.html"))
+    assert "error" not in written, written
+    assert "<script>" in Elements((run / "report.html").read_text()).injected()
