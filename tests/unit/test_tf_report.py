@@ -738,3 +738,155 @@ def test_the_markup_test_fails_when_a_field_is_printed_raw(tmp_path: Path, expre
     written = write_report(str(run / "summary.json"), str(raw), str(run / "report.html"))
     assert "error" not in written, written
     assert "<script>" in Elements((run / "report.html").read_text()).injected()
+
+
+# --- causes, the culprit's log, stalls, stacks and where each epoch came from -----------------
+
+OOM = {"kind": "out-of-memory", "detail": "killed by SIGKILL; the kernel counted 1 OOM kill", "signal": "SIGKILL",
+       "oom_kills": 1}
+STOPPED = {"kind": "runbook", "detail": "stopped after worker 1 failed"}
+
+
+def worker_rows(root: Node, attempt: int = 0) -> dict[str, Node]:
+    table = root.find("div", "attempt", data_attempt=str(attempt))[0].find("table", "workers")[0]
+    return {tr.find("td")[0].all_text().split()[0]: tr for tr in table.find("tbody")[0].find("tr")}
+
+
+def test_each_workers_cause_is_in_its_timeline_row(killed: dict[str, Any]) -> None:
+    rows = killed["timeline"][0]["workers"]
+    rows[0]["cause"], rows[1]["cause"], rows[2]["cause"] = STOPPED, OOM, {"kind": "made-up", "detail": ""}
+    _, root = page(killed)
+    table = worker_rows(root)
+    causes = {index: tr.find("td", "cause")[0] for index, tr in table.items()}
+    assert {i: td.all_text() for i, td in causes.items()} == {
+        "0": "runbook stopped after worker 1 failed",
+        "1": "out-of-memory killed by SIGKILL; the kernel counted 1 OOM kill",
+        "2": "made-up ",
+    }
+    assert [td.find("span", "cause")[0].classes for td in causes.values()] == [
+        {"cause", "runbook"}, {"cause", "out-of-memory"}, {"cause", "other"},  # only the contract's kinds as classes
+    ]
+    head = root.find("div", "attempt")[0].find("div", "head")[0].all_text()
+    assert "culprit: worker 1 on node1, out-of-memory, exit status 137" in head
+    [culprit] = root.find("svg", "timeline")[0].find("g", "culprit")
+    assert "culprit: exit 137 SIGKILL, out-of-memory" in culprit.all_text()
+    assert culprit.find("title")[0].text.endswith("(exited), out-of-memory - the culprit")
+
+
+def test_a_summary_written_before_causes_is_drawn_without_them(killed: dict[str, Any]) -> None:
+    for key in ("stall", "epoch_sources"):
+        assert key not in killed
+    _, root = page(killed)
+    assert not root.find("td", "cause") and "cause" not in [th.text for th in root.find("th")]
+    assert not root.find("div", id="stall") and not root.find("section", id="stacks")
+    assert not root.find("p", id="epoch-sources") and not root.find("pre", "log-tail")
+
+
+TRACEBACK = [
+    "Epoch 2/3",
+    "Traceback (most recent call last):",
+    '  File "/job/train.py", line 41, in load_batch',
+    "    import missing_module",
+    "ModuleNotFoundError: No module named 'missing_module'",
+]
+
+
+def test_the_culprits_last_log_lines_are_a_block_with_their_line_breaks(tmp_path: Path, killed: dict[str, Any]) -> None:
+    run = tmp_path / "killed"
+    (run / "node1" / "worker-1" / "worker.log").write_text("\n".join(["noise"] * 40 + TRACEBACK) + "\n\n")
+    (run / "summary.json").write_text(json.dumps(killed))
+    write_report(str(run / "summary.json"), str(TEMPLATE), str(run / "report.html"))
+    root = Tree((run / "report.html").read_text()).root
+    [block] = root.find("pre", "log-tail")
+    assert block.attrs["data-worker"] == "1"
+    assert block.text == "\n".join(["noise"] * 15 + TRACEBACK)  # the last 20 non-blank lines, as the log has them
+    caption = block.parent.find("p", "caption")[0].all_text()  # type: ignore[union-attr]
+    assert caption == "The last 20 line(s) of the culprit's log (worker 1, node1/worker-1/worker.log):"
+
+
+def test_log_tail_reads_the_end_of_a_large_log_only(tmp_path: Path) -> None:
+    log = tmp_path / "worker.log"
+    log.write_text("".join(f"line {n:07d} of a long log\n" for n in range(200_000)) + "last \x1b[2J line\n")
+    assert log.stat().st_size > 5_000_000
+    with cpu_budget(0.5):
+        tail = log_tail(str(log))
+    assert tail == [f"line {n:07d} of a long log" for n in range(199_981, 200_000)] + ["last \\x1b[2J line"]
+    everything = log_tail(str(log), lines=10**6)
+    # The last 64 KiB: the 16-byte last line and the whole 27-byte lines before it; the
+    # line cut at the start of the read is dropped.
+    assert len(everything) == 1 + (64 * 1024 - 16) // 27 and re.fullmatch(r"line \d{7} of a long log", everything[0])
+    assert log_tail(str(tmp_path / "missing.log")) == []
+
+
+def test_a_log_path_outside_the_run_is_not_read(tmp_path: Path, killed: dict[str, Any]) -> None:
+    run = tmp_path / "killed"
+    (tmp_path / "secret.log").write_text("secret\n")
+    killed["timeline"][0]["workers"][1]["log"] = "../secret.log"
+    assert culprit_log_tails(killed, str(run)) == {}
+    killed["timeline"][0]["workers"][1]["log"] = "node1/worker-1/worker.log"
+    assert list(culprit_log_tails(killed, str(run))) == ["node1/worker-1/worker.log"]
+
+
+FRAMES = ["train.py:88 in main", "train.py:52 in train_epoch", "data.py:41 in load_batch"]
+
+
+def test_a_stall_and_each_workers_stack_are_shown(killed: dict[str, Any]) -> None:
+    killed["stall"] = {"culprits": [1], "detail": "no worker printed progress for 20 s"}
+    killed["workers"][1]["stacks"] = {"file": "stacks.txt", "captured_at": T0 + 30, "where": "own-code", "frames": FRAMES}
+    killed["workers"][0]["stacks"] = {"file": "stacks.txt", "captured_at": T0 + 30, "where": "tensorflow", "frames": []}
+    _, root = page(killed)
+    assert root.find("div", id="stall")[0].all_text() == "Stalled: no worker printed progress for 20 s\nculprit: worker 1"
+    rows = root.find("section", id="stacks")[0].find("tr", "stack")
+    assert [(r.attrs["data-worker"], "culprit" in r.classes) for r in rows] == [("0", False), ("1", True)]
+    assert [td.all_text() for td in rows[0].find("td")] == ["0", "node0", "TensorFlow", "no frame of its own code"]
+    assert rows[1].find("td")[2].text == "its own code"
+    assert rows[1].find("pre", "frames")[0].text == "\n".join(FRAMES)  # innermost last, one a line
+    killed["stall"]["culprits"] = []
+    assert page(killed)[1].find("div", id="stall")[0].all_text().endswith("culprit: every worker stalled")
+
+
+def test_where_each_epoch_came_from(resumed: dict[str, Any]) -> None:
+    resumed["epoch_sources"] = {"1": 0, "2": 1, "3": 1, "4": 1}
+    _, root = page(resumed)
+    assert root.find("p", id="epoch-sources")[0].all_text() == (
+        "Each epoch is judged once, from the latest attempt that printed it:\n"
+        "epoch(s) 1 from attempt 0; epoch(s) 2-4 from attempt 1."
+    )
+    taken = [div.find("span", "epochs-taken")[0].text for div in root.find("div", "attempt")]
+    assert taken == ["epoch(s) 1 judged from this attempt", "epoch(s) 2-4 judged from this attempt"]
+
+
+def test_one_attempt_says_nothing_about_where_epochs_came_from(succeeded: dict[str, Any]) -> None:
+    succeeded["epoch_sources"] = {"1": 0, "2": 0, "3": 0}
+    _, root = page(succeeded)
+    assert not root.find("p", id="epoch-sources")
+    assert root.find("span", "epochs-taken")[0].text == "epoch(s) 1-3 judged from this attempt"
+
+
+@pytest.mark.parametrize(("epochs", "shown"), [([], ""), ([4], "4"), ([3, 1, 2, 5, 8, 7], "1-3, 5, 7-8")])
+def test_epoch_ranges(epochs: list[int], shown: str) -> None:
+    assert tf_report.epoch_ranges(epochs) == shown
+
+
+def test_keras_jobs_join_and_epoch_marks(tmp_path: Path) -> None:
+    """A Keras job prints no contract line: its join comes from exit.json's ``joined``, its
+    epoch marks from the Keras epoch headers the supervisor timed (epoch N ends where
+    epoch N + 1 begins, the last one at the clean exit)."""
+    run = tmp_path / "keras"
+    hosts, eps = endpoints(2)
+    for index in range(2):
+        wdir = write_worker(run, hosts[index], index, eps, epochs=range(1, 3))
+        lines = [f"Epoch {e}/2\n4/4 - 1s - 12ms/step - loss: 0.{7 - e}000" for e in (1, 2)]
+        (wdir / "worker.log").write_text("\n".join(lines) + "\n")
+        record = json.loads((wdir / "exit.json").read_text())
+        record.update(timed_lines=[[T0 + 2.0, "Epoch 1/2"], [T0 + 3.5, "Epoch 2/2"]], finished_at=T0 + 5.0)
+        (wdir / "exit.json").write_text(json.dumps(record))
+    summary = build(run, 2)
+    row = summary["timeline"][0]["workers"][1]
+    assert (row["joined"], row["joined_at"], row["epoch_at"]) == (True, None, {"1": T0 + 3.5, "2": T0 + 5.0})
+    _, root = page(summary)
+    assert [tr.find("td")[3].text for tr in worker_rows(root).values()] == ["yes", "yes"]
+    for g in root.find("svg", "timeline")[0].find("g", "row"):
+        [marks] = g.find("path", "epochs")
+        # A 5 s attempt: 854 / 5 px a second from x = 170; epoch 1 ended at 3.5 s, epoch 2 at 5 s.
+        assert [float(m) for m in re.findall(r"M([\d.]+) ", marks.attrs["d"])] == [767.8, 1024.0]
