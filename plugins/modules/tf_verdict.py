@@ -860,8 +860,13 @@ def worker_timeline(run_dir: str, worker: dict[str, Any], series: dict[str, Any]
     state = _dict(read_json(os.path.join(worker["dir"], STATE_FILE)))
     joined_at = completed_at = None
     epoch_at: dict[str, float] = {}
+    began: dict[int, float] = {}  # Keras' "Epoch N/M" headers: epoch N began (N - 1 ended)
     for entry in exit_.get("timed_lines") or []:
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], (int, float))):
+            continue
+        header = KERAS_EPOCH.match(str(entry[1]).strip())
+        if header:
+            began.setdefault(int(header.group("epoch")), entry[0])
             continue
         seen = _pairs(str(entry[1]))
         if seen is None:
@@ -875,13 +880,18 @@ def worker_timeline(run_dir: str, worker: dict[str, Any], series: dict[str, Any]
                 epoch_at.setdefault(str(int(value.group("epoch"))), entry[0])
         elif "cluster_workers" in pairs or "replicas" in pairs:
             joined_at = joined_at or entry[0]
+    if began and not epoch_at:  # a Keras job: an epoch ends where the next begins, the last at a clean exit
+        epoch_at = {str(n - 1): t for n, t in sorted(began.items()) if n - 1 in began}
+        if exit_.get("returncode") == 0 and isinstance(exit_.get("finished_at"), (int, float)):
+            epoch_at[str(max(began))] = exit_["finished_at"]
     return {
         "index": worker["index"],
         "host": worker["host"],
         "log": os.path.relpath(os.path.join(worker["dir"], LOG_FILE), run_dir),
         "has_log": worker.get("log") is not None,
         "launched_at": exit_.get("started_at", state.get("started_at")),
-        "joined_at": joined_at,
+        "joined_at": joined_at if joined_at is not None else state.get("joined_at"),
+        "joined": exit_.get("joined"),
         "epoch_at": epoch_at,
         "completed_at": completed_at,
         "finished_at": exit_.get("finished_at"),
