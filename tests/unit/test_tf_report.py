@@ -757,7 +757,7 @@ def test_each_workers_cause_is_in_its_timeline_row(killed: dict[str, Any]) -> No
     rows[0]["cause"], rows[1]["cause"], rows[2]["cause"] = STOPPED, OOM, {"kind": "made-up", "detail": ""}
     _, root = page(killed)
     table = worker_rows(root)
-    causes = {index: tr.find("td", "cause")[0] for index, tr in table.items()}
+    causes = {index: tr.find("td", "cause-cell")[0] for index, tr in table.items()}
     assert {i: td.all_text() for i, td in causes.items()} == {
         "0": "runbook stopped after worker 1 failed",
         "1": "out-of-memory killed by SIGKILL; the kernel counted 1 OOM kill",
@@ -777,7 +777,7 @@ def test_a_summary_written_before_causes_is_drawn_without_them(killed: dict[str,
     for key in ("stall", "epoch_sources"):
         assert key not in killed
     _, root = page(killed)
-    assert not root.find("td", "cause") and "cause" not in [th.text for th in root.find("th")]
+    assert not root.find("td", "cause-cell") and "cause" not in [th.text for th in root.find("th")]
     assert not root.find("div", id="stall") and not root.find("section", id="stacks")
     assert not root.find("p", id="epoch-sources") and not root.find("pre", "log-tail")
 
