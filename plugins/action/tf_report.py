@@ -91,6 +91,13 @@ def fallback_page(summary: Any, error: str) -> str:
 
     run_id, status = text(record.get("run_id", "?")), text(str(record.get("status", "unknown")).upper())
     reason = f'<div class="reason" id="reason">{text(record["reason"])}</div>\n' if record.get("reason") else ""
+    checks = [c for c in record.get("checks") or [] if isinstance(c, dict)]
+    rows = "".join(
+        f'<tr class="check"><td>{ {True: "ok", False: "FAIL"}.get(c.get("ok"), "--") }</td>'
+        f"<td><code>{text(c.get('name'))}</code></td><td>{text(c.get('detail'))}</td></tr>\n"
+        for c in checks
+    )
+    table = f'<table id="checks">\n{rows}</table>\n' if rows else ""
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<title>{run_id}: {status} - tf-runbook report (not drawn)</title>\n</head>\n<body>\n"
@@ -98,7 +105,7 @@ def fallback_page(summary: Any, error: str) -> str:
         f"{reason}"
         f'<p id="not-drawn">The report could not be drawn: <code>{text(error)}</code>. The verdict stands: '
         'its status above and every check and worker are in <a href="summary.json">summary.json</a>.</p>\n'
-        "</body>\n</html>\n"
+        f"{table}</body>\n</html>\n"
     )
 
 

@@ -26,7 +26,7 @@ from ansible.errors import AnsibleActionFail, AnsibleFilterError
 import tf_report
 from report_runs import TEMPLATE, T0, build, endpoints, metrics_of, render, write_worker
 from tf_report import fmt_seconds, nice_ticks, tf_report_view
-from tf_report_action import ActionModule, culprit_log_tails, log_tail, write_report
+from tf_report_action import ActionModule, culprit_log_tails, draw, log_tail, write_report
 from tf_verdict import summarize
 
 MARKER = "multiworker-complete.txt"
@@ -890,3 +890,22 @@ def test_keras_jobs_join_and_epoch_marks(tmp_path: Path) -> None:
         [marks] = g.find("path", "epochs")
         # A 5 s attempt: 854 / 5 px a second from x = 170; epoch 1 ended at 3.5 s, epoch 2 at 5 s.
         assert [float(m) for m in re.findall(r"M([\d.]+) ", marks.attrs["d"])] == [767.8, 1024.0]
+
+
+def test_a_run_too_large_to_draw_gives_a_page_that_says_why(succeeded: dict[str, Any]) -> None:
+    """Past 500,000 metric values the page would take minutes and tens of MB: it says so
+    instead, and still shows the verdict's checks."""
+    row = succeeded["timeline"][0]["workers"][0]
+    row["metrics"] = {str(epoch): {"loss": "0.5", "accuracy": "0.5"} for epoch in range(1, 250_002)}
+    succeeded["checks"][1]["detail"] = "<b>a detail</b>"
+    with cpu_budget(2.0):
+        html, error = draw(succeeded, TEMPLATE.read_text(encoding="utf-8"), "/nonexistent")
+    # 250,001 epochs of two metrics on worker 0, 3 of two on worker 1.
+    assert error is not None and error.endswith(
+        ": tf_report_view: 500008 metric values are more than the report draws (500000); summary.json holds them all"
+    )
+    root = Tree(html).root
+    assert root.find("span", id="status")[0].text == "SUCCEEDED"
+    rows = root.find("table", id="checks")[0].find("tr", "check")
+    assert [r.find("code")[0].text for r in rows] == [c["name"] for c in succeeded["checks"]]
+    assert rows[1].find("td")[2].text == "<b>a detail</b>" and not root.find("b")
