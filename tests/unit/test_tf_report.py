@@ -881,11 +881,14 @@ def test_keras_jobs_join_and_epoch_marks(tmp_path: Path) -> None:
         record = json.loads((wdir / "exit.json").read_text())
         record.update(timed_lines=[[T0 + 2.0, "Epoch 1/2"], [T0 + 3.5, "Epoch 2/2"]], finished_at=T0 + 5.0)
         (wdir / "exit.json").write_text(json.dumps(record))
+        if index == 0:  # the supervisor's own note of the join, where its state was collected
+            (wdir / "state.json").write_text(json.dumps({"started_at": T0, "joined_at": T0 + 1.25}))
     summary = build(run, 2)
     row = summary["timeline"][0]["workers"][1]
     assert (row["joined"], row["joined_at"], row["epoch_at"]) == (True, None, {"1": T0 + 3.5, "2": T0 + 5.0})
+    assert summary["timeline"][0]["workers"][0]["joined_at"] == T0 + 1.25
     _, root = page(summary)
-    assert [tr.find("td")[3].text for tr in worker_rows(root).values()] == ["yes", "yes"]
+    assert [tr.find("td")[3].text for tr in worker_rows(root).values()] == ["1.2 s", "yes"]
     for g in root.find("svg", "timeline")[0].find("g", "row"):
         [marks] = g.find("path", "epochs")
         # A 5 s attempt: 854 / 5 px a second from x = 170; epoch 1 ended at 3.5 s, epoch 2 at 5 s.
