@@ -365,18 +365,18 @@ def tf_preflight_input_problems(
     named once per host."""
     if not isinstance(own, dict) or not isinstance(others, dict):
         raise AnsibleFilterError("expected the inputs of this host and the host variables of every host, as dicts")
-    problems = [f"host {host}: {problem}" for problem in input_problems(own, int(cluster_size or 0))]
+    size = int(cluster_size or 0)
+    found = input_problems(own, size)
+    problems = [f"host {host}: {problem}" for problem in found]
     for other, variables in others.items():
-        if other == host:
-            continue
         defined = {name: variables[name] for name in INPUT_NAMES if name in variables}
-        if not defined:
+        if other == host or not defined:
             continue
-        merged = dict(own, **defined)
-        for problem in input_problems(merged, int(cluster_size or 0)):
-            message = f"host {other}: {problem}"
-            if problem not in (p.split(": ", 1)[1] for p in problems) and message not in problems:
-                problems.append(message)
+        # The other host's own values, in the context of the play's (a poll interval set
+        # only for the play still bounds a host's controller timeout); what it inherits
+        # from the play or from every host was named on ``host`` already.
+        problems.extend(f"host {other}: {problem}" for problem in input_problems(dict(own, **defined), size)
+                        if problem not in found)
     return problems
 
 

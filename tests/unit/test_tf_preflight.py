@@ -662,11 +662,13 @@ def test_a_report_that_is_off_needs_no_template() -> None:
 
 def test_another_hosts_own_value_is_refused_under_its_name_and_an_inherited_one_once() -> None:
     own = {"tf_worker_base_dir": "~/tf", "tf_startup_pattern": "("}
-    others = {"w0": {}, "w1": {"tf_worker_base_dir": "rel"}, "w2": {"tf_startup_pattern": "("}}
+    others = {"w0": {}, "w1": {"tf_worker_base_dir": "rel"}, "w2": {"tf_startup_pattern": "("},
+              "w3": {"tf_worker_base_dir": "rel"}}
     assert tf_preflight.tf_preflight_input_problems(own, "w0", others, 3) == [
         "host w0: tf_startup_pattern '(' is not a valid regular expression: missing ), unterminated subpattern at "
         "position 0",
         "host w1: tf_worker_base_dir 'rel' must be an absolute path or start with ~/",
+        "host w3: tf_worker_base_dir 'rel' must be an absolute path or start with ~/",
     ]
 
 
