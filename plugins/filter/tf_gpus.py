@@ -31,10 +31,12 @@ _PROBE = r'''
 import importlib.util, json, os, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
 DEVICES = json.loads(__DEVICES__)
+JOB_ENV = json.loads(__ENV__)
 COUNT = ("import json, tensorflow as tf; print(json.dumps({'gpus': len(tf.config.list_physical_devices('GPU')),"
          " 'version': getattr(tf, '__version__', None)}))")
 def ask(devices):
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=devices, TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, **JOB_ENV)
+    env.update(CUDA_VISIBLE_DEVICES=devices, TF_CPP_MIN_LOG_LEVEL="2")
     try:
         done = subprocess.run([sys.executable, "-c", COUNT], env=env, capture_output=True, text=True,
                               timeout=__TIMEOUT__)
@@ -86,14 +88,21 @@ def tf_gpu_pins(requirements: list[str], devices: dict[str, Any], indices: list[
     return pins
 
 
-def tf_gpu_probe_code(devices: dict[str, Any], indices: list[Any]) -> str:
+def tf_gpu_probe_code(devices: dict[str, Any], indices: list[Any], env: dict[str, Any] | None = None) -> str:
     """Python code that prints, as JSON, how many GPUs TensorFlow sees for each of this
-    host's workers ``indices`` under the devices it gets; '' when none of them gets GPUs."""
+    host's workers ``indices`` under the devices it gets, in the environment the job gets
+    (``env``: tf_worker_env, say a LD_LIBRARY_PATH to CUDA; the code then holds its values:
+    run it with no_log); '' when none of them gets GPUs."""
     local = _local_devices(devices, indices)
     if not local:
         return ""
-    return _PROBE.replace("__DEVICES__", repr(json.dumps(local, sort_keys=True))).replace(
-        "__TIMEOUT__", str(ASK_TIMEOUT)
+    if env is not None and not isinstance(env, dict):
+        raise AnsibleFilterError(f"tf_worker_env must be a mapping, got {type(env).__name__}")
+    job_env = {str(name): str(value) for name, value in (env or {}).items()}
+    return (
+        _PROBE.replace("__DEVICES__", repr(json.dumps(local, sort_keys=True)))
+        .replace("__ENV__", repr(json.dumps(job_env, sort_keys=True)))
+        .replace("__TIMEOUT__", str(ASK_TIMEOUT))
     )
 
 

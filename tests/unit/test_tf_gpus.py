@@ -142,3 +142,21 @@ def test_errors_of_the_interpreter_or_of_one_worker_are_named() -> None:
 
 def test_the_filters_are_registered() -> None:
     assert set(FilterModule().filters()) == {"tf_gpu_pins", "tf_gpu_probe_code", "tf_gpu_problems"}
+
+
+def test_the_code_asks_in_the_environment_the_job_gets(tmp_path: Path) -> None:
+    """A TensorFlow that finds CUDA only through tf_worker_env (LD_LIBRARY_PATH here):
+    asked without it, it would be refused although the job sees its GPUs."""
+    package = tmp_path / "site" / "tensorflow"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "import os\n"
+        "class _Config:\n"
+        "    def list_physical_devices(self, kind):\n"
+        "        found = os.environ.get('LD_LIBRARY_PATH') == '/opt/cuda/lib64'\n"
+        "        return os.environ['CUDA_VISIBLE_DEVICES'].split(',') if found else []\n"
+        "config = _Config()\n"
+    )
+    with_env = run_code(tf_gpu_probe_code(GPU_DEVICES, [0], {"LD_LIBRARY_PATH": "/opt/cuda/lib64"}), package.parent)
+    without = run_code(tf_gpu_probe_code(GPU_DEVICES, [0]), package.parent)
+    assert (with_env["workers"]["0"]["gpus"], without["workers"]["0"]["gpus"]) == (4, 0)
