@@ -28,11 +28,31 @@ def status_problem(host: str, status: Any) -> str | None:
     return None
 
 
+def stall_of(statuses: list[Any]) -> dict[str, Any] | None:
+    """The stall the wait found: a host's own finding, else the stall flag a host stopped
+    for; None when the run did not stall."""
+    for status in statuses:
+        stalled = status.get("stalled") if isinstance(status, dict) else None
+        if isinstance(stalled, dict):
+            return {"seconds": stalled.get("seconds"), "detail": stalled.get("detail")}
+    for status in statuses:
+        peer = status.get("peer_failed") if isinstance(status, dict) else None
+        if isinstance(peer, dict) and peer.get("cause") == "stalled":
+            return {"seconds": peer.get("seconds"), "detail": peer.get("reason")}
+    return None
+
+
+def cause_of(worker: dict[str, Any]) -> dict[str, Any] | None:
+    cause = worker.get("cause")
+    return cause if isinstance(cause, dict) and cause.get("kind") else None
+
+
 def tf_wait_outcome(
     all_hosts: list[str], live_hosts: list[str], statuses: dict[str, Any], detached: bool = False
 ) -> dict[str, Any]:
-    """Summarise the wait: a failed or lost worker anywhere, or a host whose status is
-    missing or incomplete, makes the run not ok."""
+    """Summarise the wait: a failed or lost worker anywhere, a stall, or a host whose
+    status is missing or incomplete, makes the run not ok. Each failed worker carries its
+    ``cause``; ``causes`` lists their kinds, sorted, each once."""
     if not isinstance(statuses, dict):
         raise TypeError(f"tf_wait_outcome: statuses must map host to status, not {type(statuses).__name__}")
     failed: list[dict[str, Any]] = []
@@ -58,12 +78,16 @@ def tf_wait_outcome(
                 "log_tail": worker.get("log_tail", []),
             }
             if worker["state"] == "exited" and worker["returncode"] != 0:
-                failed.append(entry)
+                failed.append({**entry, "cause": cause_of(worker)})
             elif worker["state"] != "exited":
                 running.append({**entry, "joined": bool(worker.get("joined"))})
     failed.sort(key=lambda w: w["index"])
+    stalled = stall_of([statuses.get(host) for host in live_hosts])
     left_running = detached and bool(running) and all(w["joined"] for w in running)
-    ok = not failed and not lost and not deadline_hosts and not problems and (not running or left_running)
+    ok = (
+        not failed and not lost and not deadline_hosts and not problems and not stalled
+        and (not running or left_running)
+    )  # fmt: skip
     return {
         "ok": ok,
         "detached": ok and left_running,
@@ -73,6 +97,8 @@ def tf_wait_outcome(
         "lost_hosts": lost,
         "deadline_hosts": deadline_hosts,
         "status_problems": problems,
+        "stalled": stalled,
+        "causes": sorted({w["cause"]["kind"] for w in failed if w["cause"]}),
     }
 
 

@@ -206,7 +206,10 @@ def test_status_starting_without_files(tmp_path: Path) -> None:
         "stopped_by": None,
         "joined": False,
         "last_line": None,
+        "progress_lines": 0,
         "log_tail": [],
+        "cause": None,
+        "stacks": None,
     }
 
 
