@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from ansible.errors import AnsibleFilterError
 
 # What a host's status must carry for the outcome to be decided from it.
 STATUS_FIELDS = ("workers", "done", "deadline_passed")
@@ -102,8 +105,39 @@ def tf_wait_outcome(
     }
 
 
+def tf_log_workers(value: Any) -> list[int] | None:
+    """The worker indices logs.yml is asked for (``-e tf_logs_workers=0,2``, a list, or one
+    index); None (every worker) for an empty value. Anything else is refused by value."""
+    if value is None or value == "" or value == []:
+        return None
+    items = value if isinstance(value, list) else re.split(r"\s*,\s*", str(value).strip())
+    indices = []
+    for item in items:
+        text = str(item).strip()
+        if isinstance(item, bool) or not text.isdigit():
+            raise AnsibleFilterError(
+                f"tf_logs_workers must be worker indices separated by commas (0,2), got {value!r}"
+            )
+        indices.append(int(text))
+    return sorted(set(indices))
+
+
+def tf_pattern_problem(pattern: Any, name: str, host: str) -> str:
+    """Why ``pattern`` (the value of variable ``name`` on ``host``) is not a regular
+    expression Python compiles; empty when it is one (or empty)."""
+    try:
+        re.compile("" if pattern is None else str(pattern))
+    except re.error as exc:
+        return f"host {host}: {name} {pattern!r} is not a regular expression: {exc}"
+    return ""
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Any]:
-        return {"tf_wait_outcome": tf_wait_outcome}
+        return {
+            "tf_wait_outcome": tf_wait_outcome,
+            "tf_log_workers": tf_log_workers,
+            "tf_pattern_problem": tf_pattern_problem,
+        }
