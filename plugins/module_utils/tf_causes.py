@@ -6,7 +6,8 @@
 its log into a cause: ``{"kind": one of tf_run.CAUSES, "detail": one line a human reads}``,
 with ``exception`` and ``message`` for a job's own error and ``signal`` and ``oom_kills``
 for a kill. ``parse_stacks`` reads the Python stacks that the job's wrapper
-(``roles/tf_worker/files/tf_job.py``) dumps with ``faulthandler`` into ``stacks.txt``.
+(``roles/tf_worker/files/tf_runbook_job.py``) dumps with ``faulthandler`` into
+``stacks.txt`` when ``request_stacks`` sends it the stacks signal.
 
 Standard library only: it is shipped next to the supervisor on the hosts, which writes
 the cause into ``exit.json``; tf_worker_status asks it for records that have none.
@@ -16,15 +17,17 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any
 
 try:  # on the controller, as part of the collection
     from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
         JOB_WRAPPER,
         PREEMPTION_EXIT,
+        stacks_signal,
     )
 except ImportError:  # on a host, next to the supervisor
-    from tf_run import JOB_WRAPPER, PREEMPTION_EXIT  # type: ignore[no-redef]
+    from tf_run import JOB_WRAPPER, PREEMPTION_EXIT, stacks_signal  # type: ignore[no-redef]
 
 # Who stopped the job (exit.json's stopped_by) -> the cause kind, for stops that say it all.
 STOPPED_BY_KINDS = {
@@ -103,7 +106,7 @@ def classify(record: dict[str, Any], log_tail: list[str], oom_kills: int | None 
     returncode = record.get("returncode")
     sig = record.get("signal")
     reason = str(record.get("reason") or "")
-    if returncode == PREEMPTION_EXIT and stopped_by in (None, "signal"):
+    if returncode == PREEMPTION_EXIT and stopped_by in (None, "signal", "peer"):
         return {"kind": "preempted", "detail": f"the job saved and exited {PREEMPTION_EXIT} (TensorFlow's preemption handler)"}
     if stopped_by in STOPPED_BY_KINDS:
         kind = STOPPED_BY_KINDS[stopped_by]
@@ -186,3 +189,36 @@ def parse_stacks(text: str, job_dir: str) -> dict[str, Any]:
     own = [frames[i] for i in own_at[:MAX_FRAMES]]
     shown = [f"{os.path.relpath(path, job_dir)}:{line} in {func}" for path, line, func in reversed(own)]
     return {"where": where, "frames": shown}
+
+
+def stacks_dumped(text: str) -> bool:
+    """Whether a stacks.txt holds a dump (not only the wrapper's first line)."""
+    return any(_THREAD_LINE.match(line) for line in text.splitlines())
+
+
+def request_stacks(pid: int, path: str, timeout: float, poll: float = 0.05) -> bool:
+    """Ask the job ``pid`` (running under the wrapper) for its stacks: send it the stacks
+    signal and wait, up to ``timeout`` seconds, until ``path`` grew and then stayed the
+    same size for a few polls (the dump is written from a signal handler, at once or not
+    at all). False when the job is gone or wrote nothing in time."""
+    try:
+        before = os.path.getsize(path)
+    except OSError:
+        before = 0
+    try:
+        os.kill(pid, stacks_signal())
+    except OSError:
+        return False
+    end = time.monotonic() + timeout
+    size, steady = before, 0
+    while time.monotonic() < end:
+        time.sleep(poll)
+        try:
+            now = os.path.getsize(path)
+        except OSError:
+            continue
+        steady = steady + 1 if now == size and now > before else 0
+        size = now
+        if steady >= 4:
+            return True
+    return size > before

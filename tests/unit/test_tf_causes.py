@@ -109,6 +109,7 @@ def test_the_exception_line_is_found_without_the_traceback_start() -> None:
         (record(0), None, "completed"),
         (record(tf_run.PREEMPTION_EXIT), None, "preempted"),
         (record(tf_run.PREEMPTION_EXIT, stopped_by="signal", reason="stopped by signal SIGTERM"), None, "preempted"),
+        (record(tf_run.PREEMPTION_EXIT, stopped_by="peer", reason="worker 1 failed"), None, "preempted"),
         (record(143, "SIGTERM", "signal", "stopped by signal SIGTERM"), None, "preempted"),
         (record(143, "SIGTERM"), None, "preempted"),
         (record(143, "SIGTERM", "operator", "stopped by an operator"), None, "operator"),

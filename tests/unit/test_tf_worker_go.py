@@ -370,3 +370,10 @@ def test_a_reattach_finds_the_launch_of_an_armed_attempt(supervisor_path: Path, 
     assert launch_record["attempt"] == 0 and "deadline_at" in launch_record and launch_record["python"]
     stop_worker(str(wdir), 5.0, "runbook", "stopped by the runbook")
     assert proc.wait(10) == 128 + signal.SIGTERM
+
+
+def test_the_launch_hands_the_announcement_key_through_the_environment_only() -> None:
+    env = supervisor_environment("", "the-key")
+    assert env is not None and env["TF_RUNBOOK_ANNOUNCE_KEY"] == "the-key" and "TF_RUNBOOK_GO_TOKEN" not in env
+    both = supervisor_environment("tok", "the-key")
+    assert both is not None and (both["TF_RUNBOOK_GO_TOKEN"], both["TF_RUNBOOK_ANNOUNCE_KEY"]) == ("tok", "the-key")
