@@ -200,3 +200,11 @@ def test_plugins_that_touch_a_runs_files_import_the_contract() -> None:
         "tf_run_dir.py", "tf_preflight_probe.py", "tf_worker_status.py", "tf_worker_stop.py",
         "tf_collect_bundle.py", "tf_verdict.py", "tf_cluster.py", "tf_worker_config.py", "tf_run_id.py",
     } <= names  # fmt: skip
+
+
+def test_the_stop_roles_and_modules_cause_choices_are_the_contracts() -> None:
+    spec = yaml.safe_load((REPO / "roles" / "tf_stop" / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))
+    assert spec["argument_specs"]["stop"]["options"]["tf_stop_cause"]["choices"] == ["", *tf_run.CAUSES]
+    source = (REPO / "plugins" / "modules" / "tf_worker_stop.py").read_text(encoding="utf-8")
+    documentation = yaml.safe_load(ast.literal_eval(source.split("DOCUMENTATION = ", 1)[1].split('\n"""', 1)[0] + '\n"""'))
+    assert documentation["options"]["cause"]["choices"] == ["", *tf_run.CAUSES]

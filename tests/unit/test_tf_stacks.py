@@ -4,6 +4,7 @@ a real-time signal writes every thread's stack without stopping the job."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -161,3 +162,67 @@ def test_parse_stacks(text: str, expected: dict[str, object]) -> None:
 
 def test_the_stacks_signal_is_real_time_and_not_a_common_one() -> None:
     assert signal.SIGRTMIN < tf_run.stacks_signal() <= signal.SIGRTMAX
+
+
+# --- tf_worker_stop: take every worker's stacks first, stop afterwards -------------------
+
+
+def test_the_stop_module_takes_the_stacks_without_stopping_then_stops(tmp_path: Path, reaper: None) -> None:
+    import helpers
+    from conftest import PLUGINS
+    from test_tf_supervisor import command, make_worker_dir, read_json, wait_for
+
+    stop_module = PLUGINS / "modules" / "tf_worker_stop.py"
+    supervisor = WRAPPER.with_name(tf_run.SUPERVISOR_FILE)
+    wdir = make_worker_dir(tmp_path)
+    job = wdir.parent / "job"
+    job.mkdir()
+    (job / "train.py").write_text(STUCK)
+    proc = subprocess.Popen(
+        command(supervisor, wdir, job / "train.py", "--grace", "1", job_args=(str(wdir / "ready"),)),
+        cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(wdir / "ready", timeout=30)
+        taken = helpers.run_module(stop_module, {"run_dir": str(wdir.parent), "capture_stacks": True, "stop": False})
+        assert taken["changed"] is False and taken["stopped"] == [], taken
+        [entry] = taken["stacks"]
+        assert (entry["dir"], entry["index"]) == (str(wdir), 1)
+        assert entry["stacks"]["where"] == "own-code"
+        assert entry["stacks"]["frames"][-1] == "train.py:6 in load_batch"
+        assert proc.poll() is None, "taking the stacks must not stop the job"
+
+        stopped = helpers.run_module(
+            stop_module, {"run_dir": str(wdir.parent), "cause": "stalled", "reason": "no progress for 20 s", "grace": 1}
+        )
+        assert stopped["changed"] is True and stopped["stacks"] == []
+        proc.wait(20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    exit_ = read_json(wdir / "exit.json")
+    assert exit_["cause"]["kind"] == "stalled" and exit_["cause"]["detail"] == "no progress for 20 s"
+    assert exit_["cause"]["stacks"]["frames"][-1] == "train.py:6 in load_batch"
+    assert exit_["stacks"]["frames"] == entry["stacks"]["frames"]
+
+
+def test_no_stacks_are_asked_of_a_job_without_the_wrapper(tmp_path: Path) -> None:
+    """The stacks signal ends a process that did not register for it: a job started
+    without the wrapper (an older deploy's) is never sent it."""
+    from conftest import PLUGINS
+    import helpers
+
+    wdir = tmp_path / "worker-0"
+    wdir.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=wdir, start_new_session=True)
+    try:
+        (wdir / "state.json").write_text(json.dumps({"pid": sleeper.pid, "pgid": sleeper.pid, "stacks_signal": None}))
+        taken = helpers.run_module(
+            PLUGINS / "modules" / "tf_worker_stop.py", {"run_dir": str(tmp_path), "capture_stacks": True, "stop": False}
+        )
+        assert taken["stacks"] == [{"dir": str(wdir), "index": 0, "stacks": None}]
+        time.sleep(0.3)
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -620,3 +620,31 @@ def test_the_failure_is_heard_at_once_while_the_announcer_probes_its_peers() -> 
         announcer.join(10)
         peer.close()
     assert not announcer.is_alive()
+
+
+# --- issue 24 point 10: a state.json that does not name processes ------------------------
+
+
+@pytest.mark.parametrize("bad", [{"pgid": "abc"}, {"pgid": True}, {"supervisor_pid": "1; rm"}, {"pid": -5}, {"pgid": 1.5}])
+def test_the_stop_refuses_a_state_that_names_no_process_and_stops_the_others(
+    tmp_path: Path, bad: dict[str, Any]
+) -> None:
+    import helpers
+    from conftest import PLUGINS
+
+    broken, good = tmp_path / "worker-0", tmp_path / "worker-1"
+    broken.mkdir()
+    good.mkdir()
+    (broken / "state.json").write_text(json.dumps({"pid": 5, "pgid": 5, "supervisor_pid": 6, **bad}))
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=good, start_new_session=True)
+    try:
+        (good / "state.json").write_text(json.dumps({"pid": sleeper.pid, "pgid": sleeper.pid, "supervisor_pid": None}))
+        result = helpers.run_module(PLUGINS / "modules" / "tf_worker_stop.py", {"run_dir": str(tmp_path), "grace": 1})
+        assert sleeper.wait(10) is not None
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+    name, value = next(iter(bad.items()))
+    assert result["failed"] is True
+    assert result["msg"] == f"{broken / 'state.json'}: {name} {value!r} is not a process id: nothing of this worker was signalled"
+    assert [entry["dir"] for entry in result["stopped"]] == [str(good)]

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 import pytest
 
+import tf_supervisor
 from helpers import pid_running, proc_stat, processes
 
 pytestmark = pytest.mark.usefixtures("reaper")
@@ -527,3 +528,19 @@ def test_run_is_refused_while_an_earlier_one_holds_state(supervisor_path: Path, 
     assert not (worker_dir / "exit.json").exists()
     assert not (worker_dir / "worker.log").exists()
     assert not (worker_dir / "runs.txt").exists()
+
+
+# --- issue 24 point 15: a startup pattern that begins with "--" ---------------------------
+
+
+def test_a_startup_pattern_that_looks_like_an_option_is_passed_whole() -> None:
+    args = tf_supervisor.parse_args(["--worker-dir", "w", "--python", "p", "--script", "s", "--startup-pattern=--joined", "--"])
+    assert args.startup_pattern == "--joined"
+    with pytest.raises(SystemExit):  # the old way: the parser takes it for an option
+        tf_supervisor.parse_args(["--worker-dir", "w", "--python", "p", "--script", "s", "--startup-pattern", "--joined"])
+
+
+def test_the_launch_passes_the_startup_pattern_glued_to_its_option() -> None:
+    tasks = (Path(__file__).resolve().parents[2] / "roles" / "tf_launch" / "tasks" / "main.yml").read_text(encoding="utf-8")
+    assert "'--startup-pattern=' ~ tf_startup_pattern," in tasks
+    assert "'--startup-pattern', " not in tasks
