@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     CAUSES,
+    CHECKPOINT_SYNC_PREFIX,
     PREEMPTION_EXIT,
     VICTIM_STOPS,
 )
@@ -163,8 +165,43 @@ def tf_attempts_decision(
     return decision
 
 
+def tf_attempts_sync_record(
+    looks: dict[str, Any], packed: Any, unpacked: dict[str, Any], chief: str, attempt: int, seconds: float,
+    run_dir: str,
+) -> dict[str, Any]:
+    """What the copy of the chief's checkpoint before ``attempt`` did: ``{"path", "record",
+    "message"}``, the record written at ``path`` in the run's directory on the controller.
+
+    ``looks`` maps each other host to its look (``shared``), ``packed`` is the chief's
+    pack result, ``unpacked`` maps each host that took the copy to its unpack result."""
+    def result(value: Any) -> dict[str, Any]:
+        return value if isinstance(value, dict) and not value.get("skipped") else {}
+
+    shared = sorted(host for host, look in (looks or {}).items() if result(look).get("shared"))
+    copied = {host: result(value) for host, value in (unpacked or {}).items() if result(value)}
+    pack = result(packed)
+    files, size = int(pack.get("files") or 0), int(pack.get("bytes") or 0)
+    megabytes = round(size / 1e6, 1)
+    record = {
+        "attempt": int(attempt), "chief": chief, "shared": shared, "copied_to": sorted(copied),
+        "files": files, "bytes": size, "seconds": round(float(seconds), 2),
+        "removed": {host: value.get("removed", []) for host, value in sorted(copied.items()) if value.get("removed")},
+    }  # fmt: skip
+    if copied:
+        message = (f"Copied the chief's checkpoint ({chief}: {files} files, {megabytes} MB) through the controller "
+                   f"to {', '.join(sorted(copied))} in {record['seconds']} s")
+    elif len(shared) < len(looks or {}):
+        message = f"The chief's checkpoint directory on {chief} holds no file yet: nothing to copy"
+    else:
+        message = f"Every host shares the chief's checkpoint directory ({chief}): nothing to copy"
+    if shared and copied:
+        message += f"; {', '.join(shared)} share it"
+    path = os.path.join(str(run_dir), f"{CHECKPOINT_SYNC_PREFIX}{int(attempt)}.json")
+    return {"path": path, "record": {**record, "message": message}, "message": message}
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Any]:
-        return {"tf_attempts_decision": tf_attempts_decision}
+        return {"tf_attempts_decision": tf_attempts_decision, "tf_attempts_sync_record": tf_attempts_sync_record}
