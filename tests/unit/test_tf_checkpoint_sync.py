@@ -156,3 +156,61 @@ def test_the_record_of_a_shared_directory_copies_nothing() -> None:
                                                  {"h1": {"skipped": True}}, "h0", 1, 0.5, "/runs/r1")
     assert record["message"] == "Every host shares the chief's checkpoint directory (h0): nothing to copy"
     assert record["record"]["files"] == 0 and record["record"]["shared"] == ["h1"]
+
+
+# --- what a host holds of a run to resume (tf_run_resume) --------------------------------
+
+def test_a_hosts_run_is_read_from_its_latest_attempt(tmp_path: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import cluster_checksum
+    from ansible_collections.tf_runbook.multiworker.plugins.modules import tf_run_resume
+
+    run = tmp_path / "runs" / "r1"
+    cluster = {"worker": ["h0:2222", "h1:2222"]}
+    for attempt_dir, code in ((run, 143), (run / "retry-1", 1), (run / "retry-2", None)):
+        (attempt_dir / "worker-1").mkdir(parents=True)
+        (attempt_dir / "worker-1" / "tf_config.json").write_text(json.dumps({"cluster": cluster}))
+        if code is not None:
+            (attempt_dir / "worker-1" / "exit.json").write_text(json.dumps({"returncode": code}))
+    # retry-2's supervisor: this test's own process, working elsewhere: not the run's.
+    (run / "retry-2" / "worker-1" / "state.json").write_text(json.dumps({"supervisor_pid": os.getpid()}))
+    found = tf_run_resume.read_run(str(tmp_path), "r1")
+    assert (found["exists"], found["last_attempt"]) == (True, 2)
+    assert found["workers"] == [{"index": 1, "dir": str(run / "retry-2" / "worker-1"), "alive": False,
+                                 "returncode": None, "checksum": cluster_checksum(cluster)}]  # fmt: skip
+    original = os.getcwd()
+    os.chdir(run / "retry-2" / "worker-1")
+    try:
+        assert tf_run_resume.read_run(str(tmp_path), "r1")["workers"][0]["alive"] is True
+    finally:
+        os.chdir(original)
+    assert tf_run_resume.read_run(str(tmp_path), "r2") == {
+        "changed": False, "exists": False, "run_dir": str(tmp_path / "runs" / "r2"), "last_attempt": -1, "workers": []}
+
+
+# --- a shared tf_checkpoint_dir records its owner (tf_run_dir, issue 24 point 13) --------
+
+def run_dir_args(tmp_path: Path, run_id: str, cluster: list[str]) -> dict[str, Any]:
+    config = {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": 0}}
+    return {"base_dir": str(tmp_path / f"base-{len(cluster)}"), "run_id": run_id, "indices": [0],
+            "checkpoint_root": str(tmp_path / "shared"), "configs": [{"index": 0, "content": json.dumps(config)}]}
+
+
+def test_a_run_id_reused_by_another_cluster_on_a_shared_checkpoint_root_is_refused(tmp_path: Path) -> None:
+    from helpers import REPO, run_module
+
+    module = REPO / "plugins" / "modules" / "tf_run_dir.py"
+    first = run_module(module, run_dir_args(tmp_path, "r1", ["a:2222", "b:2222"]))
+    assert not first.get("failed"), first
+    owner = json.loads((tmp_path / "shared" / "r1" / CHECKPOINT_OWNER_FILE).read_text())
+    assert owner["run_id"] == "r1" and len(owner["cluster_checksum"]) == 64
+    (tmp_path / "shared" / "r1" / "ckpt-1.index").write_text("backup of the first cluster")
+    # The same run and cluster again (a restart, a resume): accepted.
+    assert not run_module(module, {**run_dir_args(tmp_path, "r1", ["a:2222", "b:2222"]), "attempt": 1}).get("failed")
+    # The same run id from another cluster: refused before anything is written.
+    other = run_dir_args(tmp_path, "r1", ["c:2222"])
+    refused = run_module(module, other)
+    assert refused.get("failed") is True
+    assert f"belongs to run 'r1' of cluster {owner['cluster_checksum'][:12]}" in refused["msg"]
+    assert "pick another tf_run_id or tf_checkpoint_dir" in refused["msg"]
+    assert not (tmp_path / "base-1").exists()
+    assert (tmp_path / "shared" / "r1" / "ckpt-1.index").read_text() == "backup of the first cluster"
