@@ -94,12 +94,27 @@ PREEMPTION_EXIT = 42
 # job (faulthandler's text), captured before a stall or deadline stop.
 STACKS_FILE = "stacks.txt"
 
+# A run's checkpoint directory (TF_RUNBOOK_CHECKPOINT_DIR) holds, besides the job's own
+# files, the runbook's: who owns it (on a shared tf_checkpoint_dir, the run and cluster
+# that may use <tf_checkpoint_dir>/<run_id>), which of its files came from the chief's
+# host in the last copy (tf_checkpoint_sync), and the marker that tells a directory every
+# host shares. Never copied from host to host.
+CHECKPOINT_OWNER_FILE = ".tf-runbook-owner.json"
+CHECKPOINT_SYNCED_FILE = ".tf-runbook-synced.json"
+CHECKPOINT_MARKER_PREFIX = ".tf-runbook-share-"
+# On the controller, in the run's directory: what the copy of the chief's checkpoint
+# before attempt n moved (checkpoint-sync-<n>.json), and the run's claim record (its
+# cluster's checksum, read again by a resume).
+CHECKPOINT_SYNC_PREFIX = "checkpoint-sync-"
+RUN_RECORD = "run.json"
+
 
 def stacks_signal() -> int:
     """The signal that makes a job dump its stacks: SIGRTMIN + STACKS_SIGNAL_OFFSET, a
     real-time signal that nothing else sends and whose default action ends a process
     (so it is only ever sent to a job that runs under the wrapper)."""
     return int(signal.SIGRTMIN) + STACKS_SIGNAL_OFFSET
+
 
 # A run id becomes a directory name on every host and on the controller.
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

@@ -410,6 +410,8 @@ def _load(name: str, relative: str) -> Any:
 
 
 tf_attempts = _load("tf_attempts", "plugins/filter/tf_attempts.py")
+# tf_restart_on's default (roles/tf/defaults/main.yml).
+RESTART_ON = ["preempted", "peer-lost", "stalled", "killed", "host-lost"]
 tf_ranges = _load("tf_ranges", "plugins/filter/tf_ranges.py")
 import tf_launch  # noqa: E402
 import tf_wait  # noqa: E402
@@ -433,7 +435,8 @@ def failed_outcome(**more: Any) -> dict[str, Any]:
         (failed_outcome(), 0, 1, 100, 0, True),  # no deadline
         (failed_outcome(), 1, 1, 100, 200, False),  # none left
         (failed_outcome(), 0, 1, 200, 200, False),  # deadline passed
-        (failed_outcome(lost_hosts=["h"]), 0, 1, 100, 200, False),
+        # A lost connection is what a restart can fix (tf_restart_on's default, issue 23).
+        (failed_outcome(lost_hosts=["h"]), 0, 1, 100, 200, True),
         (failed_outcome(deadline_hosts=["h"]), 0, 1, 100, 200, False),
         (failed_outcome(stopped_by_operator=True), 0, 3, 100, 200, False),
         (failed_outcome(failed_workers=[{"stopped_by": "operator", "returncode": 143}]), 0, 3, 100, 200, False),
@@ -441,7 +444,7 @@ def failed_outcome(**more: Any) -> dict[str, Any]:
         # The wait could not read a host's status: no worker's own failure, no restart.
         (failed_outcome(status_problems=["host h: the wait recorded no status"]), 0, 3, 100, 200, False),
         # The reason is text a user sets (tf_stop_reason): only stopped_by decides.
-        (failed_outcome(failed_workers=[{"stopped_by": None, "returncode": 1,
+        (failed_outcome(failed_workers=[{"stopped_by": None, "returncode": 137,
                                          "reason": "stopped by the operator (stop.yml)"}]), 0, 3, 100, 200, True),
         (failed_outcome(failed_workers=[{"stopped_by": "operator", "returncode": 143,
                                          "reason": "maintenance window"}]), 0, 3, 100, 200, False),
@@ -450,7 +453,7 @@ def failed_outcome(**more: Any) -> dict[str, Any]:
 def test_restart_decision(
     outcome: dict[str, Any], attempt: int, attempts: int, now: int, deadline: int, restart: bool
 ) -> None:
-    assert tf_attempts.tf_attempts_restart(outcome, attempt, attempts, now, deadline) is restart
+    assert tf_attempts.tf_attempts_decision(outcome, attempt, attempts, now, deadline, RESTART_ON)["restart"] is restart
 
 
 def test_an_operator_stop_seen_by_the_wait_is_not_restarted() -> None:
@@ -462,7 +465,7 @@ def test_an_operator_stop_seen_by_the_wait_is_not_restarted() -> None:
     }  # fmt: skip
     outcome = tf_wait.tf_wait_outcome(["a"], ["a"], statuses)
     assert outcome["stopped_by_operator"] is True
-    assert tf_attempts.tf_attempts_restart(outcome, 0, 2, 100, 200) is False
+    assert tf_attempts.tf_attempts_decision(outcome, 0, 2, 100, 200, RESTART_ON)["restart"] is False
 
 
 @pytest.mark.parametrize(
@@ -483,7 +486,7 @@ def test_an_operator_stop_is_told_by_the_structured_field_never_the_reason(
     }  # fmt: skip
     outcome = tf_wait.tf_wait_outcome(["a"], ["a"], statuses)
     assert outcome["stopped_by_operator"] is by_operator
-    assert tf_attempts.tf_attempts_restart(outcome, 0, 2, 100, 200) is not by_operator
+    assert tf_attempts.tf_attempts_decision(outcome, 0, 2, 100, 200, RESTART_ON)["restart"] is not by_operator
 
 
 def test_detached_outcome_is_ok_once_every_running_worker_joined() -> None:
