@@ -228,6 +228,7 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import classify
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import PROGRESS_PATTERN
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import works_in
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
@@ -242,13 +243,6 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     worker_index,
 )
 
-try:
-    # The supervisor's own classification (the sup work): the same causes for a record
-    # the supervisor could not complete as for one it wrote.
-    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import classify
-except ImportError:  # a collection without it: the cause is told from the record alone
-    classify = None
-
 # How often the wait reads the workers' records: a written exit record is seen within this.
 POLL_SECONDS = 0.25
 # A log is read for progress lines once from its start (or from this many bytes before its
@@ -258,17 +252,6 @@ SCAN_CHUNK = 1024 * 1024
 # A traceback's first line: its frames (indented) and its exception line are never progress,
 # whatever they quote (``model.fit(x, epoch=3)``, ``ValueError: bad epoch=3``).
 TRACEBACK_START = "Traceback (most recent call last):"
-# Causes of exit records that carry none (written before causes existed), by stopped_by.
-STOPPED_BY_CAUSE = {
-    "operator": "operator",
-    "runbook": "runbook",
-    "peer": "runbook",
-    "job-deadline": "deadline",
-    "startup-deadline": "startup",
-    "controller": "controller-lost",
-    "signal": "killed",
-    "supervisor": "killed",
-}
 
 
 def progress_regex(extra: str) -> re.Pattern:
@@ -368,18 +351,11 @@ def supervisor_alive(pid: object, worker_dir: str) -> bool:
 
 def record_cause(record: dict, log_tail: list[str]) -> dict:
     """The cause of an exit record: the one the supervisor wrote, else told from the record
-    and the log's last lines (tf_causes.classify where the collection has it)."""
+    and the log's last lines by the supervisor's own rules (tf_causes.classify)."""
     cause = record.get("cause")
     if isinstance(cause, dict) and cause.get("kind"):
         return cause
-    if classify is not None:
-        return classify(record, log_tail)
-    returncode = record.get("returncode")
-    if returncode == 0:
-        kind = "completed"
-    else:
-        kind = STOPPED_BY_CAUSE.get(str(record.get("stopped_by")), "job-error" if returncode else "unknown")
-    return {"kind": kind, "detail": printable(record.get("reason") or f"exit status {returncode}")}
+    return classify(record, log_tail)
 
 
 def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict | None = None) -> dict:
@@ -415,9 +391,9 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
                 f"the supervisor (pid {state.get('supervisor_pid')}) died without recording an exit "
                 "(killed, or out of memory); its job was stopped with it"
             )
-            record = killed_exit_record(reason, "supervisor", state.get("started_at"), time.time())
-            cause = classify(record, tail) if classify is not None else {"kind": "killed", "detail": reason}
-            info.update(state="exited", returncode=-1, reason=reason, cause=cause)
+            # Its job got the keeper's SIGKILL, which nobody in the runbook asked for.
+            record = killed_exit_record(reason, None, state.get("started_at"), time.time())
+            info.update(state="exited", returncode=-1, reason=reason, cause=classify(record, tail))
             return info
     if exit_ is not None:
         info.update(

@@ -398,6 +398,7 @@ def test_a_detached_wait_ends_once_every_worker_joined() -> None:
 
 # --- progress of every format, causes (issues 23 and 25) -----------------------------------
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_causes  # noqa: E402
 from tf_worker_status import progress_regex, read_progress  # noqa: E402
 
 PROGRESS = progress_regex("")
@@ -492,51 +493,32 @@ def test_the_cause_and_stacks_of_exit_json(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("record", "kind"),
+    ("record", "log", "kind"),
     [
-        ({"returncode": 0, "stopped_by": None}, "completed"),
-        ({"returncode": 1, "stopped_by": None}, "job-error"),
-        ({"returncode": 143, "stopped_by": "operator"}, "operator"),
-        ({"returncode": 143, "stopped_by": "peer"}, "runbook"),
-        ({"returncode": 143, "stopped_by": "job-deadline"}, "deadline"),
-        ({"returncode": 143, "stopped_by": "controller"}, "controller-lost"),
+        ({"returncode": 0, "stopped_by": None}, "", "completed"),
+        ({"returncode": 1, "stopped_by": None}, "ModuleNotFoundError: No module named 'x'\n", "job-error"),
+        ({"returncode": 143, "stopped_by": "operator"}, "", "operator"),
+        ({"returncode": 143, "stopped_by": "job-deadline"}, "", "deadline"),
     ],
 )
-def test_a_record_without_a_cause_gets_one_from_its_fields(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: dict[str, Any], kind: str
+def test_a_record_without_a_cause_is_classified_by_the_supervisors_rules(
+    tmp_path: Path, record: dict[str, Any], log: str, kind: str
 ) -> None:
-    import tf_worker_status
-
-    monkeypatch.setattr(tf_worker_status, "classify", None)
-    (tmp_path / "exit.json").write_text(json.dumps({**record, "reason": "why \x1b[2J"}))
-    assert worker_state(entry(tmp_path), PROGRESS, 8)["cause"] == {"kind": kind, "detail": "why \\x1b[2J"}
-
-
-def test_a_record_without_a_cause_is_classified_where_tf_causes_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tf_worker_status
-
-    seen: list[Any] = []
-
-    def classify(record: dict[str, Any], log_tail: list[str], oom_kills: int | None = None) -> dict[str, Any]:
-        seen.append((record["returncode"], log_tail))
-        return {"kind": "job-error", "detail": "ModuleNotFoundError: No module named 'x'"}
-
-    monkeypatch.setattr(tf_worker_status, "classify", classify)
-    (tmp_path / "worker.log").write_text("ModuleNotFoundError: No module named 'x'\n")
-    (tmp_path / "exit.json").write_text(json.dumps({"returncode": 1, "reason": "exited"}))
-    assert worker_state(entry(tmp_path), PROGRESS, 8)["cause"]["kind"] == "job-error"
-    assert seen == [(1, ["ModuleNotFoundError: No module named 'x'"])]
+    (tmp_path / "worker.log").write_text(log)
+    (tmp_path / "exit.json").write_text(json.dumps({**record, "reason": "why"}))
+    cause = worker_state(entry(tmp_path), PROGRESS, 8)["cause"]
+    assert cause["kind"] == kind
+    assert cause == tf_causes.classify({**record, "reason": "why"}, [line for line in log.splitlines() if line])
 
 
-def test_a_dead_supervisor_and_a_launch_that_failed_have_causes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tf_worker_status
-
-    monkeypatch.setattr(tf_worker_status, "classify", None)
+def test_a_dead_supervisor_and_a_launch_that_failed_have_causes(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (tmp_path / "state.json").write_text(json.dumps({"pid": dead.pid, "pgid": dead.pid, "supervisor_pid": dead.pid}))
-    cause = worker_state(entry(tmp_path), PROGRESS, 8)["cause"]
-    assert cause["kind"] == "killed" and cause["detail"].startswith(f"the supervisor (pid {dead.pid}) died")
+    info = worker_state(entry(tmp_path), PROGRESS, 8)
+    assert info["reason"].startswith(f"the supervisor (pid {dead.pid}) died")
+    # Its job got the keeper's SIGKILL, which the runbook did not send.
+    assert (info["cause"]["kind"], info["cause"]["signal"]) == ("killed", "SIGKILL")
     other = tmp_path / "other"
     other.mkdir()
     failed = worker_state(entry(other, launch_error="no such interpreter"), PROGRESS, 8)
