@@ -192,6 +192,7 @@ def test_a_worker_hung_in_its_own_code_is_a_stall(tmp_path: Path) -> None:
         pids = run_pids(run)
         for pid in pids:
             helpers.kill_quietly(pid)
+    print(f"\nTIMING stall: the run ended {ended - hung_at:.1f} s after worker 1 hung (tf_stall_timeout 20 s)")
     assert ended - hung_at < 120, f"the run ended {ended - hung_at:.0f} s after the hang"
     assert proc.returncode != 0
     assert "the run is stalled: no worker printed a progress line for" in out, out[-5000:]
