@@ -67,6 +67,8 @@ from typing import Any, Callable
 # this file by the deploy; in the source tree it is found where it lives.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCE_UTILS = os.path.join(_HERE, "..", "..", "..", "plugins", "module_utils")
+# No bytecode next to them: the job directory holds what the deploy wrote, nothing more.
+sys.dont_write_bytecode = True
 if not os.path.exists(os.path.join(_HERE, "tf_run.py")) and os.path.isdir(_SOURCE_UTILS):
     sys.path.insert(0, os.path.normpath(_SOURCE_UTILS))
 if _HERE not in sys.path:
