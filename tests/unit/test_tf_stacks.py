@@ -226,3 +226,11 @@ def test_no_stacks_are_asked_of_a_job_without_the_wrapper(tmp_path: Path) -> Non
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_frames_named_through_a_symlink_are_the_jobs_own(tmp_path: Path) -> None:
+    (tmp_path / "real" / "job").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    text = f'Thread 0x1 (most recent call first):\n  File "{tmp_path}/link/job/train.py", line 7 in step\n'
+    assert tf_causes.parse_stacks(text, str(tmp_path / "real" / "job")) == {"where": "own-code", "frames": ["train.py:7 in step"]}
+    assert tf_causes.parse_stacks(text, str(tmp_path / "link" / "job"))["frames"] == ["train.py:7 in step"]

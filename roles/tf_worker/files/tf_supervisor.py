@@ -748,8 +748,8 @@ def log_tail(path: Path, lines: int = TAIL_LINES, limit: int = 65536) -> list[st
 def job_dir_of(script: Path) -> str:
     """The job directory whose files are the job's own code: this file's (the deploy ships
     the supervisor into it) when the script is there, else the script's own directory."""
-    path = os.path.realpath(script)
-    return _HERE if path.startswith(_HERE + os.sep) else os.path.dirname(path)
+    path, here = os.path.realpath(script), os.path.realpath(_HERE)
+    return here if path.startswith(here + os.sep) else os.path.dirname(path)
 
 
 def read_stacks(worker_dir: Path, job_dir: str) -> dict[str, Any] | None:
