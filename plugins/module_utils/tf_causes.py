@@ -170,6 +170,8 @@ def _thread_blocks(text: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
 def _own(path: str, job_dir: str) -> bool:
     """A file of the job's own code: under ``job_dir`` (symlinks resolved on both sides:
     the frames name files as they were imported), the wrapper left out."""
+    if not os.path.isabs(path):  # "<frozen runpy>", "<string>": no file
+        return False
     root, path = os.path.realpath(job_dir), os.path.realpath(path)
     return path.startswith(root + os.sep) and os.path.basename(path) != JOB_WRAPPER
 
