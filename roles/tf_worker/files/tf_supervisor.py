@@ -118,7 +118,7 @@ ANNOUNCE_SECONDS = 30.0
 # How long a connection may take to send the go line, and how many may be open at once
 # (more are closed as they come: a scan cannot hold the go back).
 GO_READ_SECONDS = 1.0
-GO_MAX_CONNECTIONS = 64
+GO_MAX_CONNECTIONS = 256
 # How long the job's stacks may take to be written, when they are asked for.
 STACKS_SECONDS = 5.0
 # How many of the log's last lines the cause is read from.
