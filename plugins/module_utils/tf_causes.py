@@ -42,7 +42,9 @@ STOPPED_BY_KINDS = {
 # The last line of a traceback: a (dotted) exception name, then its message if any.
 _EXCEPTION_LINE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(?::[ \t]*(?P<message>.*))?$")
 # A line that only names an exception, when the traceback's start is not in the tail.
-_BARE_EXCEPTION = re.compile(r"^(?P<name>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit))(?::[ \t]*(?P<message>.*))?$")
+_BARE_EXCEPTION = re.compile(
+    r"^(?P<name>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit))(?::[ \t]*(?P<message>.*))?$"
+)
 OOM_EXCEPTIONS = frozenset({"MemoryError", "ResourceExhaustedError"})
 PEER_EXCEPTIONS = frozenset({"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"})
 # What TensorFlow's coordination service and collectives print when a peer went away
@@ -79,7 +81,8 @@ def last_exception(log_tail: list[str]) -> tuple[str, str] | None:
     after the last ``Traceback (most recent call last):`` that is not indented (a frame
     or its source); without that line in the tail, the last line that names an error."""
     lines = [line.rstrip("\r\n") for line in log_tail]
-    start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")), default=None)
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    start = starts[-1] if starts else None
     if start is not None:
         for line in lines[start + 1 :]:
             if not line.strip() or line[:1].isspace():
@@ -107,7 +110,8 @@ def classify(record: dict[str, Any], log_tail: list[str], oom_kills: int | None 
     sig = record.get("signal")
     reason = str(record.get("reason") or "")
     if returncode == PREEMPTION_EXIT and stopped_by in (None, "signal", "peer"):
-        return {"kind": "preempted", "detail": f"the job saved and exited {PREEMPTION_EXIT} (TensorFlow's preemption handler)"}
+        detail = f"the job saved and exited {PREEMPTION_EXIT} (TensorFlow's preemption handler)"
+        return {"kind": "preempted", "detail": detail}
     if stopped_by in STOPPED_BY_KINDS:
         kind = STOPPED_BY_KINDS[stopped_by]
         if kind == "preempted":
@@ -121,13 +125,17 @@ def classify(record: dict[str, Any], log_tail: list[str], oom_kills: int | None 
         return {"kind": "startup", "detail": _short(reason)}
     if sig == "SIGKILL":
         if oom_kills:
-            detail = f"SIGKILL that the runbook did not send; the kernel's OOM killer fired {oom_kills} time(s) during the job"
+            detail = (
+                f"SIGKILL that the runbook did not send; the kernel's OOM killer fired {oom_kills} time(s) "
+                "during the job"
+            )
             return {"kind": "out-of-memory", "detail": detail, "signal": sig, "oom_kills": oom_kills}
         count = "the kernel's OOM count did not grow" if oom_kills == 0 else "the kernel's OOM count is not readable"
         detail = f"SIGKILL that the runbook did not send ({count})"
         return {"kind": "killed", "detail": detail, "signal": sig, "oom_kills": oom_kills}
     if sig == "SIGTERM":
-        return {"kind": "preempted", "detail": "the job got SIGTERM from outside the runbook (a preemption or shutdown)"}
+        detail = "the job got SIGTERM from outside the runbook (a preemption or shutdown)"
+        return {"kind": "preempted", "detail": detail}
     exception = last_exception(log_tail)
     if exception is not None:
         name, message = exception
@@ -160,8 +168,11 @@ def _thread_blocks(text: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
 
 
 def _own(path: str, job_dir: str) -> bool:
-    root = os.path.normpath(job_dir)
-    path = os.path.normpath(path)
+    """A file of the job's own code: under ``job_dir`` (symlinks resolved on both sides:
+    the frames name files as they were imported), the wrapper left out."""
+    if not os.path.isabs(path):  # "<frozen runpy>", "<string>": no file
+        return False
+    root, path = os.path.realpath(job_dir), os.path.realpath(path)
     return path.startswith(root + os.sep) and os.path.basename(path) != JOB_WRAPPER
 
 
@@ -187,7 +198,8 @@ def parse_stacks(text: str, job_dir: str) -> dict[str, Any]:
     inner = frames[: own_at[0]]
     where = "tensorflow" if any(_TENSORFLOW_PATH.search(path) for path, _l, _f in inner) else "own-code"
     own = [frames[i] for i in own_at[:MAX_FRAMES]]
-    shown = [f"{os.path.relpath(path, job_dir)}:{line} in {func}" for path, line, func in reversed(own)]
+    root = os.path.realpath(job_dir)
+    shown = [f"{os.path.relpath(os.path.realpath(path), root)}:{line} in {func}" for path, line, func in reversed(own)]
     return {"where": where, "frames": shown}
 
 

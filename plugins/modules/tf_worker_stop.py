@@ -378,12 +378,16 @@ def main() -> None:
                     break
                 time.sleep(0.1)
             if not os.path.exists(exit_path):
-                record = killed_exit_record(params["reason"], params["stopped_by"], state.get("started_at"), time.time())
+                record = killed_exit_record(
+                    params["reason"], params["stopped_by"], state.get("started_at"), time.time()
+                )
                 record["cause"] = (
                     {"kind": params["cause"], "detail": params["reason"]} if params["cause"] else classify(record, [])
                 )
                 write_json_atomic(exit_path, record)
-    result = {"changed": bool(stopped), "stopped": stopped, "workers": worker_dirs, "run_dir": run_dir, "stacks": stacks}
+    result = {
+        "changed": bool(stopped), "stopped": stopped, "workers": worker_dirs, "run_dir": run_dir, "stacks": stacks,
+    }  # fmt: skip
     if problems:
         module.fail_json(msg="; ".join(problems), **result)
     module.exit_json(**result)

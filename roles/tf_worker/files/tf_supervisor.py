@@ -11,9 +11,17 @@ Started by the launch phase (the tf_worker_launch module), detached. It:
 - enforces the startup deadline (a line matching the startup pattern must appear in the
   log) and the job deadline, because TensorFlow alone waits up to an hour for a missing
   peer and ignores SIGTERM while doing so;
-- on SIGTERM/SIGINT, or a passed deadline, stops the whole process group: SIGTERM, then
-  SIGKILL after a grace period;
-- writes ``exit.json`` (return code, signal, reason, times) last, atomically, with the time
+- on a stop request (tf_worker_stop), or a passed deadline, stops the whole process group:
+  SIGTERM, then SIGKILL after a grace period;
+- on a SIGTERM from outside the runbook (a preemption, a host's shutdown), gives the job
+  its grace to save (TensorFlow's PreemptionCheckpointHandler saves and exits 42): the
+  group gets one SIGTERM, forwarded only when it did not get one itself, and the keeper
+  survives it; the cause is ``preempted``;
+- runs the job under a wrapper (``tf_runbook_job.py``) that dumps every thread's Python
+  stack into ``stacks.txt`` on a real-time signal, and takes those stacks before it stops
+  the job on its job deadline;
+- writes ``exit.json`` (return code, signal, reason, times, the ``cause`` of the end from
+  tf_causes.classify, the ``stacks`` when some were taken) last, atomically, with the time
   it first saw each line of the metrics contract (``worker=...``) in the log, which has no
   timestamps of its own (the run report's timeline reads them through the verdict);
 - tells the job its attempt number and checkpoint directory through the environment
@@ -28,13 +36,16 @@ Started by the launch phase (the tf_worker_launch module), detached. It:
   (no job pid yet); the launch sends every worker of the run its go at once, over that
   port, with a secret token that reaches the supervisor through its environment
   (``TF_RUNBOOK_GO_TOKEN``, never a command line or the job's environment); no go within
-  the timeout, or a stop, ends it without starting the job;
+  the timeout, or a stop, ends it without starting the job; connections are served at
+  once (a selector, a second each), and a go whose launch already closed its connection
+  (it gave up) starts nothing;
 - with ``--controller-timeout``, stops the job when the controller's heartbeat file has
   not been renewed for that long (Ctrl-C, a sleeping laptop, a lost network);
 - with ``--peer-timeout``, watches the other workers' TensorFlow ports: a worker whose
   job failed on its own keeps announcing the failure on its port for a while, and a peer
   that hears it stops at once; a peer port that stopped answering (host down) for the
-  timeout stops it too;
+  timeout stops it too; an announcement carries the run id and a MAC under the run's
+  key (``TF_RUNBOOK_ANNOUNCE_KEY``, handed like the go's token): any other is ignored;
 - records who stopped the job as a field of ``exit.json`` (``stopped_by``), reading the
   stop request (``stop.json``) that ``tf_worker_stop`` writes before it signals.
 
@@ -67,6 +78,8 @@ from typing import Any, Callable
 # this file by the deploy; in the source tree it is found where it lives.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCE_UTILS = os.path.join(_HERE, "..", "..", "..", "plugins", "module_utils")
+# No bytecode next to them: the job directory holds what the deploy wrote, nothing more.
+sys.dont_write_bytecode = True
 if not os.path.exists(os.path.join(_HERE, "tf_run.py")) and os.path.isdir(_SOURCE_UTILS):
     sys.path.insert(0, os.path.normpath(_SOURCE_UTILS))
 if _HERE not in sys.path:
@@ -105,7 +118,7 @@ ANNOUNCE_SECONDS = 30.0
 # How long a connection may take to send the go line, and how many may be open at once
 # (more are closed as they come: a scan cannot hold the go back).
 GO_READ_SECONDS = 1.0
-GO_MAX_CONNECTIONS = 64
+GO_MAX_CONNECTIONS = 256
 # How long the job's stacks may take to be written, when they are asked for.
 STACKS_SECONDS = 5.0
 # How many of the log's last lines the cause is read from.
@@ -735,8 +748,8 @@ def log_tail(path: Path, lines: int = TAIL_LINES, limit: int = 65536) -> list[st
 def job_dir_of(script: Path) -> str:
     """The job directory whose files are the job's own code: this file's (the deploy ships
     the supervisor into it) when the script is there, else the script's own directory."""
-    path = os.path.realpath(script)
-    return _HERE if path.startswith(_HERE + os.sep) else os.path.dirname(path)
+    path, here = os.path.realpath(script), os.path.realpath(_HERE)
+    return here if path.startswith(here + os.sep) else os.path.dirname(path)
 
 
 def read_stacks(worker_dir: Path, job_dir: str) -> dict[str, Any] | None:
