@@ -86,6 +86,7 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 from tf_causes import classify, parse_stacks, request_stacks, stacks_dumped  # noqa: E402
+from tf_metrics import is_timed  # noqa: E402
 from tf_proc import group_members, oom_kill_counts, oom_kills_between, signal_pending  # noqa: E402
 from tf_run import (  # noqa: E402
     ANNOUNCE_KEY_ENV,
@@ -129,8 +130,7 @@ TAIL_LINES = 80
 FORWARD_CHECK_SECONDS = 0.5
 PR_SET_PDEATHSIG = 1
 
-# Lines of the metrics contract (``worker=I ...``) timed in exit.json, and at most how many.
-CONTRACT_PREFIX = b"worker="
+# At most how many timed lines exit.json keeps (which lines: tf_metrics.is_timed).
 MAX_TIMED_LINES = 20000
 
 
@@ -628,10 +628,11 @@ def answer_go(conn: socket.socket, answer: bytes) -> None:
 
 
 class LineClock:
-    """Notes the time at which each contract line first appeared in the log.
+    """Notes the time at which each timed line first appeared in the log.
 
     Reads the log incrementally in binary (a partial last line waits for its end) and keeps
-    ``[time, line]`` for lines that start with ``worker=``, at most ``limit`` of them.
+    ``[time, line]`` for the lines of every output format that tf_metrics times (the
+    contract's ``worker=`` lines, Keras' epoch headers and step lines), at most ``limit``.
     """
 
     def __init__(self, path: Path, limit: int = MAX_TIMED_LINES) -> None:
@@ -642,10 +643,13 @@ class LineClock:
         self.lines: list[list[Any]] = []
 
     def _note(self, raw: bytes, now: float) -> None:
-        line = raw.strip()
-        if line.startswith(CONTRACT_PREFIX) and len(self.lines) < self.limit:
+        if len(self.lines) >= self.limit:
+            return
+        # A progress bar redraws itself with carriage returns: its last state is the line.
+        line = raw.rsplit(b"\r", 1)[-1].strip().decode("utf-8", errors="replace")
+        if is_timed(line):
             # Rounded down to the millisecond: never later than the exit recorded after it.
-            self.lines.append([int(now * 1000) / 1000, line.decode("utf-8", errors="replace")])
+            self.lines.append([int(now * 1000) / 1000, line])
 
     def poll(self, now: float | None = None, final: bool = False) -> None:
         now = time.time() if now is None else now
