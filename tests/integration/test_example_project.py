@@ -83,7 +83,7 @@ def test_the_example_project_trains_on_two_hosts_and_is_judged(
     assert rc == 0
     shipped = [p for p in out.split() if not Path(p).name.startswith("tf_")]
     assert shipped == [
-        "./configs/train.json", "./keras_example/__init__.py", "./keras_example/config.py",
+        "./README.md", "./configs/train.json", "./keras_example/__init__.py", "./keras_example/config.py",
         "./keras_example/data.py", "./keras_example/model.py", "./keras_example/saving.py", "./train.py",
     ]
 
