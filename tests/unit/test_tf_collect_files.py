@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -173,3 +174,19 @@ def test_unpacked_results_are_private_whatever_the_umask(tmp_path: Path) -> None
             if parent != Path("."):
                 directory = tmp_path / "controller" / parent
                 assert oct(directory.stat().st_mode & 0o777) == "0o700", directory
+
+
+def test_run_dir_masks_job_env_without_a_task_no_log(tmp_path: Path) -> None:
+    """Issue 24, point 19: ``job_env`` is no_log itself; a direct call of the module shows the
+    secret neither in its invocation nor in a failure's message, and still writes it."""
+    secret = "s3cr3t-token-value"
+    # As Ansible calls a module: it returns its invocation (the arguments) with the result.
+    args = run_dir_args(tmp_path, job_env={"API_TOKEN": secret}, _ansible_inject_invocation=True)
+    result = run_module(tf_run_dir.__file__, args)
+    assert not result.get("failed"), result
+    assert secret not in json.dumps(result)
+    assert result["invocation"]["module_args"]["job_env"] == {"API_TOKEN": "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"}
+    env_file = tmp_path / "runs" / "r1" / "worker-0" / "job_env.json"
+    assert json.loads(env_file.read_text()) == {"API_TOKEN": secret}
+    failed = run_module(tf_run_dir.__file__, {**args, "run_id": "r2", "job_files": [{"name": f"{secret}/x"}]})
+    assert failed["failed"] and "is not one path component" in failed["msg"] and secret not in json.dumps(failed)
