@@ -287,3 +287,13 @@ def test_packing_and_unpacking_a_large_log_hold_little_of_it_in_memory(tmp_path:
     assert unpacking_peak < 8 * 1024 * 1024, unpacking_peak
     # Unpacking again compares in chunks too, and changes nothing.
     assert unpack.unpack(whole, str(tmp_path / "controller"), files) == []
+
+
+def test_check_mode_says_which_logs_would_be_cut_and_packs_nothing(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "r1"
+    numbered_log(run / "worker-0" / "worker.log", 20_000)  # 1.9 MB
+    result = run_module(bundle.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS,
+                                          "max_mb": 1, "dest": str(tmp_path / "c")}, check_mode=True)
+    assert result["bundle"] == "" and not (run / ".collect.tar.gz").exists()
+    assert [cut["path"] for cut in result["truncated"]] == ["worker-0/worker.log"]
+    assert result["truncated"][0]["sent"] <= 1024 * 1024
