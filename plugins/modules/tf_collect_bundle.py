@@ -101,7 +101,7 @@ truncated:
   type: list
   elements: dict
   returned: always
-  sample: [{"path": worker-0/worker.log, "bytes": 3221225472, "sent": 524288000,
+  sample: [{"path": worker-0/worker.log, "bytes": 3221225472, "sent": 524287982,
             "head_bytes": 262143910, "tail_bytes": 262143941, "cut_bytes": 2696937621}]
 run_dir:
   description: The run's directory on the host.
