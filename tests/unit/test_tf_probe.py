@@ -159,8 +159,12 @@ class SlowEndpoints:
         self.endpoints = [
             {"index": i, "host": f"h{i}", "address": "127.0.0.1", "port": port} for i, (_s, port) in enumerate(self.sockets)
         ]
-        for i, (sock, _port) in enumerate(self.sockets):
-            threading.Thread(target=self.answer, args=(sock, f"h{i}"), daemon=True).start()
+        self.threads = [
+            threading.Thread(target=self.answer, args=(sock, f"h{i}"), daemon=True)
+            for i, (sock, _port) in enumerate(self.sockets)
+        ]
+        for thread in self.threads:
+            thread.start()
 
     def answer(self, sock: socket.socket, host: str) -> None:
         try:
@@ -179,8 +183,13 @@ class SlowEndpoints:
             conn.recv(16)
 
     def close(self) -> None:
+        """Close the listeners and wait for every answering thread: no thread of this test
+        may outlive it (a later test forks)."""
         for sock, _port in self.sockets:
             sock.close()
+        for thread in self.threads:
+            thread.join(10)
+        assert not any(thread.is_alive() for thread in self.threads)
 
 
 def test_a_host_connects_to_its_peers_concurrently() -> None:
