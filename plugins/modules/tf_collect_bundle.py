@@ -45,12 +45,14 @@ options:
     default: []
   max_mb:
     description: Most this host sends, in MB. The worker files matching O(patterns) come
-      first and share it fairly (smallest first, each whole when it fits in an equal share
-      of what is left); then artifacts in path order while they fit. A text log (C(*.log),
-      C(*.txt), C(*.out), C(*.err)) over its share is sent as its head and its tail, cut at
-      line ends, with a marker line between that says how many bytes were cut (it keeps 64
-      KiB at least, whatever the cap); it is listed in RV(truncated). Any other file that
-      does not fit is listed in RV(left_out).
+      first, then artifacts in path order while they fit. Of the first, a record (any file
+      but a text log) comes whole when it is no larger than the cap (64 KiB at least, so the
+      supervisor's records come even with 0); the text logs (C(*.log), C(*.txt), C(*.out),
+      C(*.err)) share what is left, smallest first, each whole when it fits in an equal
+      share. A log over its share is sent as its head and its tail, cut at line ends, with
+      a marker line between that says how many bytes were cut (64 KiB at least in all); it
+      is listed in RV(truncated). Any other file that does not fit is listed in
+      RV(left_out).
     type: int
     default: 500
   dest:
@@ -185,21 +187,20 @@ def within_cap(
     (artifacts) in order while the total stays within the cap. Returns the files sent, the
     files left out with their sizes, and the logs sent cut (path to its `Cut`).
 
-    ``first`` share the cap fairly, smallest first, each whole when it fits in an equal
-    share of what is left: records first (so that a record left out leaves its share to the
-    logs), then the logs. A log over its share is cut to its head and tail (at least
-    `MIN_CUT` bytes in all, whatever the cap); any other file over its share is left out,
-    like an artifact that does not fit."""
+    Records (``first`` files that are not text logs) come whole, as they cannot be cut,
+    each when it is no larger than the cap (at least `MIN_CUT`: the supervisor's records
+    come even with ``max_mb`` 0), else it is left out. The logs share what is left fairly,
+    smallest first, each whole when it fits in an equal share of what is left; a log over
+    its share is cut to its head and tail (at least `MIN_CUT` bytes in all)."""
     budget = max_mb * MB
     sizes = {rel: os.path.getsize(os.path.join(run_dir, rel)) for rel in dict.fromkeys(first)}
     kept: list[str] = []
     left_out: list[dict[str, Any]] = []
     cuts: dict[str, Cut] = {}
     left = budget
-    records = sorted((rel for rel in sizes if not cuttable(rel)), key=lambda rel: (sizes[rel], rel))
     logs = sorted((rel for rel in sizes if cuttable(rel)), key=lambda rel: (sizes[rel], rel))
-    for position, rel in enumerate(records):
-        if sizes[rel] <= max(left, 0) // (len(sizes) - position):
+    for rel in sorted(rel for rel in sizes if not cuttable(rel)):
+        if sizes[rel] <= max(budget, MIN_CUT):
             left -= sizes[rel]
             kept.append(rel)
         else:

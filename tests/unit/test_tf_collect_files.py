@@ -233,11 +233,11 @@ def test_a_log_over_the_cap_is_sent_as_its_head_and_tail_with_a_marker(tmp_path:
     assert b"tf_collect_max_mb=1" in sent[marker[0]]
 
 
-def test_logs_share_the_cap_fairly_and_a_record_over_its_share_is_left_out(tmp_path: Path) -> None:
+def test_logs_share_the_cap_fairly_and_a_record_larger_than_the_cap_is_left_out(tmp_path: Path) -> None:
     run = tmp_path / "run"
     numbered_log(run / "worker-0" / "worker.log", 300)  # 30 KB: whole
     numbered_log(run / "worker-1" / "worker.log", 20_000)  # 1.9 MB: cut
-    (run / "worker-1" / "exit.json").write_bytes(b" " * 2 * 1024 * 1024)  # a record no cap fits
+    (run / "worker-1" / "exit.json").write_bytes(b" " * 2 * 1024 * 1024)  # a record larger than the cap
     first = bundle.run_files(str(run), ["worker.log", "exit.json"])
     kept, left_out, cuts = bundle.within_cap(str(run), first, [], 1)
     assert kept == ["worker-0/worker.log", "worker-1/worker.log"]
@@ -245,7 +245,7 @@ def test_logs_share_the_cap_fairly_and_a_record_over_its_share_is_left_out(tmp_p
     assert list(cuts) == ["worker-1/worker.log"]
     whole = (run / "worker-0" / "worker.log").stat().st_size
     assert whole + cuts["worker-1/worker.log"].sent <= 1024 * 1024
-    # The cut log got what the small one left, not an equal half of the cap.
+    # The cut log got what the small one left (the record left out takes nothing).
     assert cuts["worker-1/worker.log"].sent > 1024 * 1024 - whole - 64 * 1024
 
 
@@ -297,3 +297,18 @@ def test_check_mode_says_which_logs_would_be_cut_and_packs_nothing(tmp_path: Pat
     assert result["bundle"] == "" and not (run / ".collect.tar.gz").exists()
     assert [cut["path"] for cut in result["truncated"]] == ["worker-0/worker.log"]
     assert result["truncated"][0]["sent"] <= 1024 * 1024
+
+
+def test_with_no_room_the_records_and_short_logs_still_come_and_long_logs_keep_their_ends(tmp_path: Path) -> None:
+    """``tf_collect_max_mb: 0``: the supervisor's records and short logs come whole (the
+    verdict needs them), a long log comes as 64 KiB of head and tail, artifacts stay."""
+    run = tmp_path / "run"
+    numbered_log(run / "worker-0" / "worker.log", 100)
+    numbered_log(run / "worker-1" / "worker.log", 20_000)
+    (run / "worker-0" / "exit.json").write_text('{"returncode": 0}')
+    (run / "worker-0" / "model.keras").write_bytes(b"m" * 10)
+    first = bundle.run_files(str(run), ["worker.log", "exit.json"])
+    kept, left_out, cuts = bundle.within_cap(str(run), first, ["worker-0/model.keras"], 0)
+    assert kept == ["worker-0/exit.json", "worker-0/worker.log", "worker-1/worker.log"]
+    assert left_out == [{"path": "worker-0/model.keras", "bytes": 10}]
+    assert list(cuts) == ["worker-1/worker.log"] and 60 * 1024 < cuts["worker-1/worker.log"].sent <= 64 * 1024
