@@ -1,52 +1,147 @@
-"""Claim a run's private directory on the controller, in the task's own process.
+"""Claim a run on the controller, in the task's own process: exclusively, or to resume it.
 
-The preflight's last step: ``<runs_dir>`` and ``<runs_dir>/<run_id>``, mode 0700, so that
-the run id cannot be used again from this controller. Done here, on the controller,
-without a module process (``install -d`` through the command module cost about half a
-second of the controller's CPU and of every run's wall time). Its options and results are
-documented in plugins/modules/tf_run_claim.py (a documentation-only module).
+The preflight's last step: ``<runs_dir>`` and ``<runs_dir>/<run_id>``, mode 0700, made by
+one ``mkdir`` that fails when the directory exists, so that of two playbooks started
+with the same ``-e tf_run_id`` only one passes; the run's record (``run.json``: its
+cluster's checksum) is written beside. With ``resume`` (``-e tf_resume=true``) it claims
+an existing run instead, once every host's answer (tf_run_resume) and the controller's
+records say it may be resumed, and takes the next attempt's number with a file made
+``O_EXCL``. Done here, on the controller, without a module process. Its options and
+results are documented in plugins/modules/tf_run_claim.py (a documentation-only module).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    RUN_RECORD,
+    read_json,
+    write_json_atomic,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 
 # The options (documented in plugins/modules/tf_run_claim.py, the documentation-only module).
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "runs_dir": {"type": "path", "required": True},
     "run_id": {"type": "str", "required": True},
+    "cluster_checksum": {"type": "str", "default": ""},
+    "resume": {"type": "bool", "default": False},
+    "hosts": {"type": "dict", "default": {}},
 }
+# The verdict's summary.json status of a run that needs nothing more.
+SUCCEEDED = "succeeded"
+SUMMARY_FILE = "summary.json"
+# Made O_EXCL in the run's directory by the resume that takes attempt n.
+RESUME_CLAIM = ".resume-{attempt}.claim"
 
 
-def claim(runs_dir: str, run_id: str, check_mode: bool = False) -> dict[str, Any]:
-    """Make ``runs_dir`` (0700, also when it exists) and ``runs_dir/run_id`` (0700).
-
-    A run directory that exists already is left as it is (``changed`` false): the
-    preflight refused an id whose directory exists before it got here.
-    """
+def check_run_id(run_id: str) -> None:
     if not run_id or "/" in run_id or run_id in (".", ".."):
         raise AnsibleActionFail(f"tf_run_claim: {run_id!r} is not a run id")
+
+
+def claim(runs_dir: str, run_id: str, check_mode: bool = False, checksum: str = "") -> dict[str, Any]:
+    """Make ``runs_dir`` (0700, also when it exists) and ``runs_dir/run_id`` (0700) with one
+    ``mkdir`` that fails when it exists: a run id is claimed once per controller."""
+    check_run_id(run_id)
     run_dir = os.path.join(runs_dir, run_id)
-    if os.path.isdir(run_dir):
-        return {"changed": False, "path": run_dir}
+    if os.path.lexists(run_dir):
+        raise AnsibleActionFail(
+            f"run id {run_id!r} is already claimed on this controller ({run_dir} exists): another playbook "
+            "runs or ran it; give a new -e tf_run_id, or -e tf_resume=true to continue it"
+        )
     if check_mode:
-        return {"changed": True, "path": run_dir}
+        return {"changed": True, "path": run_dir, "attempt": 0}
     try:
         os.makedirs(runs_dir, mode=0o700, exist_ok=True)
         os.chmod(runs_dir, 0o700)
         os.mkdir(run_dir, 0o700)
-        os.chmod(run_dir, 0o700)
+    except FileExistsError as exc:
+        raise AnsibleActionFail(
+            f"run id {run_id!r} was claimed by another playbook just now ({run_dir} exists); give a new -e tf_run_id"
+        ) from exc
     except OSError as exc:
         raise AnsibleActionFail(f"tf_run_claim: cannot create {run_dir}: {exc}") from exc
-    return {"changed": True, "path": run_dir}
+    os.chmod(run_dir, 0o700)
+    write_json_atomic(os.path.join(run_dir, RUN_RECORD),
+                      {"run_id": run_id, "cluster_checksum": checksum, "claimed_at": time.time()})
+    return {"changed": True, "path": run_dir, "attempt": 0}
+
+
+def host_problems(run_id: str, checksum: str, hosts: dict[str, Any]) -> list[str]:
+    """What every host's answer (tf_run_resume) says against resuming the run."""
+    problems = []
+    for host, found in sorted(hosts.items()):
+        if not isinstance(found, dict) or found.get("failed") or "exists" not in found:
+            problems.append(f"host {host}: could not read the run there ({(found or {}).get('msg', 'no answer')})")
+            continue
+        if not found["exists"] or found.get("last_attempt", -1) < 0:
+            problems.append(f"host {host}: run {run_id!r} was never launched there ({found.get('run_dir')} "
+                            "holds no worker directory); resume it with the inventory it ran on")
+            continue
+        for worker in found.get("workers") or []:
+            if worker.get("alive"):
+                problems.append(f"host {host}: worker {worker.get('index')} of run {run_id!r} is still running "
+                                f"(its supervisor works in {worker.get('dir')}); follow it with playbooks/wait.yml "
+                                "or stop it with playbooks/stop.yml first")
+            if checksum and worker.get("checksum") and worker["checksum"] != checksum:
+                problems.append(f"host {host}: worker {worker.get('index')} ran in another cluster (TF_CONFIG "
+                                f"checksum {worker['checksum'][:12]}, this inventory's {checksum[:12]}); resume "
+                                "it with the inventory it ran on")
+    return problems
+
+
+def run_succeeded(run_dir: str, hosts: dict[str, Any]) -> bool:
+    """The verdict said so, or every worker of the latest attempt on every host exited 0."""
+    summary = read_json(os.path.join(run_dir, SUMMARY_FILE)) or {}
+    if summary.get("status") == SUCCEEDED:
+        return True
+    workers = [w for found in hosts.values() if isinstance(found, dict) for w in found.get("workers") or []]
+    return bool(workers) and all(w.get("returncode") == 0 for w in workers)
+
+
+def resume(runs_dir: str, run_id: str, checksum: str, hosts: dict[str, Any], check_mode: bool) -> dict[str, Any]:
+    """Claim the existing run ``run_id`` for its next attempt, or refuse with every reason."""
+    check_run_id(run_id)
+    run_dir = os.path.join(runs_dir, run_id)
+    if not os.path.isdir(run_dir):
+        raise AnsibleActionFail(
+            f"Preflight refused the resume: run {run_id!r} has no directory on this controller ({run_dir}); "
+            "resume from the controller (and tf_runs_dir) that launched it")
+    problems = []
+    recorded = (read_json(os.path.join(run_dir, RUN_RECORD)) or {}).get("cluster_checksum")
+    if recorded and checksum and recorded != checksum:
+        problems.append(f"run {run_id!r} ran in another cluster (recorded checksum {recorded[:12]}, this "
+                        f"inventory's {checksum[:12]}); resume it with the inventory it ran on")
+    problems += host_problems(run_id, checksum, hosts)
+    if not problems and run_succeeded(run_dir, hosts):
+        problems.append(f"run {run_id!r} succeeded: there is nothing to resume")
+    if problems:
+        raise AnsibleActionFail(f"Preflight refused the resume: {'; '.join(problems)}")
+    attempt = max(int(found.get("last_attempt", -1)) for found in hosts.values()) + 1 if hosts else 1
+    path = os.path.join(run_dir, RESUME_CLAIM.format(attempt=attempt))
+    if check_mode:
+        return {"changed": True, "path": run_dir, "attempt": attempt}
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError as exc:
+        raise AnsibleActionFail(
+            f"Preflight refused the resume: another playbook is resuming run {run_id!r} as attempt {attempt} "
+            f"({path} exists; remove it if no other playbook is resuming the run)") from exc
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(f"{time.time()}\n")
+    return {"changed": True, "path": run_dir, "attempt": attempt}
 
 
 class ActionModule(ControllerAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
 
     def work(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
-        return claim(args["runs_dir"], args["run_id"], self._task.check_mode)
+        if args["resume"]:
+            return resume(args["runs_dir"], args["run_id"], args["cluster_checksum"], args["hosts"],
+                          self._task.check_mode)
+        return claim(args["runs_dir"], args["run_id"], self._task.check_mode, args["cluster_checksum"])

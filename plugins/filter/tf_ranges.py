@@ -25,6 +25,7 @@ RANGES: dict[str, tuple[int, int | None, str | None]] = {
     "tf_controller_timeout": (CONTROLLER_TIMEOUT_MIN, MONTH, "the run is not tied to the controller"),
     "tf_peer_timeout": (0, MONTH, "workers do not watch their peers"),
     "tf_stall_timeout": (0, MONTH, "no stall watchdog"),
+    "tf_logs_lines": (1, 100000, None),
     "tf_restart_attempts": (0, 100, "no restart"),
     "tf_run_attempt": (0, None, "the first launch"),
     "tf_launch_stop_grace": (0, HOUR, "SIGKILL at once"),

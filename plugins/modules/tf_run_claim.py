@@ -8,16 +8,22 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: tf_run_claim
-short_description: Claim a run's private directory on the controller
+short_description: Claim a run's private directory on the controller, or claim a run to resume
 version_added: "0.1.0"
 author: tf-runbook contributors (!UNKNOWN)
 description:
-  - Creates O(runs_dir) (mode 0700, which is also set when it exists) and
-    O(runs_dir)/O(run_id) (mode 0700), so that the run id cannot be used again from this
-    controller.
-  - A run directory that exists already is left as it is.
-  - Runs on the controller only (an action plugin); the hosts are not contacted. In check
-    mode nothing is created.
+  - Creates O(runs_dir) (mode 0700, which is also set when it exists) and O(runs_dir)/O(run_id) (mode 0700) with
+    one C(mkdir) that fails when the directory exists, so that the run id cannot be used again from this
+    controller, and of two playbooks started together with the same run id only one passes. Writes
+    C(run.json) there with O(cluster_checksum).
+  - With O(resume) (C(-e tf_resume=true)) it claims an existing run instead, for its next attempt, after checking
+    every host's answer (O(hosts), from tf_run_resume) and the controller's records; it refuses, with every
+    reason naming host and value, a run unknown to this controller, a run not launched on a host, a worker whose
+    supervisor still runs, a cluster whose checksum differs from the run's (C(run.json), each worker's
+    TF_CONFIG), and a run that succeeded (its C(summary.json), or every worker of its latest attempt exited 0).
+    The next attempt is the latest attempt found on any host plus one; a file made with O_EXCL in the run's
+    directory (C(.resume-<attempt>.claim)) lets only one playbook take it.
+  - Runs on the controller only (an action plugin); the hosts are not contacted. In check mode nothing is created.
 options:
   runs_dir:
     description: The directory of every run's files on the controller (C(tf_runs_dir)).
@@ -27,6 +33,19 @@ options:
     description: The run id, a single path component.
     type: str
     required: true
+  cluster_checksum:
+    description: The checksum of the cluster (C(tf_cluster_spec.checksum)), recorded in C(run.json) by a new claim
+      and compared by a resume.
+    type: str
+    default: ""
+  resume:
+    description: Claim the existing run O(run_id) for its next attempt (C(tf_resume)).
+    type: bool
+    default: false
+  hosts:
+    description: With O(resume), every host of the play to what tf_run_resume read there.
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -34,6 +53,16 @@ EXAMPLES = r"""
   tf_runbook.multiworker.tf_run_claim:
     runs_dir: runs
     run_id: 20260101T120000Z-abc123
+    cluster_checksum: "{{ tf_cluster_spec.checksum }}"
+  run_once: true
+
+- name: Claim the stopped run for its next attempt
+  tf_runbook.multiworker.tf_run_claim:
+    runs_dir: runs
+    run_id: 20260101T120000Z-abc123
+    cluster_checksum: "{{ tf_cluster_spec.checksum }}"
+    resume: true
+    hosts: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'run_here'))) }}"
   run_once: true
 """
 
@@ -43,4 +72,9 @@ path:
   type: str
   returned: always
   sample: runs/20260101T120000Z-abc123
+attempt:
+  description: The attempt the playbook runs first; 0 for a new run, the next one for a resume.
+  type: int
+  returned: always
+  sample: 2
 """

@@ -17,7 +17,10 @@ description:
     C(runs) are made 0700 too, also when they existed with another mode.
   - The run's checkpoint directory is C(<run>/checkpoints), or C(<checkpoint_root>/<run_id>)
     when O(checkpoint_root) is set; one directory per run id even on a shared path, so
-    that no run resumes from, or overwrites, another run's backups.
+    that no run resumes from, or overwrites, another run's backups. There it records its
+    owner (C(.tf-runbook-owner.json), the run id and the checksum of the cluster in O(configs));
+    a run id reused by another cluster (another controller or inventory) is refused before
+    anything is written.
   - Idempotent for a run that has not been launched yet. Fails, changing nothing, when a
     worker directory of this run already holds a launch record (C(state.json) or
     C(exit.json)); a run id is used once, and an earlier run's files are never touched.
@@ -171,6 +174,7 @@ from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    CHECKPOINT_OWNER_FILE,
     CHECKPOINTS_DIR,
     CONFIG_FILE,
     JOB_DIR,
@@ -179,9 +183,12 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     RUN_ID_RULE,
     RUNS_DIR,
     attempt_dir_of,
+    cluster_checksum,
+    read_json,
     run_dir_of,
     run_id_is_safe,
     worker_dir_name,
+    write_json_atomic,
 )
 
 
@@ -339,6 +346,36 @@ def checkpoint_dir_of(run_dir: str, run_id: str, root: str) -> str:
     return os.path.join(os.path.normpath(root), run_id)
 
 
+def configs_checksum(configs: list[dict[str, Any]]) -> str:
+    """The checksum of the cluster every TF_CONFIG of this host names (they all name the
+    same one); empty when there is none to read."""
+    for entry in configs:
+        content = entry.get("content")
+        try:
+            data = json.loads(content) if isinstance(content, str) else content
+        except ValueError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
+            return cluster_checksum(data["cluster"])
+    return ""
+
+
+def checkpoint_owner_problem(checkpoint_dir: str, run_id: str, checksum: str) -> str | None:
+    """On a shared ``tf_checkpoint_dir``, ``<root>/<run_id>`` records the run and cluster
+    that own it: a run id reused by another cluster (another controller, another
+    inventory) would resume from, and overwrite, backups not its own."""
+    owner = read_json(os.path.join(checkpoint_dir, CHECKPOINT_OWNER_FILE))
+    if owner is None or not checksum:
+        return None
+    if owner.get("run_id") != run_id or owner.get("cluster_checksum") != checksum:
+        return (
+            f"checkpoint directory {checkpoint_dir} belongs to run {owner.get('run_id')!r} of cluster "
+            f"{str(owner.get('cluster_checksum'))[:12]}, not to run {run_id!r} of this cluster ({checksum[:12]}); "
+            "its backups are not this run's: pick another tf_run_id or tf_checkpoint_dir"
+        )
+    return None
+
+
 def write_if_changed(path: str, content: str, check: bool, mode: int = 0o600) -> bool:
     """Write ``content`` atomically when the file is missing or differs; True if it did."""
     return write_bytes_if_changed(path, content.encode("utf-8"), check, mode)
@@ -466,6 +503,11 @@ def main() -> None:
         checkpoint_dir = checkpoint_dir_of(run_dir, run_id, module.params["checkpoint_root"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
+    checksum = configs_checksum(module.params["configs"])
+    if module.params["checkpoint_root"]:
+        problem = checkpoint_owner_problem(checkpoint_dir, run_id, checksum)
+        if problem:
+            module.fail_json(msg=problem, run_dir=run_dir)
     attempt = module.params["attempt"]
     if attempt < 0:
         module.fail_json(msg=f"attempt {attempt} is negative")
@@ -520,6 +562,17 @@ def main() -> None:
             # makedirs honours the umask; the run's directories must be private anyway.
             if (os.stat(path).st_mode & 0o777) != mode:
                 os.chmod(path, mode)
+    owner_file = os.path.join(checkpoint_dir, CHECKPOINT_OWNER_FILE)
+    if module.params["checkpoint_root"] and checksum and not os.path.exists(owner_file):
+        written_owner = True
+        if not module.check_mode:
+            try:
+                write_json_atomic(owner_file, {"run_id": run_id, "cluster_checksum": checksum})
+                os.chmod(owner_file, 0o600)
+            except OSError as exc:
+                module.fail_json(msg=f"cannot record the owner of {checkpoint_dir}: {exc}")
+    else:
+        written_owner = False
     try:
         written, read_back = write_files(
             job_dir, worker_dirs, module.params["job_files"], module.params["configs"], module.check_mode
@@ -542,7 +595,7 @@ def main() -> None:
     except (OSError, ValueError, tarfile.TarError) as exc:
         module.fail_json(msg=f"cannot write the job directory or the workers' environment: {exc}")
     module.exit_json(
-        changed=changed or bool(written),
+        changed=changed or written_owner or bool(written),
         written=written,
         read_back=read_back,
         base_dir=base_dir,

@@ -1,9 +1,14 @@
-"""The preflight's claim of the run's directory on the controller (an action, issue 13)."""
+"""The preflight's claim of the run's directory on the controller (an action, issue 13),
+exclusive (issue 24, points 12 and 23), and the claim of a run to resume (issue 23, point 7)."""
 
 from __future__ import annotations
 
+import json
+import os
 import stat
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ansible.errors import AnsibleActionFail
@@ -17,9 +22,11 @@ def mode(path: Path) -> int:
 
 def test_the_claim_makes_both_directories_private(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    result = action.claim(str(runs), "20261203T000000Z-abcdef")
-    assert result == {"changed": True, "path": str(runs / "20261203T000000Z-abcdef")}
+    result = action.claim(str(runs), "20261203T000000Z-abcdef", checksum="c" * 64)
+    assert result == {"changed": True, "path": str(runs / "20261203T000000Z-abcdef"), "attempt": 0}
     assert mode(runs) == 0o700 and mode(runs / "20261203T000000Z-abcdef") == 0o700
+    record = json.loads((runs / "20261203T000000Z-abcdef" / "run.json").read_text())
+    assert record["cluster_checksum"] == "c" * 64
 
 
 def test_an_existing_runs_directory_is_made_private_too(tmp_path: Path) -> None:
@@ -32,12 +39,34 @@ def test_an_existing_runs_directory_is_made_private_too(tmp_path: Path) -> None:
     assert (runs / "earlier" / "summary.json").read_text() == "{}"
 
 
-def test_a_claimed_run_is_left_as_it_is(tmp_path: Path) -> None:
+def test_a_claimed_run_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True, mode=0o750)
     (run / "summary.json").write_text("kept")
-    assert action.claim(str(tmp_path / "runs"), "r1") == {"changed": False, "path": str(run)}
+    with pytest.raises(AnsibleActionFail, match=r"run id 'r1' is already claimed on this controller .*tf_resume=true"):
+        action.claim(str(tmp_path / "runs"), "r1")
     assert (run / "summary.json").read_text() == "kept"
+    assert mode(run) == 0o750
+
+
+def test_of_two_claims_of_one_run_id_made_together_only_one_passes(tmp_path: Path) -> None:
+    runs, outcomes = str(tmp_path / "runs"), []
+    barrier = threading.Barrier(8)
+
+    def claim() -> None:
+        barrier.wait()
+        try:
+            outcomes.append(action.claim(runs, "r1")["changed"])
+        except AnsibleActionFail as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes.count(True) == 1, outcomes
+    assert all(isinstance(o, str) and "claimed" in o and "r1" in o for o in outcomes if o is not True), outcomes
 
 
 def test_check_mode_creates_nothing(tmp_path: Path) -> None:
@@ -56,3 +85,74 @@ def test_a_runs_directory_that_cannot_be_made_names_the_path(tmp_path: Path) -> 
     (tmp_path / "file").write_text("x")
     with pytest.raises(AnsibleActionFail, match="cannot create .*file/runs/r1"):
         action.claim(str(tmp_path / "file" / "runs"), "r1")
+
+
+# --- resume ------------------------------------------------------------------------------
+
+CHECKSUM = "a" * 64
+
+
+def host(last: int = 1, alive: bool = False, returncode: int | None = 143, checksum: str = CHECKSUM,
+         exists: bool = True) -> dict[str, Any]:
+    return {"exists": exists, "run_dir": "/b/runs/r1", "last_attempt": last,
+            "workers": [{"index": 0, "dir": "/b/runs/r1/retry-1/worker-0", "alive": alive,
+                         "returncode": returncode, "checksum": checksum}]}  # fmt: skip
+
+
+def claimed_run(tmp_path: Path, checksum: str = CHECKSUM, status: str = "failed") -> Path:
+    runs = tmp_path / "runs"
+    action.claim(str(runs), "r1", checksum=checksum)
+    (runs / "r1" / "summary.json").write_text(json.dumps({"status": status}))
+    return runs
+
+
+def test_a_stopped_run_is_resumed_as_its_next_attempt_once(tmp_path: Path) -> None:
+    runs = claimed_run(tmp_path)
+    hosts = {"h0": host(last=1), "h1": host(last=1)}
+    assert action.resume(str(runs), "r1", CHECKSUM, hosts, False) == {
+        "changed": True, "path": str(runs / "r1"), "attempt": 2}
+    with pytest.raises(AnsibleActionFail, match="another playbook is resuming run 'r1' as attempt 2"):
+        action.resume(str(runs), "r1", CHECKSUM, hosts, False)
+
+
+@pytest.mark.parametrize(
+    ("hosts", "match"),
+    [
+        ({"h0": host(), "h1": host(alive=True, returncode=None)},
+         r"host h1: worker 0 of run 'r1' is still running \(its supervisor works in /b/runs/r1/retry-1/worker-0\)"),
+        ({"h0": host(), "h1": host(exists=False, last=-1)}, r"host h1: run 'r1' was never launched there"),
+        ({"h0": host(), "h1": host(checksum="b" * 64)},
+         r"host h1: worker 0 ran in another cluster \(TF_CONFIG checksum bbbbbbbbbbbb, this inventory's aaaaaaaaaaaa\)"),
+        ({"h0": host(returncode=0), "h1": host(returncode=0)}, r"run 'r1' succeeded: there is nothing to resume"),
+        ({"h0": host(), "h1": {"failed": True, "msg": "permission denied"}},
+         r"host h1: could not read the run there \(permission denied\)"),
+    ],
+)
+def test_a_resume_is_refused_naming_host_and_value(tmp_path: Path, hosts: dict[str, Any], match: str) -> None:
+    runs = claimed_run(tmp_path)
+    with pytest.raises(AnsibleActionFail, match=r"Preflight refused the resume: .*" + match):
+        action.resume(str(runs), "r1", CHECKSUM, hosts, False)
+    assert not [name for name in os.listdir(runs / "r1") if name.endswith(".claim")]
+
+
+def test_a_resume_of_a_run_the_verdict_passed_is_refused(tmp_path: Path) -> None:
+    runs = claimed_run(tmp_path, status="succeeded")
+    with pytest.raises(AnsibleActionFail, match="succeeded: there is nothing to resume"):
+        action.resume(str(runs), "r1", CHECKSUM, {"h0": host()}, False)
+
+
+def test_a_resume_with_another_cluster_than_the_recorded_one_is_refused(tmp_path: Path) -> None:
+    runs = claimed_run(tmp_path, checksum="c" * 64)
+    with pytest.raises(AnsibleActionFail, match=r"run 'r1' ran in another cluster \(recorded checksum cccccccccccc"):
+        action.resume(str(runs), "r1", CHECKSUM, {"h0": host()}, False)
+
+
+def test_a_resume_of_a_run_unknown_to_this_controller_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(AnsibleActionFail, match=r"run 'r9' has no directory on this controller"):
+        action.resume(str(tmp_path / "runs"), "r9", CHECKSUM, {"h0": host()}, False)
+
+
+def test_a_resume_in_check_mode_claims_nothing(tmp_path: Path) -> None:
+    runs = claimed_run(tmp_path)
+    assert action.resume(str(runs), "r1", CHECKSUM, {"h0": host(last=0)}, True)["attempt"] == 1
+    assert not [name for name in os.listdir(runs / "r1") if name.endswith(".claim")]

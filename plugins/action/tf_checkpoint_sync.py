@@ -1,0 +1,68 @@
+"""Bring the chief's checkpoint through the controller: pack and fetch, send and unpack.
+
+The module of the same name does each step's work on the host; this action moves the
+archive: with ``mode: pack`` it fetches the archive the module made to the controller's
+``dest``, with ``mode: unpack`` it sends the controller's ``src`` to the host first. The
+archive lives on the host only in a temporary directory of this task, removed at its end.
+Its options and results are documented in the module (plugins/modules/tf_checkpoint_sync.py).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+MODULE = "tf_runbook.multiworker.tf_checkpoint_sync"
+
+
+def private_file(path: str) -> None:
+    """Make ``path``'s directory (0700) and leave no wider mode on the file."""
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    if os.path.exists(path):
+        os.chmod(path, 0o600)
+
+
+class ActionModule(ActionBase):
+    """The module's step, with the archive's transfer around it."""
+
+    _requires_connection = True
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        mode = args.get("mode")
+        if mode not in ("pack", "unpack") or self._task.check_mode:
+            return {**result, **self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)}
+        remote_tmp = self._make_tmp_path()
+        try:
+            if mode == "pack":
+                return {**result, **self._pack(args, task_vars or {}, remote_tmp)}
+            return {**result, **self._unpack(args, task_vars or {}, remote_tmp)}
+        finally:
+            self._remove_tmp_path(remote_tmp, force=True)
+
+    def _pack(self, args: dict[str, Any], task_vars: dict[str, Any], remote_tmp: str) -> dict[str, Any]:
+        dest = args.pop("dest", None)
+        if not dest and args.get("copy", True):
+            raise AnsibleActionFail("tf_checkpoint_sync: mode pack needs dest, the archive's path on the controller")
+        remote = self._connection._shell.join_path(remote_tmp, "checkpoint.tar")
+        self._fixup_perms2((remote_tmp,))
+        packed = self._execute_module(module_name=MODULE, module_args={**args, "archive": remote}, task_vars=task_vars)
+        if packed.get("failed") or not packed.get("archive"):
+            return packed
+        private_file(dest)
+        self._connection.fetch_file(packed["archive"], dest)
+        os.chmod(dest, 0o600)
+        return {**packed, "archive": dest}
+
+    def _unpack(self, args: dict[str, Any], task_vars: dict[str, Any], remote_tmp: str) -> dict[str, Any]:
+        src = args.get("src")
+        if not src or not os.path.isfile(src):
+            raise AnsibleActionFail(f"tf_checkpoint_sync: the archive {src!r} is not a file on the controller")
+        remote = self._connection._shell.join_path(remote_tmp, "checkpoint.tar")
+        self._transfer_file(src, remote)
+        self._fixup_perms2((remote_tmp, remote))
+        return self._execute_module(module_name=MODULE, module_args={**args, "archive": remote}, task_vars=task_vars)

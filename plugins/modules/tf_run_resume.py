@@ -1,0 +1,158 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What one host holds of a run that is to be resumed (issue 23, point 7)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tf_run_resume
+short_description: Read what this host holds of a run to resume
+version_added: "0.1.0"
+author: tf-runbook contributors (!UNKNOWN)
+description:
+  - Reads, without changing anything, this host's part of the run O(run_id) under O(base_dir), for the preflight of
+    C(-e tf_resume=true) (roles/tf_preflight/tasks/resume.yml); the controller's claim (tf_run_claim with
+    C(resume)) judges every host's answer at once.
+  - Finds the run's attempts (C(worker-<index>) in the run's directory for the first, C(retry-<n>/) for restart n)
+    and, for each worker directory of the latest one, whether its supervisor is alive (the pid of its
+    C(state.json), still working in that directory), how it exited (C(exit.json)) and the checksum of the cluster
+    in its C(tf_config.json).
+options:
+  base_dir:
+    description: Where this host keeps its runs (C(tf_worker_base_dir)).
+    type: path
+    required: true
+  run_id:
+    description: The run id; one path component.
+    type: str
+    required: true
+attributes:
+  check_mode:
+    support: full
+    details: It only reads.
+"""
+
+EXAMPLES = r"""
+- name: Read this host's part of the run to resume
+  tf_runbook.multiworker.tf_run_resume:
+    base_dir: "{{ tf_worker_base_dir }}"
+    run_id: "{{ tf_run_id }}"
+  register: run_here
+"""
+
+RETURN = r"""
+exists:
+  description: Whether the run's directory exists on this host.
+  type: bool
+  returned: always
+run_dir:
+  description: The run's directory on this host.
+  type: str
+  returned: always
+last_attempt:
+  description: The latest attempt found (0 the first launch); -1 when none was launched here.
+  type: int
+  returned: always
+workers:
+  description: Each worker directory of the latest attempt, with C(index), C(dir), C(alive) (its supervisor
+    still runs), C(returncode) (null without an exit record) and C(checksum) (of its TF_CONFIG's cluster, null
+    when unreadable).
+  type: list
+  elements: dict
+  returned: always
+"""
+
+import os
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import works_in
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    CONFIG_FILE,
+    EXIT_FILE,
+    RUN_ID_RULE,
+    STATE_FILE,
+    attempt_dir_of,
+    cluster_checksum,
+    read_json,
+    retry_index,
+    run_dir_of,
+    run_id_is_safe,
+    worker_index,
+)
+
+
+def worker_dirs(directory: str) -> dict[int, str]:
+    """The worker directories directly under ``directory``, by index."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return {}
+    found = {}
+    for name in names:
+        index = worker_index(name)
+        if index is not None and os.path.isdir(os.path.join(directory, name)):
+            found[index] = os.path.join(directory, name)
+    return found
+
+
+def attempts_of(run_dir: str) -> list[int]:
+    """Every attempt with a worker directory on this host, in order."""
+    found = [0] if worker_dirs(run_dir) else []
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return found
+    for name in names:
+        attempt = retry_index(name)
+        if attempt is not None and worker_dirs(os.path.join(run_dir, name)):
+            found.append(attempt)
+    return sorted(found)
+
+
+def worker_entry(index: int, directory: str) -> dict[str, Any]:
+    state = read_json(os.path.join(directory, STATE_FILE)) or {}
+    exit_record = read_json(os.path.join(directory, EXIT_FILE)) or {}
+    config = read_json(os.path.join(directory, CONFIG_FILE)) or {}
+    cluster = config.get("cluster")
+    pid = state.get("supervisor_pid")
+    return {
+        "index": index,
+        "dir": directory,
+        "alive": bool(works_in(pid, directory)) if isinstance(pid, int) else False,
+        "returncode": exit_record.get("returncode"),
+        "checksum": cluster_checksum(cluster) if isinstance(cluster, dict) else None,
+    }
+
+
+def read_run(base_dir: str, run_id: str) -> dict[str, Any]:
+    run_dir = run_dir_of(os.path.abspath(base_dir), run_id)
+    attempts = attempts_of(run_dir)
+    last = attempts[-1] if attempts else -1
+    dirs = worker_dirs(attempt_dir_of(run_dir, last)) if attempts else {}
+    return {
+        "changed": False,
+        "exists": os.path.isdir(run_dir),
+        "run_dir": run_dir,
+        "last_attempt": last,
+        "workers": [worker_entry(index, dirs[index]) for index in sorted(dirs)],
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "base_dir": {"type": "path", "required": True},
+            "run_id": {"type": "str", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    run_id = module.params["run_id"]
+    if not run_id_is_safe(run_id):
+        module.fail_json(msg=f"run id {run_id!r} is not safe as a directory name: {RUN_ID_RULE}")
+    module.exit_json(**read_run(module.params["base_dir"], run_id))
+
+
+if __name__ == "__main__":
+    main()

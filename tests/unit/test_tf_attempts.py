@@ -1,0 +1,168 @@
+"""The restart decision (plugins/filter/tf_attempts.py): by the culprit's cause, with why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.filter import tf_attempts
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import CAUSES, RESTARTABLE_CAUSES
+
+
+
+def decide(outcome: dict[str, Any], attempt: int, attempts: int, now: float, deadline: float,
+           restart_on: Any = RESTARTABLE_CAUSES) -> dict[str, Any]:
+    """The decision with tf_restart_on's default unless given."""
+    return tf_attempts.tf_attempts_decision(outcome, attempt, attempts, now, deadline, list(restart_on)
+                                            if isinstance(restart_on, tuple) else restart_on)
+
+JOB_ERROR = {"kind": "job-error", "detail": "ModuleNotFoundError: No module named 'x'",
+             "exception": "ModuleNotFoundError", "message": "No module named 'x'"}  # fmt: skip
+
+
+def worker(index: int, kind: str | None, stopped_by: str | None = None, returncode: int = 1,
+           **cause: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"index": index, "host": f"h{index}", "returncode": returncode,
+                             "stopped_by": stopped_by, "reason": "", "log_tail": []}
+    if kind is not None:
+        entry["cause"] = {"kind": kind, "detail": f"{kind} detail", **cause}
+    return entry
+
+
+def outcome(*failed: dict[str, Any], **more: Any) -> dict[str, Any]:
+    base = {"ok": False, "failed_workers": list(failed), "lost_hosts": [], "deadline_hosts": [],
+            "status_problems": [], "stopped_by_operator": False, "stalled": None}  # fmt: skip
+    base.update(more)
+    return base
+
+
+def test_a_job_error_is_not_restarted_and_the_output_says_why_and_how() -> None:
+    failed = outcome(worker(0, "runbook", stopped_by="runbook", returncode=143), {**worker(1, None), "cause": JOB_ERROR})
+    decision = decide(failed, 0, 2, 100, 0)
+    assert decision == {
+        "restart": False, "cause": "job-error", "culprit": 1,
+        "why": "worker 1 on h1 failed with job-error (ModuleNotFoundError: No module named 'x'): a restart cannot "
+               "fix the job's own error; to restart it anyway add job-error to tf_restart_on",
+    }  # fmt: skip
+
+
+def test_a_job_error_listed_in_tf_restart_on_is_restarted() -> None:
+    decision = decide(outcome({**worker(1, None), "cause": JOB_ERROR}), 0, 2, 100, 0, ["job-error"])
+    assert decision["restart"] is True
+    assert decision["why"].endswith("restarting it, attempt 1 of at most 2 restarts")
+
+
+@pytest.mark.parametrize("kind", RESTARTABLE_CAUSES)
+def test_every_default_restartable_cause_of_a_worker_is_restarted(kind: str) -> None:
+    decision = decide(outcome(worker(1, kind)), 0, 1, 100, 200)
+    assert (decision["restart"], decision["cause"]) == (True, kind)
+
+
+@pytest.mark.parametrize("kind", sorted(set(CAUSES) - set(RESTARTABLE_CAUSES) - {"operator", "runbook"}))
+def test_every_other_cause_is_not_restarted_by_default_and_named(kind: str) -> None:
+    decision = decide(outcome(worker(1, kind)), 0, 1, 100, 200)
+    assert decision["restart"] is False
+    assert f"add {kind} to tf_restart_on" in decision["why"]
+
+
+def test_the_victim_is_never_the_cause_whatever_its_index() -> None:
+    """Worker 0 was stopped by the runbook after worker 1 was killed: killed decides."""
+    failed = outcome(worker(0, "job-error", stopped_by="runbook", returncode=143), worker(1, "killed", returncode=137))
+    decision = decide(failed, 0, 1, 100, 0)
+    assert (decision["restart"], decision["cause"], decision["culprit"]) == (True, "killed", 1)
+
+
+@pytest.mark.parametrize(
+    ("fields", "kind"),
+    [
+        ({"returncode": 42}, "preempted"),
+        ({"returncode": 137}, "killed"),
+        ({"returncode": -9}, "killed"),
+        ({"returncode": 143}, "preempted"),
+        ({"returncode": 1}, "unknown"),
+        ({"returncode": 143, "stopped_by": "job-deadline"}, "deadline"),
+        ({"returncode": 1, "stopped_by": "startup-deadline"}, "startup"),
+    ],
+)
+def test_a_status_without_a_cause_is_told_from_its_exit_fields(fields: dict[str, Any], kind: str) -> None:
+    entry = {**worker(1, None), **fields}
+    assert decide(outcome(entry), 0, 1, 100, 0)["cause"] == kind
+
+
+def test_preemption_exit_42_is_restarted_by_default() -> None:
+    assert decide(outcome({**worker(1, None), "returncode": 42}), 0, 1, 100, 0)["restart"] is True
+
+
+def test_a_stall_is_restarted_and_decides_over_the_workers_the_stop_ended() -> None:
+    stalled = outcome(worker(0, "stalled", stopped_by="runbook", returncode=143),
+                      stalled={"seconds": 20, "detail": "no progress line for 20 s"})
+    decision = decide(stalled, 0, 1, 100, 0)
+    assert (decision["restart"], decision["cause"]) == (True, "stalled")
+    assert "no progress line for 20 s" in decision["why"]
+
+
+def test_a_stall_left_out_of_tf_restart_on_says_so() -> None:
+    decision = decide(outcome(stalled={"seconds": 20, "detail": "no progress"}), 0, 1, 100, 0, ["preempted"])
+    assert decision["restart"] is False
+    assert "add stalled to tf_restart_on" in decision["why"]
+
+
+def test_a_lost_host_decides_over_its_peers_peer_lost() -> None:
+    decision = decide(outcome(worker(0, "peer-lost"), lost_hosts=["h1"]), 0, 1, 100, 0, ["peer-lost"])
+    assert (decision["restart"], decision["cause"]) == (False, "host-lost")
+    assert decision["why"].startswith("host h1 failed with host-lost")
+
+
+def test_an_operator_stop_is_never_restarted_even_when_listed() -> None:
+    decision = decide(outcome(worker(0, "operator", stopped_by="operator", returncode=143)), 0, 3, 100, 0,
+                      list(CAUSES))
+    assert (decision["restart"], decision["cause"]) == (False, "operator")
+    assert "was stopped by an operator (stop.yml): no restart" in decision["why"]
+    assert "tf_resume=true" in decision["why"]
+
+
+def test_no_restart_left_names_the_setting() -> None:
+    decision = decide(outcome(worker(1, "killed")), 2, 2, 100, 0)
+    assert decision["restart"] is False
+    assert "no restart is left (tf_restart_attempts=2)" in decision["why"]
+
+
+def test_a_passed_deadline_leaves_no_time_for_a_restart() -> None:
+    decision = decide(outcome(worker(1, "killed")), 0, 2, 300, 200)
+    assert decision["restart"] is False
+    assert "deadline (tf_job_timeout) has passed" in decision["why"]
+
+
+def test_an_unread_status_is_no_workers_failure() -> None:
+    decision = decide(outcome(status_problems=["host h1: the wait recorded no status"]), 0, 2, 100, 0)
+    assert decision["restart"] is False
+    assert "host h1: the wait recorded no status" in decision["why"]
+
+
+def test_a_successful_attempt_is_not_restarted() -> None:
+    assert decide({"ok": True}, 0, 2, 100, 0) == {
+        "restart": False, "why": "the attempt succeeded", "cause": "completed", "culprit": None}
+
+
+@pytest.mark.parametrize(("restart_on", "match"), [
+    (["preempted", "flaky"], r"'flaky' is no cause"),
+    ("preempted", r"must be a list"),
+])  # fmt: skip
+def test_an_unknown_cause_in_tf_restart_on_is_refused_by_name(restart_on: Any, match: str) -> None:
+    with pytest.raises(AnsibleFilterError, match=match):
+        decide(outcome(worker(1, "killed")), 0, 1, 100, 0, restart_on)
+
+
+def test_the_default_of_tf_restart_on_is_the_contracts() -> None:
+    import yaml
+
+    from helpers import REPO
+
+    defaults = yaml.safe_load((REPO / "roles/tf/defaults/main.yml").read_text())
+    assert defaults["tf_restart_on"] == list(RESTARTABLE_CAUSES)
+    assert defaults["tf_resume"] is False
+    specs = yaml.safe_load((REPO / "roles/tf/meta/argument_specs.yml").read_text())["argument_specs"]
+    option = specs["contract"]["options"]["tf_restart_on"]
+    assert option["choices"] == list(CAUSES)
+    assert option["default"] == list(RESTARTABLE_CAUSES)
