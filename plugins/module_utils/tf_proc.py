@@ -6,14 +6,12 @@ A run's processes are found through the run's own records (the pids and the proc
 in ``state.json``) and confirmed by what ``/proc`` says of them now: alive (not a zombie),
 in that process group, working in that worker's directory. Nothing is ever found by name.
 
-tf_worker_stop and tf_worker_status import this module. The supervisor
-(``roles/tf_worker/files/tf_supervisor.py``) runs on the hosts as one standard-library file
-and keeps its own copy of ``ENDED_STATES``, ``parse_stat``, ``process_stat``,
-``process_ids`` and ``group_members``; ``tests/unit/test_tf_proc.py`` checks that both
-copies give the same answers on the same ``/proc`` trees.
+tf_worker_stop and tf_worker_status import this module; so does the supervisor
+(``roles/tf_worker/files/tf_supervisor.py``), next to which the deploy ships it: standard
+library only.
 
-Every function takes the ``/proc`` root as ``proc``, so that a test can hand it a tree of
-its own.
+Every function takes the ``/proc`` root as ``proc`` (and the cgroup root as ``cgroup``),
+so that a test can hand it a tree of its own.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from __future__ import annotations
 import os
 
 PROC = "/proc"
+CGROUP = "/sys/fs/cgroup"
 # The states of a process that has ended: a zombie waiting for its reaper, or dead.
 ENDED_STATES = ("Z", "X")
 
@@ -85,3 +84,59 @@ def works_in(pid: object, directory: str, proc: str = PROC) -> bool:
     if stat is None or stat[0] in ENDED_STATES:
         return False
     return process_cwd(pid, proc) == os.path.realpath(directory)
+
+
+def signal_pending(pid: int, sig: int, proc: str = PROC) -> bool | None:
+    """Whether ``sig`` is pending on ``pid`` (sent to it or to its process, and blocked
+    there); None when its status cannot be read."""
+    try:
+        with open(f"{proc}/{pid}/status", encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    masks = [line.split(":", 1)[1].strip() for line in lines if line.startswith(("SigPnd:", "ShdPnd:"))]
+    try:
+        return any(int(mask, 16) >> (int(sig) - 1) & 1 for mask in masks) if masks else None
+    except ValueError:
+        return None
+
+
+def oom_kill_counts(proc: str = PROC, cgroup: str = CGROUP) -> dict[str, int]:
+    """How many processes the kernel's OOM killer has killed so far, by counter: ``host``
+    (``/proc/vmstat``'s ``oom_kill``) and ``cgroup`` (``memory.events``' ``oom_kill`` of
+    this process's cgroup v2, where readable). A counter that cannot be read is left out."""
+    counts: dict[str, int] = {}
+    found = _counter(f"{proc}/vmstat", "oom_kill")
+    if found is not None:
+        counts["host"] = found
+    try:
+        with open(f"{proc}/self/cgroup", encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        lines = []
+    path = next((line[3:] for line in lines if line.startswith("0::")), None)
+    if path is not None:
+        found = _counter(os.path.join(cgroup, path.lstrip("/"), "memory.events"), "oom_kill")
+        if found is not None:
+            counts["cgroup"] = found
+    return counts
+
+
+def oom_kills_between(before: dict[str, int], after: dict[str, int]) -> int | None:
+    """How many OOM kills happened between two readings of ``oom_kill_counts`` (the
+    largest growth of a counter read both times); None when no counter was."""
+    grown = [after[name] - before[name] for name in before if name in after]
+    return max(grown) if grown else None
+
+
+def _counter(path: str, name: str) -> int | None:
+    """The value of ``name`` in a ``name value`` per line file; None when unreadable."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(" ")
+                if key == name and value.strip().isdigit():
+                    return int(value)
+    except OSError:
+        return None
+    return None

@@ -5,9 +5,9 @@
 A run lives on every host under ``<tf_worker_base_dir>/runs/<run_id>/``: the job
 directory ``job/``, a worker directory ``worker-<index>/`` per worker of the first attempt
 and ``retry-<n>/worker-<index>/`` per restart. A worker directory holds the records its
-supervisor (``roles/tf_worker/files/tf_supervisor.py``) writes; the supervisor stays
-standard-library only on the host and keeps its own copies of the constants below, which
-``tests/unit/test_tf_run_contract.py`` checks are equal to these.
+supervisor (``roles/tf_worker/files/tf_supervisor.py``) writes. This module is standard
+library only: the deploy ships it (with the other SHARED_MODULES) next to the supervisor,
+which imports it rather than keep copies.
 
 Every module, action and filter that reads or writes a run's files imports this module,
 as ``ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run``.
@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 from typing import Any
 
 # Layout.
@@ -50,6 +51,20 @@ GO_STARTED = b"TF-RUNBOOK-STARTED "
 GO_FAILED = b"TF-RUNBOOK-FAILED "
 GO_TOKEN_ENV = "TF_RUNBOOK_GO_TOKEN"
 GO_LINE_BYTES = 512
+# A worker whose job failed on its own announces it on its TensorFlow port: the magic,
+# the run id, a MAC of the run id and the reason under the run's announcement secret
+# (handed to the supervisor like the go's token), then the reason.
+ANNOUNCE_MAGIC = b"TF-RUNBOOK-PEER-FAILED "
+ANNOUNCE_KEY_ENV = "TF_RUNBOOK_ANNOUNCE_KEY"
+
+# What the deploy ships into the job directory next to tf_supervisor.py: the job's
+# wrapper (it dumps the job's stacks on STACKS_SIGNAL, then runs the user's script) and
+# the shared modules of plugins/module_utils/ the supervisor imports.
+SUPERVISOR_FILE = "tf_supervisor.py"
+JOB_WRAPPER = "tf_runbook_job.py"
+SHARED_MODULES = ("tf_run.py", "tf_proc.py", "tf_causes.py", "tf_metrics.py")
+# The real-time signal on which the job writes every thread's stack into STACKS_FILE.
+STACKS_SIGNAL_OFFSET = 3
 
 # The fields of exit.json.
 EXIT_FIELDS = ("returncode", "signal", "reason", "stopped_by", "started_at", "finished_at", "joined")
@@ -92,6 +107,14 @@ CHECKPOINT_MARKER_PREFIX = ".tf-runbook-share-"
 # cluster's checksum, read again by a resume).
 CHECKPOINT_SYNC_PREFIX = "checkpoint-sync-"
 RUN_RECORD = "run.json"
+
+
+def stacks_signal() -> int:
+    """The signal that makes a job dump its stacks: SIGRTMIN + STACKS_SIGNAL_OFFSET, a
+    real-time signal that nothing else sends and whose default action ends a process
+    (so it is only ever sent to a job that runs under the wrapper)."""
+    return int(signal.SIGRTMIN) + STACKS_SIGNAL_OFFSET
+
 
 # A run id becomes a directory name on every host and on the controller.
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

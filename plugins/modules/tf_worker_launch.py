@@ -40,6 +40,10 @@ description:
     armed C(state.json), and starts its job only on the go that M(tf_runbook.multiworker.tf_worker_go)
     sends every worker of the run at once, with this token. The token reaches each
     supervisor through its environment (C(TF_RUNBOOK_GO_TOKEN)), never a command line.
+  - With O(announce_key), the supervisors authenticate the failure announcements they
+    send and hear on the workers' ports (with C(--peer-timeout)); the key reaches them
+    through their environment (C(TF_RUNBOOK_ANNOUNCE_KEY)), never a command line, and
+    never reaches the job.
   - In check mode, reports what it would start and starts nothing.
 options:
   workers:
@@ -78,6 +82,11 @@ options:
   go_token:
     description: The run's secret for the go of an armed launch; empty to start the jobs
       at once.
+    type: str
+    default: ""
+  announce_key:
+    description: The run's secret for the failure announcements between supervisors
+      (their C(--peer-timeout)); empty when the peers are not watched.
     type: str
     default: ""
 attributes:
@@ -131,6 +140,7 @@ from typing import Callable
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    ANNOUNCE_KEY_ENV,
     EXIT_FILE,
     GO_TOKEN_ENV,
     LAUNCH_OUTPUT_FILE,
@@ -226,19 +236,26 @@ def launch(
     return results, failures
 
 
-def supervisor_environment(go_token: str) -> dict | None:
+def supervisor_environment(go_token: str, announce_key: str = "") -> dict | None:
     """The supervisors' environment: the module's, plus the go's token for an armed
-    launch (None: the module's own, unchanged)."""
-    return {**os.environ, GO_TOKEN_ENV: go_token} if go_token else None
+    launch and the run's announcement key, where given (None: the module's own,
+    unchanged)."""
+    secrets = {name: value for name, value in ((GO_TOKEN_ENV, go_token), (ANNOUNCE_KEY_ENV, announce_key)) if value}
+    return {**os.environ, **secrets} if secrets else None
 
 
 def _launch(
-    slots: list[dict], settle: float, clock: Callable[[], float], sleep: Callable[[float], None], go_token: str = ""
+    slots: list[dict],
+    settle: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    go_token: str = "",
+    announce_key: str = "",
 ) -> tuple[list[dict], list[str], list]:
     """launch(), also returning the supervisors' processes (None where none started)."""
     procs: list[subprocess.Popen | None] = []
     errors: list[str | None] = []
-    env = supervisor_environment(go_token)
+    env = supervisor_environment(go_token, announce_key)
     for slot in slots:
         try:
             procs.append(spawn(slot, env))
@@ -283,7 +300,9 @@ def _launch(
     return results, failures, procs
 
 
-def launch_detached(slots: list[dict], settle: float, go_token: str = "") -> tuple[list[dict], list[str]]:
+def launch_detached(
+    slots: list[dict], settle: float, go_token: str = "", announce_key: str = ""
+) -> tuple[list[dict], list[str]]:
     """launch() in a waiter process of its own, forked from the module: it starts and
     checks the supervisors, hands the module the results through a pipe, and then stays,
     out of the module's session and away from its descriptors (the SSH channel), as the
@@ -301,7 +320,7 @@ def launch_detached(slots: list[dict], settle: float, go_token: str = "") -> tup
                 os.dup2(null, fd)
             os.closerange(3, write_end)
             os.closerange(write_end + 1, MAX_FD)
-            results, failures, procs = _launch(slots, settle, time.monotonic, time.sleep, go_token)
+            results, failures, procs = _launch(slots, settle, time.monotonic, time.sleep, go_token, announce_key)
             with os.fdopen(write_end, "w", encoding="utf-8") as pipe:
                 json.dump({"results": results, "failures": failures}, pipe)
             for proc in procs:
@@ -330,6 +349,7 @@ def main() -> None:
             "settle": {"type": "float", "default": 2},
             "host": {"type": "str", "default": ""},
             "go_token": {"type": "str", "default": "", "no_log": True},
+            "announce_key": {"type": "str", "default": "", "no_log": True},
         },
         supports_check_mode=True,
     )
@@ -353,7 +373,7 @@ def main() -> None:
     # never waits for training, so Ansible's next host (with --forks below the number of
     # hosts) starts right after, as with the async launch this replaced.
     try:
-        results, failures = launch_detached(slots, params["settle"], params["go_token"])
+        results, failures = launch_detached(slots, params["settle"], params["go_token"], params["announce_key"])
     except (OSError, RuntimeError) as exc:
         module.fail_json(msg=f"host {host}: cannot launch: {exc}")
     for failure in failures:

@@ -23,6 +23,14 @@ description:
     C(stopped_by), and the wait never restarts a run an operator stopped.
   - Sends SIGTERM, waits O(grace) seconds, then SIGKILL. Writes C(exit.json) for a
     worker whose supervisor could not write it any more.
+  - With O(capture_stacks), first asks every running job of the run for its Python stacks
+    (every thread's, through the job's wrapper, on a real-time signal that does not stop
+    it), waits up to O(stacks_timeout) seconds for each C(stacks.txt) and returns them
+    parsed per worker; with O(stop=false) it then stops nothing, so that a play can take
+    every host's stacks before any worker is stopped.
+  - A C(state.json) whose C(pid), C(pgid) or C(supervisor_pid) is not a whole number is
+    refused (the module fails naming the file) and nothing of that worker is signalled;
+    the other workers are still stopped.
   - Safe to run twice; a run with nothing alive reports no change. Supports check mode.
 options:
   run_dir:
@@ -42,6 +50,28 @@ options:
     type: str
     choices: [operator, runbook]
     default: runbook
+  cause:
+    description: Why the run is stopped, as a cause kind (for example C(stalled)),
+      written into C(stop.json); the supervisor records it as the worker's cause in
+      C(exit.json) instead of the one O(stopped_by) implies. Empty for none.
+    type: str
+    choices: ["", completed, job-error, peer-lost, out-of-memory, killed, preempted, stalled, deadline, startup,
+      host-lost, controller-lost, operator, runbook, restore-mismatch, unknown]
+    default: ""
+  capture_stacks:
+    description: Take every running job's stacks (into its worker directory's
+      C(stacks.txt)) before anything is stopped, and return them.
+    type: bool
+    default: false
+  stacks_timeout:
+    description: Seconds to wait for each job's stacks.
+    type: float
+    default: 5
+  stop:
+    description: Stop the run's processes; false with O(capture_stacks) only takes the
+      stacks.
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -55,6 +85,19 @@ EXAMPLES = r"""
     stopped_by: operator
     reason: stopped by an operator to free the GPUs
     grace: 30
+
+- name: Take every worker's stacks on every host first (a stall), then stop them
+  tf_runbook.multiworker.tf_worker_stop:
+    run_dir: ~/tf-runbook/runs/20250114T100200Z-abc123
+    capture_stacks: true
+    stop: false
+  register: stacks
+
+- name: Stop the stalled run, recorded as stalled
+  tf_runbook.multiworker.tf_worker_stop:
+    run_dir: ~/tf-runbook/runs/20250114T100200Z-abc123
+    cause: stalled
+    reason: no worker printed progress for 1800 s
 
 - name: Show what a stop would signal, without signalling anything
   tf_runbook.multiworker.tf_worker_stop:
@@ -81,23 +124,44 @@ run_dir:
   type: str
   returned: always
   sample: /home/train/tf-runbook/runs/r1
+stacks:
+  description: With O(capture_stacks), each running job's stacks, per worker directory
+    (C(stacks) is null when the job wrote none in time, or runs without the wrapper);
+    C(frames) are the innermost frames of the job's own code in its main thread,
+    innermost last, and C(where) is C(own-code), C(tensorflow) or C(unknown).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"dir": "/home/train/tf-runbook/runs/r1/worker-1", "index": 1, "stacks": {"file": "stacks.txt",
+    "captured_at": 1736848920.5, "where": "own-code", "frames": ["train.py:41 in load_batch"]}}]
 """
 
 import glob
 import os
 import signal
+import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import (
+    classify,
+    parse_stacks,
+    request_stacks,
+    stacks_dumped,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    CAUSES,
     EXIT_FILE,
+    JOB_DIR,
     RETRY_PREFIX,
+    STACKS_FILE,
     STATE_FILE,
     STOP_FILE,
     STOP_REQUESTERS,
     WORKER_PREFIX,
     killed_exit_record,
     read_json,
+    worker_index,
     write_json_atomic,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import (
@@ -106,7 +170,21 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc imp
     process_cwd,
     process_ids,
     process_stat,
+    works_in,
 )
+
+# The fields of state.json that name processes: each a whole number, or null.
+PROCESS_FIELDS = ("pid", "pgid", "supervisor_pid", "keeper_pid")
+
+
+def state_problem(path: str, state: dict) -> str | None:
+    """Why a state.json cannot be trusted to name processes (a field that is not a whole
+    number: a corrupt or foreign file); None when it can."""
+    for name in PROCESS_FIELDS:
+        value = state.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            return f"{path}: {name} {value!r} is not a process id: nothing of this worker was signalled"
+    return None
 
 
 def run_processes(worker_dir: str, state: dict) -> list[int]:
@@ -119,7 +197,7 @@ def run_processes(worker_dir: str, state: dict) -> list[int]:
         stat = process_stat(pid)
         if stat is None or stat[0] in ENDED_STATES:
             continue
-        in_group = pgid is not None and stat[1] == int(pgid)
+        in_group = pgid is not None and stat[1] == pgid
         if (in_group or pid == supervisor) and process_cwd(pid) == wanted_dir:
             found.append(pid)
     return found
@@ -147,17 +225,58 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
-def write_stop_request(worker_dir: str, stopped_by: str, reason: str) -> None:
-    """Tell the supervisor who stops it, before it gets the signal (first request wins)."""
+def write_stop_request(worker_dir: str, stopped_by: str, reason: str, cause: str = "") -> None:
+    """Tell the supervisor who stops it and why, before it gets the signal (first request
+    wins); ``cause``, a cause kind, is recorded as the worker's cause."""
     path = os.path.join(worker_dir, STOP_FILE)
     if os.path.exists(path):
         return
-    write_json_atomic(path, {"by": stopped_by, "reason": reason, "at": time.time()})
+    request = {"by": stopped_by, "reason": reason, "at": time.time()}
+    if cause:
+        request["cause"] = cause
+    write_json_atomic(path, request)
 
 
-def stop_worker(worker_dir: str, grace: float, stopped_by: str | None = None, reason: str = "") -> list[int]:
+def capture_stacks(worker_dirs: list[str], job_dir: str, timeout: float) -> list[dict]:
+    """Every running job's stacks, asked of all at once (a thread per job): per worker
+    directory, the parsed stacks or None (the job is gone, runs without the wrapper, or
+    wrote nothing within ``timeout`` seconds)."""
+    found: dict[str, dict | None] = {}
+
+    def one(worker_dir: str, pid: int) -> None:
+        path = os.path.join(worker_dir, STACKS_FILE)
+        found[worker_dir] = None
+        if request_stacks(pid, path, timeout):
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+            if stacks_dumped(text):
+                found[worker_dir] = {
+                    "file": STACKS_FILE, "captured_at": os.path.getmtime(path), **parse_stacks(text, job_dir)
+                }  # fmt: skip
+
+    threads = []
+    for worker_dir in worker_dirs:
+        state = read_json(os.path.join(worker_dir, STATE_FILE)) or {}
+        pid = state.get("pid")
+        found[worker_dir] = None
+        # Only a job that runs under the wrapper (it recorded the signal) and is the run's
+        # own (a live process in that worker's directory): the signal would end another.
+        if state.get("stacks_signal") and state_problem("", state) is None and works_in(pid, worker_dir):
+            threads.append(threading.Thread(target=one, args=(worker_dir, pid), daemon=True))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout + 5)
+    return [
+        {"dir": d, "index": worker_index(os.path.basename(d)), "stacks": found.get(d)} for d in worker_dirs
+    ]  # fmt: skip
+
+
+def stop_worker(
+    worker_dir: str, grace: float, stopped_by: str | None = None, reason: str = "", cause: str = ""
+) -> list[int]:
     state = read_json(os.path.join(worker_dir, STATE_FILE))
-    if state is None:
+    if state is None or state_problem(worker_dir, state) is not None:
         return []
     pgid = state.get("pgid")
     # Checked once, before anything is signalled: after SIGTERM the processes that show
@@ -171,7 +290,7 @@ def stop_worker(worker_dir: str, grace: float, stopped_by: str | None = None, re
     if not pids:
         return []
     if stopped_by:
-        write_stop_request(worker_dir, stopped_by, reason)
+        write_stop_request(worker_dir, stopped_by, reason, cause)
     # The supervisor stops its group itself on SIGTERM; signalling the group directly
     # as well covers a supervisor that is gone or stuck.
     _signal_all(run_processes(worker_dir, state), signal.SIGTERM)
@@ -215,25 +334,40 @@ def main() -> None:
             "grace": {"type": "float", "default": 5},
             "reason": {"type": "str", "default": "stopped by the runbook"},
             "stopped_by": {"type": "str", "default": "runbook", "choices": list(STOP_REQUESTERS)},
+            "cause": {"type": "str", "default": "", "choices": ["", *CAUSES]},
+            "capture_stacks": {"type": "bool", "default": False},
+            "stacks_timeout": {"type": "float", "default": 5},
+            "stop": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
-    run_dir = os.path.abspath(module.params["run_dir"])
+    params = module.params
+    run_dir = os.path.abspath(params["run_dir"])
     worker_dirs = sorted(
         glob.glob(os.path.join(run_dir, f"{WORKER_PREFIX}*"))
         + glob.glob(os.path.join(run_dir, f"{RETRY_PREFIX}*", f"{WORKER_PREFIX}*"))
     )
-    stopped = []
+    problems = []
+    usable = []
     for worker_dir in worker_dirs:
-        state = read_json(os.path.join(worker_dir, STATE_FILE))
+        path = os.path.join(worker_dir, STATE_FILE)
+        state = read_json(path)
         if state is None:
             continue
+        problem = state_problem(path, state)
+        if problem:
+            problems.append(problem)
+        else:
+            usable.append((worker_dir, state))
+    stacks = []
+    if params["capture_stacks"] and not module.check_mode:
+        stacks = capture_stacks([d for d, _state in usable], os.path.join(run_dir, JOB_DIR), params["stacks_timeout"])
+    stopped = []
+    for worker_dir, state in usable if params["stop"] else []:
         if module.check_mode:
             pids = run_processes(worker_dir, state)
         else:
-            pids = stop_worker(
-                worker_dir, module.params["grace"], module.params["stopped_by"], module.params["reason"]
-            )
+            pids = stop_worker(worker_dir, params["grace"], params["stopped_by"], params["reason"], params["cause"])
         if pids:
             stopped.append({"dir": worker_dir, "pids": pids})
         exit_path = os.path.join(worker_dir, EXIT_FILE)
@@ -245,10 +379,18 @@ def main() -> None:
                 time.sleep(0.1)
             if not os.path.exists(exit_path):
                 record = killed_exit_record(
-                    module.params["reason"], module.params["stopped_by"], state.get("started_at"), time.time()
+                    params["reason"], params["stopped_by"], state.get("started_at"), time.time()
+                )
+                record["cause"] = (
+                    {"kind": params["cause"], "detail": params["reason"]} if params["cause"] else classify(record, [])
                 )
                 write_json_atomic(exit_path, record)
-    module.exit_json(changed=bool(stopped), stopped=stopped, workers=worker_dirs, run_dir=run_dir)
+    result = {
+        "changed": bool(stopped), "stopped": stopped, "workers": worker_dirs, "run_dir": run_dir, "stacks": stacks,
+    }  # fmt: skip
+    if problems:
+        module.fail_json(msg="; ".join(problems), **result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

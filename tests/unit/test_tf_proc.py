@@ -1,13 +1,9 @@
-"""/proc read in one place (plugins/module_utils/tf_proc.py), and the supervisor's copy of it.
-
-The supervisor stays one standard-library file on the hosts, so it keeps its own copy of
-the functions that read /proc; these tests give both the same /proc trees (a made-up one
-with the awkward cases, and this machine's) and require the same answers.
-"""
+"""/proc read in one place (plugins/module_utils/tf_proc.py), which the supervisor imports
+(shipped next to it on the hosts) instead of keeping a copy."""
 
 from __future__ import annotations
 
-import inspect
+import ast
 import os
 from pathlib import Path
 from typing import Any
@@ -16,8 +12,8 @@ import pytest
 import tf_supervisor
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_proc
 
-SHARED = ("ENDED_STATES", "PROC")
-COPIED = ("parse_stat", "process_stat", "process_ids", "group_members")
+SUPERVISOR = Path(__file__).resolve().parents[2] / "roles" / "tf_worker" / "files" / "tf_supervisor.py"
+SHARED = ("ENDED_STATES", "PROC", "parse_stat", "process_stat", "process_ids", "group_members")
 
 
 def stat_line(pid: int, comm: str, state: str, pgid: int) -> str:
@@ -56,13 +52,13 @@ def proc(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("name", SHARED + COPIED)
-def test_the_supervisor_keeps_the_same_code(name: str) -> None:
-    mine, theirs = getattr(tf_proc, name), getattr(tf_supervisor, name)
-    if callable(mine):
-        assert inspect.getsource(theirs) == inspect.getsource(mine)
-    else:
-        assert theirs == mine
+def test_the_supervisor_defines_none_of_it_and_imports_it() -> None:
+    tree = ast.parse(SUPERVISOR.read_text(encoding="utf-8"))
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assigned = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    assert not (defined | assigned) & set(SHARED)
+    assert tf_supervisor.group_members.__module__ == "tf_proc"
+    assert tf_supervisor.group_members.__code__.co_filename.endswith("plugins/module_utils/tf_proc.py")
 
 
 @pytest.mark.parametrize(
@@ -73,15 +69,12 @@ def test_the_supervisor_keeps_the_same_code(name: str) -> None:
 )  # fmt: skip
 def test_parse_stat(text: str, expected: Any) -> None:
     assert tf_proc.parse_stat(text) == expected
-    assert tf_supervisor.parse_stat(text) == expected
 
 
 def test_process_stat_and_ids_on_the_same_tree(proc: Path) -> None:
     assert tf_proc.process_ids(str(proc)) == [1, 300, 301, 302, 303, 400, 500, 501, 600]
-    assert tf_supervisor.process_ids(str(proc)) == tf_proc.process_ids(str(proc))
     assert tf_proc.process_ids(str(proc / "missing")) == []
-    for pid in tf_proc.process_ids(str(proc)) + [999]:
-        assert tf_supervisor.process_stat(pid, str(proc)) == tf_proc.process_stat(pid, str(proc))
+    assert [tf_proc.process_stat(pid, str(proc)) for pid in (300, 302, 303)] == [("S", 300), ("Z", 300), ("X", 300)]
     assert tf_proc.process_stat(301, str(proc)) == ("R", 300)
     assert [tf_proc.process_stat(pid, str(proc)) for pid in (500, 501, 600, 999)] == [None] * 4
 
@@ -93,14 +86,13 @@ def test_process_stat_and_ids_on_the_same_tree(proc: Path) -> None:
 )  # fmt: skip
 def test_group_members_on_the_same_tree(proc: Path, pgid: Any, members: list[int]) -> None:
     assert tf_proc.group_members(pgid, str(proc)) == members
-    assert tf_supervisor.group_members(pgid, str(proc)) == members
 
 
 def test_group_members_on_this_machine() -> None:
     group = os.getpgrp()
     mine = tf_proc.group_members(group)
     assert os.getpid() in mine
-    assert tf_supervisor.group_members(group) == mine
+    assert tf_supervisor.group_alive(group)
 
 
 def test_works_in_only_a_live_process_in_that_directory(proc: Path, tmp_path: Path) -> None:
@@ -119,3 +111,40 @@ def test_works_in_only_a_live_process_in_that_directory(proc: Path, tmp_path: Pa
     for pid in (None, "300", True, 0, -300):
         assert not tf_proc.works_in(pid, work, str(proc))
     assert tf_proc.works_in(os.getpid(), os.getcwd())
+
+
+def oom_tree(tmp_path: Path, host: int | None, cgroup: int | None, cgroup_line: str = "0::/user.slice/job") -> tuple[str, str]:
+    proc, root = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / "self").mkdir(parents=True)
+    if host is not None:
+        (proc / "vmstat").write_text(f"nr_free_pages 10\noom_kill {host}\nother 3\n")
+    (proc / "self" / "cgroup").write_text(cgroup_line + "\n")
+    if cgroup is not None:
+        (root / "user.slice" / "job").mkdir(parents=True)
+        (root / "user.slice" / "job" / "memory.events").write_text(f"low 0\noom 2\noom_kill {cgroup}\n")
+    return str(proc), str(root)
+
+
+@pytest.mark.parametrize(
+    ("host", "cgroup", "line", "expected"),
+    [(7, 2, "0::/user.slice/job", {"host": 7, "cgroup": 2}), (7, None, "0::/user.slice/job", {"host": 7}),
+     (None, 2, "0::/user.slice/job", {"cgroup": 2}), (7, 2, "1:memory:/user.slice/job", {"host": 7}),
+     (None, None, "0::/", {})],
+)  # fmt: skip
+def test_oom_kill_counts(tmp_path: Path, host: int | None, cgroup: int | None, line: str, expected: dict[str, int]) -> None:
+    assert tf_proc.oom_kill_counts(*oom_tree(tmp_path, host, cgroup, line)) == expected
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "kills"),
+    [({"host": 7, "cgroup": 2}, {"host": 7, "cgroup": 3}, 1), ({"host": 7}, {"host": 9}, 2), ({"host": 7}, {"host": 7}, 0),
+     ({}, {"host": 7}, None), ({"host": 7}, {}, None)],
+)  # fmt: skip
+def test_oom_kills_between(before: dict[str, int], after: dict[str, int], kills: int | None) -> None:
+    assert tf_proc.oom_kills_between(before, after) == kills
+
+
+def test_oom_kill_counts_on_this_machine() -> None:
+    counts = tf_proc.oom_kill_counts()
+    assert set(counts) <= {"host", "cgroup"}
+    assert all(isinstance(value, int) and value >= 0 for value in counts.values())

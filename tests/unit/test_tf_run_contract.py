@@ -1,6 +1,6 @@
 """The run's on-disk contract lives in one module (issue 12):
 ``plugins/module_utils/tf_run.py``. The supervisor, standard-library only on the hosts,
-keeps copies of its constants, checked here; no other plugin spells them out."""
+imports it (shipped next to it, issue 25), keeps no copies; no plugin spells it out."""
 
 from __future__ import annotations
 
@@ -8,16 +8,20 @@ import ast
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tf_supervisor
+import yaml
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_run
 
 REPO = Path(__file__).resolve().parents[2]
-SUPERVISOR = REPO / "roles" / "tf_worker" / "files" / "tf_supervisor.py"
+HOST_FILES = REPO / "roles" / "tf_worker" / "files"
+SUPERVISOR = HOST_FILES / "tf_supervisor.py"
+MODULE_UTILS = REPO / "plugins" / "module_utils"
 # The contract's literals no plugin may spell out again.
 CONTRACT_LITERALS = {
     tf_run.STATE_FILE, tf_run.EXIT_FILE, tf_run.LOG_FILE, tf_run.CONFIG_FILE, tf_run.JOB_ENV_FILE,
@@ -30,11 +34,64 @@ DOC_NAMES = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
     "name",
     [
         "STATE_FILE", "EXIT_FILE", "LOG_FILE", "CONFIG_FILE", "JOB_ENV_FILE", "STOP_FILE", "STOPPED_BY",
-        "GO_MAGIC", "GO_STARTED", "GO_FAILED", "GO_TOKEN_ENV", "GO_LINE_BYTES",
+        "GO_MAGIC", "GO_STARTED", "GO_FAILED", "GO_TOKEN_ENV", "GO_LINE_BYTES", "ANNOUNCE_MAGIC", "read_json",
+        "write_json_atomic",
     ],  # fmt: skip
 )
-def test_the_supervisor_keeps_the_contracts_constants(name: str) -> None:
-    assert getattr(tf_supervisor, name) == getattr(tf_run, name)
+def test_the_supervisor_imports_the_contract(name: str) -> None:
+    assert getattr(tf_supervisor, name) is getattr(sys.modules["tf_run"], name)
+    assert Path(sys.modules["tf_run"].__file__ or "").resolve() == Path(tf_run.__file__ or "").resolve()
+
+
+def top_level_names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    names |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    return names - {"__all__", "DOCUMENTATION", "EXAMPLES", "RETURN"}
+
+
+@pytest.mark.parametrize("host_file", [tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER])
+def test_the_host_files_copy_nothing_of_the_shared_modules(host_file: str) -> None:
+    mine = top_level_names(HOST_FILES / host_file)
+    for shared in tf_run.SHARED_MODULES:
+        copied = mine & top_level_names(MODULE_UTILS / shared)
+        assert not copied, f"{host_file} defines {sorted(copied)} of {shared} again: import it"
+
+
+def test_the_protocol_magics_are_distinct() -> None:
+    magics = [tf_run.GO_MAGIC, tf_run.GO_STARTED, tf_run.GO_FAILED, tf_run.ANNOUNCE_MAGIC]
+    assert len(set(magics)) == len(magics)
+    assert not any(a != b and a.startswith(b) for a in magics for b in magics)
+
+
+def test_the_deploy_ships_the_supervisor_with_what_it_imports() -> None:
+    tasks = yaml.safe_load((REPO / "roles" / "tf_worker" / "tasks" / "directories.yml").read_text(encoding="utf-8"))
+    shipped = next(t for t in tasks if "tf_runbook.multiworker.tf_run_dir" in t)["vars"]["__tf_worker_host_files"]
+    assert [entry["name"] for entry in shipped] == [tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER, *tf_run.SHARED_MODULES]
+    variables = next(t for t in tasks if "tf_runbook.multiworker.tf_run_dir" in t)["vars"]
+    assert variables["__tf_worker_shared"] == "{{ role_path ~ '/../../plugins/module_utils' }}"
+    for entry in shipped:
+        own = entry["name"] in (tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER)
+        source = f"role_path ~ '/files/{entry['name']}'" if own else f"__tf_worker_shared ~ '/{entry['name']}'"
+        assert f"lookup('ansible.builtin.file', {source}, rstrip=false)" in entry["content"]
+        assert ((HOST_FILES if own else MODULE_UTILS) / entry["name"]).is_file()
+
+
+@pytest.mark.parametrize("shared", tf_run.SHARED_MODULES)
+def test_the_shipped_modules_need_only_the_standard_library(shared: str) -> None:
+    """They run under the worker's interpreter, which has no Ansible: anything else they
+    import is another shipped module, or guarded (the collection's name, on the controller)."""
+    tree = ast.parse((MODULE_UTILS / shared).read_text(encoding="utf-8"))
+    own = {name.removesuffix(".py") for name in tf_run.SHARED_MODULES}
+    guarded = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try) for b in t.body for n in ast.walk(b)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and id(node) not in guarded and node.module != "__future__":
+            top = node.module.split(".")[0]
+            assert top in sys.stdlib_module_names or top in own, f"{shared} imports {node.module}"
+        if isinstance(node, ast.Import) and id(node) not in guarded:
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                assert top in sys.stdlib_module_names or top in own, f"{shared} imports {alias.name}"
 
 
 def test_the_supervisors_exit_record_has_the_contracts_fields() -> None:
@@ -143,3 +200,11 @@ def test_plugins_that_touch_a_runs_files_import_the_contract() -> None:
         "tf_run_dir.py", "tf_preflight_probe.py", "tf_worker_status.py", "tf_worker_stop.py",
         "tf_collect_bundle.py", "tf_verdict.py", "tf_cluster.py", "tf_worker_config.py", "tf_run_id.py",
     } <= names  # fmt: skip
+
+
+def test_the_stop_roles_and_modules_cause_choices_are_the_contracts() -> None:
+    spec = yaml.safe_load((REPO / "roles" / "tf_stop" / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))
+    assert spec["argument_specs"]["stop"]["options"]["tf_stop_cause"]["choices"] == ["", *tf_run.CAUSES]
+    source = (REPO / "plugins" / "modules" / "tf_worker_stop.py").read_text(encoding="utf-8")
+    documentation = yaml.safe_load(ast.literal_eval(source.split("DOCUMENTATION = ", 1)[1].split('\n"""', 1)[0] + '\n"""'))
+    assert documentation["options"]["cause"]["choices"] == ["", *tf_run.CAUSES]

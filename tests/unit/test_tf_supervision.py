@@ -22,12 +22,19 @@ from helpers import pid_running
 from test_tf_supervisor import assert_group_gone, command, job, make_worker_dir, read_json, wait_for
 
 pytestmark = pytest.mark.usefixtures("reaper")
+# The run's announcement key, as the launch hands it to every supervisor of the run.
+KEY = b"announcement-key-of-run-r1"
 
-# Starts a grandchild that moves to another directory and ignores SIGTERM, records pids.
+# Starts a grandchild that ignores SIGTERM and moves to another directory, then writes
+# child-ready (so a test acts only once it has done both); records pids after that.
 FAMILY = """
 import json, os, signal, subprocess, sys, time
+ready = os.path.abspath("child-ready")
 child = subprocess.Popen([sys.executable, "-c",
-    "import os, signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\nos.chdir('/')\\ntime.sleep(60)"])
+    "import os, signal, sys, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\nos.chdir('/')\\n"
+    "open(sys.argv[1], 'w').close()\\ntime.sleep(60)", ready])
+while not os.path.exists(ready):
+    time.sleep(0.01)
 with open("pids.json.tmp", "w") as handle:
     json.dump({"job": os.getpid(), "child": child.pid, "pgid": os.getpgrp()}, handle)
 os.replace("pids.json.tmp", "pids.json")
@@ -76,8 +83,12 @@ def test_sigkill_of_the_supervisor_kills_every_process_of_the_job(supervisor_pat
     wdir = make_worker_dir(tmp_path)
     proc = launch(supervisor_path, wdir, job(tmp_path, FAMILY), "--grace", "30")
     try:
+        # The grandchild ignores SIGTERM and works in / before the supervisor is killed:
+        # only the keeper's SIGKILL can end it then.
+        wait_for(wdir / "child-ready")
         wait_for(wdir / "pids.json")
         pids = read_json(wdir / "pids.json")
+        assert os.readlink(f"/proc/{pids['child']}/cwd") == "/"
         state = read_json(wdir / "state.json")
         assert state["keeper_pid"] and state["keeper_pid"] != pids["job"]
         assert os.getpgid(state["keeper_pid"]) == pids["pgid"]
@@ -95,7 +106,11 @@ def test_sigkill_of_the_supervisor_kills_every_process_of_the_job(supervisor_pat
 
 def test_keeper_pipe_is_held_by_nobody_but_the_supervisor(supervisor_path: Path, tmp_path: Path) -> None:
     """The job does not inherit the pipe's write end (else the keeper would never see EOF)."""
-    source = FAMILY.replace("time.sleep(60)\n", "import glob\nprint(sorted(os.listdir('/proc/self/fd')), flush=True)\n")
+    listing = (
+        "def link(fd):\n    try:\n        return os.readlink('/proc/self/fd/' + fd)\n    except OSError:\n"
+        "        return ''\nprint(json.dumps({fd: link(fd) for fd in os.listdir('/proc/self/fd')}))\n"
+    )
+    source = FAMILY.replace("time.sleep(60)\n", listing)
     wdir = make_worker_dir(tmp_path)
     proc = launch(supervisor_path, wdir, job(tmp_path, source), "--grace", "1")
     try:
@@ -103,9 +118,11 @@ def test_keeper_pipe_is_held_by_nobody_but_the_supervisor(supervisor_path: Path,
     finally:
         if proc.poll() is None:
             proc.kill()
-    fds = json.loads((wdir / "worker.log").read_text().splitlines()[-1].replace("'", '"'))
-    # stdin, stdout, stderr and the one listdir itself opens.
-    assert len(fds) <= 4, fds
+    fds = json.loads((wdir / "worker.log").read_text().splitlines()[-1])
+    # stdin, stdout, stderr, the stacks file the wrapper holds and the one listdir opens.
+    assert not [target for target in fds.values() if target.startswith("pipe:")], fds
+    assert str(wdir / "stacks.txt") in fds.values(), fds
+    assert len(fds) <= 5, fds
 
 
 # --- 2: bad arguments are refused before anything starts --------------------------------
@@ -239,7 +256,7 @@ def test_probe_peers_tells_listening_refused_and_failed_apart() -> None:
 
     def announce() -> None:
         conn, _ = announcer.accept()
-        conn.sendall(tf_supervisor.ANNOUNCE_MAGIC + b"worker exit status 3\n")
+        conn.sendall(tf_supervisor.announcement(KEY, "r1", "worker exit status 3"))
         conn.close()
 
     thread = threading.Thread(target=announce, daemon=True)
@@ -247,12 +264,57 @@ def test_probe_peers_tells_listening_refused_and_failed_apart() -> None:
     try:
         probes = tf_supervisor.probe_peers(
             [(1, "127.0.0.1", quiet.getsockname()[1]), (2, "127.0.0.1", announcer.getsockname()[1]),
-             (3, "127.0.0.1", closed)], 1.0,
+             (3, "127.0.0.1", closed)], 1.0, KEY, "r1",
         )  # fmt: skip
     finally:
         quiet.close()
         announcer.close()
     assert probes == {1: ("listening", ""), 2: ("failed", "worker exit status 3"), 3: ("refused", "Connection refused")}
+
+
+@pytest.mark.parametrize(
+    ("data", "heard"),
+    [(None, "worker exit status 3"),
+     (b"TF-RUNBOOK-PEER-FAILED worker exit status 3\n", None),  # no run id, no MAC: today's main's form
+     (b"TF-RUNBOOK-FAILED worker exit status 3\n", None)],  # the go's failure answer is no announcement
+)  # fmt: skip
+def test_only_this_runs_authentic_announcements_are_heard(data: bytes | None, heard: str | None) -> None:
+    line = tf_supervisor.announcement(KEY, "r1", "worker exit status 3") if data is None else data
+    assert tf_supervisor.heard_failure(line, KEY, "r1") == heard
+    assert tf_supervisor.heard_failure(line, b"another-runs-key", "r1") is None
+    assert tf_supervisor.heard_failure(line, KEY, "r2") is None
+    assert tf_supervisor.heard_failure(line, b"", "r1") is None
+    forged = line.replace(b"status 3", b"status 4")
+    assert tf_supervisor.heard_failure(forged, KEY, "r1") is None
+
+
+def test_an_unauthenticated_announcement_is_listening_not_failed() -> None:
+    announcer = socket.create_server(("127.0.0.1", 0))
+
+    def announce() -> None:
+        conn, _ = announcer.accept()
+        conn.sendall(tf_supervisor.ANNOUNCE_MAGIC + b"r1 0000 worker exit status 3\n")
+        conn.close()
+
+    thread = threading.Thread(target=announce, daemon=True)
+    thread.start()
+    try:
+        probes = tf_supervisor.probe_peers([(2, "127.0.0.1", announcer.getsockname()[1])], 1.0, KEY, "r1")
+    finally:
+        announcer.close()
+    assert probes == {2: ("listening", "")}
+
+
+def test_peer_watching_needs_the_announcement_key(supervisor_path: Path, tmp_path: Path) -> None:
+    wdir = make_worker_dir(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "TF_RUNBOOK_ANNOUNCE_KEY"}
+    proc = subprocess.run(
+        command(supervisor_path, wdir, job(tmp_path, "print('x')"), "--peer-timeout", "30"),
+        cwd=wdir, env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    exit_ = read_json(wdir / "exit.json")
+    assert "TF_RUNBOOK_ANNOUNCE_KEY" in exit_["reason"] and exit_["cause"]["kind"] == "startup"
 
 
 def test_a_failed_worker_stops_its_peer(supervisor_path: Path, tmp_path: Path) -> None:
@@ -276,16 +338,18 @@ sys.exit(int(sys.argv[3]))
         wdir = worker_dir_with(root, workers, index)
         script = job(root, server)
         procs.append(subprocess.Popen(
-            [*command(supervisor_path, wdir, script, "--peer-timeout", "30", "--grace", "1"),
+            [*command(supervisor_path, wdir, script, "--peer-timeout", "30", "--grace", "1", "--run-id", "r1"),
              str(ports[index]), str(hold), str(code)],
             cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "TF_RUNBOOK_ANNOUNCE_KEY": KEY.decode()},
         ))  # fmt: skip
     try:
         assert procs[0].wait(30) == 143
         exit0 = read_json(tmp_path / "w0" / "runs" / "r1" / "worker-1" / "exit.json")
         exit1 = read_json(tmp_path / "w1" / "runs" / "r1" / "worker-1" / "exit.json")
         assert (exit1["returncode"], exit1["stopped_by"]) == (9, None)
-        assert exit0["stopped_by"] == "peer"
+        assert exit0["stopped_by"] == "peer" and exit0["cause"]["kind"] == "runbook"
+        assert exit1["cause"]["kind"] == "unknown" and "exit status 9" in exit1["cause"]["detail"]
         assert exit0["reason"] == f"stopped by the supervisor: worker 1 at {workers[1]} failed (worker exit status 9)"
         assert exit0["finished_at"] - exit1["finished_at"] < 8
         # The announcer ends once the peer's port refuses.
@@ -317,13 +381,15 @@ def test_stop_request_is_recorded_as_stopped_by(supervisor_path: Path, tmp_path:
 @pytest.mark.parametrize(
     ("request_", "expected"),
     [
-        ({"by": "operator", "reason": "r"}, ("operator", "r")),
-        ({"by": "runbook"}, ("runbook", "stopped by the runbook")),
-        ({"by": "somebody"}, ("runbook", "stopped by the somebody")),
+        ({"by": "operator", "reason": "r"}, ("operator", "r", None)),
+        ({"by": "runbook"}, ("runbook", "stopped by the runbook", None)),
+        ({"by": "somebody"}, ("runbook", "stopped by the somebody", None)),
+        ({"by": "runbook", "reason": "no progress for 20 s", "cause": "stalled"}, ("runbook", "no progress for 20 s", "stalled")),
+        ({"by": "runbook", "cause": "whatever"}, ("runbook", "stopped by the runbook", None)),
         (None, None),
     ],
 )
-def test_stop_request(tmp_path: Path, request_: dict[str, Any] | None, expected: tuple[str, str] | None) -> None:
+def test_stop_request(tmp_path: Path, request_: dict[str, Any] | None, expected: tuple[str, str, str | None] | None) -> None:
     if request_ is not None:
         (tmp_path / "stop.json").write_text(json.dumps(request_))
     assert tf_supervisor.stop_request(tmp_path) == expected
@@ -492,7 +558,10 @@ def test_a_stop_ends_the_announcement(tmp_path: Path) -> None:
     timer.start()
     started = time.monotonic()
     try:
-        tf_supervisor.announce_failure(port, [(1, "127.0.0.1", peer.getsockname()[1])], "x", 20, lambda: bool(stop))
+        tf_supervisor.announce_failure(
+            port, [(1, "127.0.0.1", peer.getsockname()[1])], tf_supervisor.announcement(KEY, "r1", "x"), 20,
+            lambda: bool(stop), KEY, "r1",
+        )  # fmt: skip
     finally:
         peer.close()
         timer.cancel()
@@ -507,7 +576,8 @@ def test_two_workers_that_failed_together_stop_announcing_to_each_other() -> Non
     threads = [
         threading.Thread(
             target=tf_supervisor.announce_failure,
-            args=(ports[i], [(1 - i, "127.0.0.1", ports[1 - i])], f"worker exit status {i + 1}", 30, lambda: False),
+            args=(ports[i], [(1 - i, "127.0.0.1", ports[1 - i])],
+                  tf_supervisor.announcement(KEY, "r1", f"worker exit status {i + 1}"), 30, lambda: False, KEY, "r1"),
         )
         for i in (0, 1)
     ]
@@ -528,7 +598,8 @@ def test_the_failure_is_heard_at_once_while_the_announcer_probes_its_peers() -> 
     stop: list[bool] = []
     announcer = threading.Thread(
         target=tf_supervisor.announce_failure,
-        args=(port, [(1, "127.0.0.1", peer.getsockname()[1])], "worker exit status 137", 30, lambda: bool(stop)),
+        args=(port, [(1, "127.0.0.1", peer.getsockname()[1])], tf_supervisor.announcement(KEY, "r1", "worker exit status 137"),
+              30, lambda: bool(stop), KEY, "r1"),
     )
     announcer.start()
     try:
@@ -542,7 +613,7 @@ def test_the_failure_is_heard_at_once_while_the_announcer_probes_its_peers() -> 
             except OSError:
                 heard.append(b"")
             time.sleep(0.13)
-        answered = [h for h in heard if h.startswith(b"TF-RUNBOOK-FAILED worker exit status 137")]
+        answered = [h for h in heard if tf_supervisor.heard_failure(h, KEY, "r1") == "worker exit status 137"]
         # Allow the first tries before the port is bound; after that every try is answered.
         first = next(i for i, h in enumerate(heard) if h)
         assert len(answered) == len(heard) - first, heard
@@ -552,3 +623,31 @@ def test_the_failure_is_heard_at_once_while_the_announcer_probes_its_peers() -> 
         announcer.join(10)
         peer.close()
     assert not announcer.is_alive()
+
+
+# --- issue 24 point 10: a state.json that does not name processes ------------------------
+
+
+@pytest.mark.parametrize("bad", [{"pgid": "abc"}, {"pgid": True}, {"supervisor_pid": "1; rm"}, {"pid": -5}, {"pgid": 1.5}])
+def test_the_stop_refuses_a_state_that_names_no_process_and_stops_the_others(
+    tmp_path: Path, bad: dict[str, Any]
+) -> None:
+    import helpers
+    from conftest import PLUGINS
+
+    broken, good = tmp_path / "worker-0", tmp_path / "worker-1"
+    broken.mkdir()
+    good.mkdir()
+    (broken / "state.json").write_text(json.dumps({"pid": 5, "pgid": 5, "supervisor_pid": 6, **bad}))
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=good, start_new_session=True)
+    try:
+        (good / "state.json").write_text(json.dumps({"pid": sleeper.pid, "pgid": sleeper.pid, "supervisor_pid": None}))
+        result = helpers.run_module(PLUGINS / "modules" / "tf_worker_stop.py", {"run_dir": str(tmp_path), "grace": 1})
+        assert sleeper.wait(10) is not None
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+    name, value = next(iter(bad.items()))
+    assert result["failed"] is True
+    assert result["msg"] == f"{broken / 'state.json'}: {name} {value!r} is not a process id: nothing of this worker was signalled"
+    assert [entry["dir"] for entry in result["stopped"]] == [str(good)]

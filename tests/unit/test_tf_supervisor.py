@@ -21,7 +21,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from helpers import proc_stat, processes
+import tf_supervisor
+from helpers import pid_running, proc_stat, processes
 
 pytestmark = pytest.mark.usefixtures("reaper")
 
@@ -86,6 +87,7 @@ SCENARIOS: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
     "stubborn": (STUBBORN, ("--job-timeout", "1", "--grace", "1"), {}),
     "leaves-child": (LEAVES_CHILD, ("--grace", "1"), {}),
     "no-interpreter": ("print('never')\n", (), {"python": "missing"}),
+    "module-not-found": ("import json\nimport nonexistent_pkg_xyz\n", (), {}),
 }
 
 
@@ -259,16 +261,33 @@ def test_job_gets_tf_config_cwd_log_and_records(runs: dict[str, Run]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "returncode", "signame"),
-    [("exit-3", 3, None), ("exit-exception", 1, None), ("exit-sigkill", 137, "SIGKILL")],
-)
-def test_exit_status_of_the_job(runs: dict[str, Run], name: str, returncode: int, signame: str | None) -> None:
+    ("name", "returncode", "signame", "kind"),
+    [("exit-3", 3, None, "unknown"), ("exit-exception", 1, None, "unknown"), ("exit-sigkill", 137, "SIGKILL", "killed"),
+     ("module-not-found", 1, None, "job-error")],
+)  # fmt: skip
+def test_exit_status_of_the_job(runs: dict[str, Run], name: str, returncode: int, signame: str | None, kind: str) -> None:
     run = runs[name].finish()
     assert run.returncode == returncode, run.stderr
     exit_ = run.json("exit.json")
     assert exit_["returncode"] == returncode
     assert exit_["signal"] == signame
     assert exit_["reason"] == "exited"
+    assert exit_["cause"]["kind"] == kind, exit_["cause"]
+    assert "stacks" not in exit_
+
+
+def test_a_job_error_is_named_by_its_exception(runs: dict[str, Run]) -> None:
+    cause = runs["module-not-found"].finish().json("exit.json")["cause"]
+    assert cause == {
+        "kind": "job-error", "detail": "ModuleNotFoundError: No module named 'nonexistent_pkg_xyz'",
+        "exception": "ModuleNotFoundError", "message": "No module named 'nonexistent_pkg_xyz'",
+    }  # fmt: skip
+
+
+def test_a_sigkill_nobody_sent_carries_the_oom_count(runs: dict[str, Run]) -> None:
+    cause = runs["exit-sigkill"].finish().json("exit.json")["cause"]
+    assert cause["signal"] == "SIGKILL"
+    assert cause["oom_kills"] == 0 or cause["oom_kills"] is None
 
 
 # --- (c) startup deadline --------------------------------------------------------------
@@ -284,6 +303,7 @@ def test_startup_deadline_kills_a_job_that_never_joins(runs: dict[str, Run]) -> 
     assert exit_["returncode"] == run.returncode == 128 + signal.SIGTERM
     assert exit_["signal"] == "SIGTERM"
     assert exit_["joined"] is False
+    assert exit_["cause"]["kind"] == "startup"
     assert_group_gone(run.json("state.json")["pgid"])
 
 
@@ -311,6 +331,12 @@ def test_job_deadline(runs: dict[str, Run]) -> None:
     assert exit_["returncode"] == run.returncode == 143
     assert exit_["joined"] is True
     assert_group_gone(run.json("state.json")["pgid"])
+    # The stacks were taken before the stop: where the job was when its deadline passed.
+    assert exit_["cause"]["kind"] == "deadline"
+    stacks = exit_["stacks"]
+    assert (stacks["file"], stacks["where"], stacks["frames"]) == ("stacks.txt", "own-code", ["job.py:3 in <module>"])
+    assert exit_["cause"]["stacks"] == stacks
+    assert "time.sleep" not in stacks["frames"] and "(most recent call first)" in (run.worker_dir / "stacks.txt").read_text()
 
 
 # --- (e) a job that ignores SIGTERM ----------------------------------------------------
@@ -328,7 +354,8 @@ def test_job_ignoring_sigterm_and_its_child_are_killed_after_grace(runs: dict[st
     assert exit_["reason"] == "job deadline of 1 s passed"
     assert exit_["signal"] == "SIGKILL"
     assert exit_["returncode"] == run.returncode == 137
-    assert 2.0 <= run.elapsed < 8, f"took {run.elapsed:.1f} s: the grace period was not honoured"
+    assert 2.0 <= run.elapsed < 12, f"took {run.elapsed:.1f} s: the grace period was not honoured"
+    assert exit_["cause"]["kind"] == "deadline" and exit_["stacks"]["frames"]
 
 
 def test_children_left_by_a_finished_job_do_not_outlive_it(runs: dict[str, Run]) -> None:
@@ -348,6 +375,7 @@ def test_missing_interpreter_gives_127_and_exit_json(runs: dict[str, Run]) -> No
     exit_ = run.json("exit.json")
     assert exit_["returncode"] == 127
     assert exit_["reason"].startswith("cannot start the job")
+    assert exit_["cause"]["kind"] == "startup"
     assert run.python in exit_["reason"]
     assert exit_["joined"] is False
     log = (run.worker_dir / "worker.log").read_text(encoding="utf-8")
@@ -374,6 +402,101 @@ def test_signal_to_supervisor_stops_the_job(supervisor_path: Path, tmp_path: Pat
     assert exit_["reason"] == f"stopped by signal {sig.name}"
     assert exit_["returncode"] == run.returncode == 143
     assert exit_["signal"] == "SIGTERM"
+    # A signal from outside the runbook: a preemption, or a host's shutdown.
+    assert exit_["cause"]["kind"] == "preempted"
+
+
+def test_a_stop_requests_cause_is_recorded(supervisor_path: Path, tmp_path: Path) -> None:
+    run = start(supervisor_path, tmp_path, "import time\nprint('ready', flush=True)\ntime.sleep(30)\n", "--grace", "1")
+    try:
+        wait_for(run.worker_dir / "worker.log", "ready")
+        (run.worker_dir / "stop.json").write_text(
+            json.dumps({"by": "runbook", "reason": "no worker printed progress for 20 s", "cause": "stalled"})
+        )
+        run.proc.send_signal(signal.SIGTERM)
+        run.finish(10)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    exit_ = run.json("exit.json")
+    assert exit_["stopped_by"] == "runbook"
+    assert exit_["cause"] == {"kind": "stalled", "detail": "no worker printed progress for 20 s"}
+
+
+# --- preemption (issue 23 point 4) --------------------------------------------------------
+
+# Saves as TensorFlow's PreemptionCheckpointHandler does on SIGTERM: notes each SIGTERM,
+# "saves" for a second, exits 42. Its child notes whether it is still alive after the save.
+PREEMPTIBLE = """
+import os, signal, sys, time
+def on_term(signum, frame):
+    with open("terms.txt", "a") as handle:
+        handle.write("SIGTERM\\n")
+    time.sleep(1.0)
+    open("saved", "w").close()
+    sys.exit(42)
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def preemptible(supervisor_path: Path, tmp_path: Path) -> Run:
+    run = start(supervisor_path, tmp_path, PREEMPTIBLE, "--grace", "5")
+    wait_for(run.worker_dir / "worker.log", "ready", timeout=20)
+    return run
+
+
+def assert_preempted(run: Run) -> dict[str, Any]:
+    exit_ = run.json("exit.json")
+    assert (run.worker_dir / "saved").exists(), "the save was cut short"
+    assert (run.worker_dir / "terms.txt").read_text() == "SIGTERM\n", "the job must get exactly one SIGTERM"
+    assert exit_["returncode"] == run.returncode == 42, exit_
+    assert exit_["cause"]["kind"] == "preempted", exit_["cause"]
+    assert_group_gone(run.json("state.json")["pgid"])
+    return exit_
+
+
+def test_a_sigterm_to_the_supervisor_alone_is_forwarded_once_and_the_save_finishes(
+    supervisor_path: Path, tmp_path: Path
+) -> None:
+    run = preemptible(supervisor_path, tmp_path)
+    try:
+        run.proc.send_signal(signal.SIGTERM)
+        run.finish(20)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert assert_preempted(run)["stopped_by"] == "signal"
+
+
+def test_a_sigterm_to_every_process_of_the_host_lets_the_job_save(supervisor_path: Path, tmp_path: Path) -> None:
+    """As a shutdown does: the job's group (the keeper included) and the supervisor all get
+    SIGTERM; the supervisor does not add a second one, the keeper survives the save."""
+    run = preemptible(supervisor_path, tmp_path)
+    state = run.json("state.json")
+    try:
+        os.killpg(state["pgid"], signal.SIGTERM)
+        run.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert pid_running(state["keeper_pid"]), "the keeper must not die of SIGTERM"
+        run.finish(20)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert assert_preempted(run)["stopped_by"] == "signal"
+    assert run.elapsed >= 1.0
+
+
+def test_a_sigterm_to_the_job_alone_is_a_preemption(supervisor_path: Path, tmp_path: Path) -> None:
+    run = preemptible(supervisor_path, tmp_path)
+    try:
+        os.kill(run.json("state.json")["pid"], signal.SIGTERM)
+        run.finish(20)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert assert_preempted(run)["stopped_by"] is None
 
 
 # --- (g) never twice in one worker directory -------------------------------------------
@@ -405,3 +528,19 @@ def test_run_is_refused_while_an_earlier_one_holds_state(supervisor_path: Path, 
     assert not (worker_dir / "exit.json").exists()
     assert not (worker_dir / "worker.log").exists()
     assert not (worker_dir / "runs.txt").exists()
+
+
+# --- issue 24 point 15: a startup pattern that begins with "--" ---------------------------
+
+
+def test_a_startup_pattern_that_looks_like_an_option_is_passed_whole() -> None:
+    args = tf_supervisor.parse_args(["--worker-dir", "w", "--python", "p", "--script", "s", "--startup-pattern=--joined", "--"])
+    assert args.startup_pattern == "--joined"
+    with pytest.raises(SystemExit):  # the old way: the parser takes it for an option
+        tf_supervisor.parse_args(["--worker-dir", "w", "--python", "p", "--script", "s", "--startup-pattern", "--joined"])
+
+
+def test_the_launch_passes_the_startup_pattern_glued_to_its_option() -> None:
+    tasks = (Path(__file__).resolve().parents[2] / "roles" / "tf_launch" / "tasks" / "main.yml").read_text(encoding="utf-8")
+    assert "'--startup-pattern=' ~ tf_startup_pattern," in tasks
+    assert "'--startup-pattern', " not in tasks

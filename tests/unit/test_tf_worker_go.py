@@ -370,3 +370,48 @@ def test_a_reattach_finds_the_launch_of_an_armed_attempt(supervisor_path: Path, 
     assert launch_record["attempt"] == 0 and "deadline_at" in launch_record and launch_record["python"]
     stop_worker(str(wdir), 5.0, "runbook", "stopped by the runbook")
     assert proc.wait(10) == 128 + signal.SIGTERM
+
+
+def test_the_launch_hands_the_announcement_key_through_the_environment_only() -> None:
+    env = supervisor_environment("", "the-key")
+    assert env is not None and env["TF_RUNBOOK_ANNOUNCE_KEY"] == "the-key" and "TF_RUNBOOK_GO_TOKEN" not in env
+    both = supervisor_environment("tok", "the-key")
+    assert both is not None and (both["TF_RUNBOOK_GO_TOKEN"], both["TF_RUNBOOK_ANNOUNCE_KEY"]) == ("tok", "the-key")
+
+
+# --- issue 24 point 3: idle connections cannot stall the go, a late go starts nothing ------
+
+
+def test_silent_connections_do_not_hold_the_go_back(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30")
+    wait_armed(wdir, proc)
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=2) for _ in range(8)]
+    try:
+        started = time.monotonic()
+        result = go(target(port), TOKEN, 3)
+        assert result["started"] is True, result
+        # Served one after another with their budgets, 8 silent connections took 8-16 s.
+        assert time.monotonic() - started < 2.5
+    finally:
+        for sock in silent:
+            sock.close()
+    assert proc.wait(20) == 0
+
+
+def test_a_go_whose_launch_gave_up_starts_nothing(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
+    """The go sat in the port's queue while the supervisor could not take it (stopped here
+    with SIGSTOP), and the launch gave up and closed: the job must not start behind the
+    launch's back; a later go of the same run still starts it."""
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30")
+    wait_armed(wdir, proc)
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as late:
+            late.sendall(b"TF-RUNBOOK-GO " + TOKEN.encode() + b"\n")
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    time.sleep(1.0)
+    assert json.loads((wdir / "state.json").read_text())["pid"] is None
+    assert not (wdir / "seen.json").exists()
+    assert go(target(port), TOKEN, 10)["started"] is True
+    assert proc.wait(20) == 0

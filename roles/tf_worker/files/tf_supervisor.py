@@ -38,7 +38,9 @@ Started by the launch phase (the tf_worker_launch module), detached. It:
 - records who stopped the job as a field of ``exit.json`` (``stopped_by``), reading the
   stop request (``stop.json``) that ``tf_worker_stop`` writes before it signals.
 
-Standard library only: it runs under the worker's interpreter before anything else.
+Standard library only: it runs under the worker's interpreter before anything else. The
+shared contract it imports (tf_run, tf_proc, tf_causes, tf_metrics of plugins/module_utils/)
+is shipped next to it, never copied into it.
 """
 
 from __future__ import annotations
@@ -61,108 +63,64 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-STATE_FILE = "state.json"
-EXIT_FILE = "exit.json"
-LOG_FILE = "worker.log"
-CONFIG_FILE = "tf_config.json"
-JOB_ENV_FILE = "job_env.json"
-# Written by tf_worker_stop before it signals: who asked for the stop, and why.
-STOP_FILE = "stop.json"
+# The shared contract (plugins/module_utils/, standard library only) is shipped next to
+# this file by the deploy; in the source tree it is found where it lives.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCE_UTILS = os.path.join(_HERE, "..", "..", "..", "plugins", "module_utils")
+# No bytecode next to them: the job directory holds what the deploy wrote, nothing more.
+sys.dont_write_bytecode = True
+if not os.path.exists(os.path.join(_HERE, "tf_run.py")) and os.path.isdir(_SOURCE_UTILS):
+    sys.path.insert(0, os.path.normpath(_SOURCE_UTILS))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from tf_causes import classify, parse_stacks, request_stacks, stacks_dumped  # noqa: E402
+from tf_proc import group_members, oom_kill_counts, oom_kills_between, signal_pending  # noqa: E402
+from tf_run import (  # noqa: E402
+    ANNOUNCE_KEY_ENV,
+    ANNOUNCE_MAGIC,
+    CAUSES,
+    CONFIG_FILE,
+    EXIT_FILE,
+    GO_FAILED,
+    GO_LINE_BYTES,
+    GO_MAGIC,
+    GO_STARTED,
+    GO_TOKEN_ENV,
+    JOB_ENV_FILE,
+    JOB_WRAPPER,
+    LOG_FILE,
+    STACKS_FILE,
+    STATE_FILE,
+    STOP_FILE,
+    STOPPED_BY,
+    read_json,
+    stacks_signal,
+    write_json_atomic,
+)
+
 POLL_SECONDS = 0.2
 # How often the heartbeat and the peers are checked.
 WATCH_SECONDS = 2.0
-# What a failed worker's supervisor answers on its TensorFlow port.
-ANNOUNCE_MAGIC = b"TF-RUNBOOK-FAILED "
 # Longest time a failed worker keeps announcing its failure.
 ANNOUNCE_SECONDS = 30.0
-# The launch's go: the line it sends (then the token), and the answers to it.
-GO_MAGIC = b"TF-RUNBOOK-GO "
-GO_STARTED = b"TF-RUNBOOK-STARTED "
-GO_FAILED = b"TF-RUNBOOK-FAILED "
-# The environment variable that carries the go's token to the supervisor.
-GO_TOKEN_ENV = "TF_RUNBOOK_GO_TOKEN"
-# Longest go line read, and how long a connection may take to send it.
-GO_LINE_BYTES = 512
-GO_READ_SECONDS = 2.0
+# How long a connection may take to send the go line, and how many may be open at once
+# (more are closed as they come: a scan cannot hold the go back).
+GO_READ_SECONDS = 1.0
+GO_MAX_CONNECTIONS = 64
+# How long the job's stacks may take to be written, when they are asked for.
+STACKS_SECONDS = 5.0
+# How many of the log's last lines the cause is read from.
+TAIL_LINES = 80
+# After a SIGTERM from outside the runbook: how long the supervisor waits to see whether
+# the job's group got it too (a host's shutdown signals every process), before it
+# forwards one itself.
+FORWARD_CHECK_SECONDS = 0.5
 PR_SET_PDEATHSIG = 1
 
-# Values of exit.json's "stopped_by": who ended the job, None when it exited on its own.
-STOPPED_BY = (
-    "operator", "runbook", "signal", "startup-deadline", "job-deadline", "controller", "peer", "supervisor",
-)  # fmt: skip
 # Lines of the metrics contract (``worker=I ...``) timed in exit.json, and at most how many.
 CONTRACT_PREFIX = b"worker="
 MAX_TIMED_LINES = 20000
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON so that a reader sees either nothing or the whole document."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-# The reading of /proc below is a copy of plugins/module_utils/tf_proc.py (this script
-# stays one standard-library file on the hosts); tests/unit/test_tf_proc.py checks that
-# both give the same answers on the same /proc trees.
-PROC = "/proc"
-# The states of a process that has ended: a zombie waiting for its reaper, or dead.
-ENDED_STATES = ("Z", "X")
-
-
-def parse_stat(text: str) -> tuple[str, int] | None:
-    """(state, process group) from the text of ``/proc/<pid>/stat``; None when the text is
-    not one. The command name may hold spaces and parentheses: the fields start after the
-    last ')'."""
-    fields = text[text.rfind(")") + 2 :].split()
-    try:
-        return fields[0], int(fields[2])
-    except (IndexError, ValueError):
-        return None
-
-
-def process_stat(pid: int | str, proc: str = PROC) -> tuple[str, int] | None:
-    """(state, process group) of ``pid``; None when it is gone or unreadable."""
-    try:
-        with open(f"{proc}/{pid}/stat", encoding="utf-8") as handle:
-            return parse_stat(handle.read())
-    except OSError:
-        return None
-
-
-def process_ids(proc: str = PROC) -> list[int]:
-    """Every pid of the process table, in order."""
-    try:
-        entries = os.listdir(proc)
-    except OSError:
-        return []
-    return sorted(int(entry) for entry in entries if entry.isdigit())
-
-
-def group_members(pgid: object, proc: str = PROC) -> list[int]:
-    """Live (not ended) processes of the process group ``pgid``, in order; none for a
-    ``pgid`` that is not a whole number above 1 (never init's group, never "all")."""
-    if isinstance(pgid, bool) or not isinstance(pgid, int) or pgid <= 1:
-        return []
-    members = []
-    for pid in process_ids(proc):
-        stat = process_stat(pid, proc)
-        if stat is not None and stat[0] not in ENDED_STATES and stat[1] == pgid:
-            members.append(pid)
-    return members
 
 
 def group_alive(pgid: int) -> bool:
@@ -192,9 +150,10 @@ def signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-def stop_group(pgid: int, child: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after ``grace`` seconds."""
-    if not signal_group(pgid, signal.SIGTERM):
+def stop_group(pgid: int, child: subprocess.Popen[bytes], grace: float, terminate: bool = True) -> None:
+    """SIGTERM the process group (unless ``terminate`` is false: it got one already), then
+    SIGKILL whatever is left after ``grace`` seconds."""
+    if terminate and not signal_group(pgid, signal.SIGTERM):
         return
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
@@ -235,14 +194,18 @@ def job_preexec(keeper_fd: int, supervisor_pid: int) -> Callable[[], None]:
     ends, which happens when the last holder of the pipe's write end, the supervisor,
     is gone (exit, crash or SIGKILL). Membership of the group is inherited by every
     process the job starts, so the keeper brings down all of them, not only the first.
+    The keeper blocks SIGTERM, SIGINT and SIGHUP: a signal to the whole group never cuts a
+    job's save short, and stays pending on the keeper as the sign that the group got it.
     """
 
     def preexec() -> None:
         os.setsid()
         if os.fork() == 0:
             try:
-                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                    signal.signal(sig, signal.SIG_DFL)
+                # A SIGTERM to the group (a preemption, a host's shutdown) must not end the
+                # keeper, and the supervisor must see that the group got it: blocked, the
+                # signal stays pending on the keeper (tf_proc.signal_pending).
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
                 # Hold nothing but the pipe: Popen's error pipe and the log stay closed.
                 os.closerange(0, keeper_fd)
                 os.closerange(keeper_fd + 1, 65536)
@@ -320,11 +283,36 @@ def cluster_peers(config: dict[str, Any]) -> tuple[int, list[tuple[int, str, int
     return parse_endpoint(str(workers[index]))[1], peers
 
 
-def probe_peers(peers: list[tuple[int, str, int]], timeout: float) -> dict[int, tuple[str, str]]:
+def announcement(key: bytes, run_id: str, reason: str) -> bytes:
+    """The line a failed worker's supervisor answers on its port: the magic, the run id, a
+    MAC of both under the run's announcement key, then the reason (one line)."""
+    text = reason.replace("\n", " ").encode("utf-8")[:400]
+    ident = run_id.encode("utf-8")
+    mac = hmac.new(key, ident + b"\n" + text, "sha256").hexdigest().encode("ascii")
+    return ANNOUNCE_MAGIC + ident + b" " + mac + b" " + text + b"\n"
+
+
+def heard_failure(data: bytes, key: bytes, run_id: str) -> str | None:
+    """The reason of an announcement of this run, made with this run's key; None for
+    anything else (another run's, a forged or a garbled one: ignored)."""
+    if not key or not data.startswith(ANNOUNCE_MAGIC):
+        return None
+    ident, _, rest = data[len(ANNOUNCE_MAGIC) :].split(b"\n", 1)[0].partition(b" ")
+    mac, _, text = rest.partition(b" ")
+    expected = hmac.new(key, ident + b"\n" + text, "sha256").hexdigest().encode("ascii")
+    if ident != run_id.encode("utf-8") or not hmac.compare_digest(mac, expected):
+        return None
+    return text.decode("utf-8", "replace")
+
+
+def probe_peers(
+    peers: list[tuple[int, str, int]], timeout: float, key: bytes = b"", run_id: str = ""
+) -> dict[int, tuple[str, str]]:
     """Connect to every peer port at once: index -> (status, detail).
 
-    status is ``failed`` (the peer's supervisor announced a failure; detail is its
-    reason), ``listening``, ``refused`` (nothing listens: not started yet, or finished)
+    status is ``failed`` (the peer's supervisor announced a failure of this run, with this
+    run's key; detail is its reason), ``listening`` (an announcement that is not this
+    run's counts as this), ``refused`` (nothing listens: not started yet, or finished)
     or ``unreachable`` (no answer within ``timeout``).
     """
     result: dict[int, tuple[str, str]] = {}
@@ -348,8 +336,8 @@ def probe_peers(peers: list[tuple[int, str, int]], timeout: float) -> dict[int, 
     connected: dict[int, bytes] = {}
     end = time.monotonic() + timeout
     while socks and time.monotonic() < end:
-        for key, events in sel.select(max(0.0, end - time.monotonic())):
-            index = key.data
+        for ready, events in sel.select(max(0.0, end - time.monotonic())):
+            index = ready.data
             sock = socks[index]
             if events & selectors.EVENT_WRITE and index not in connected:
                 err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
@@ -381,10 +369,8 @@ def probe_peers(peers: list[tuple[int, str, int]], timeout: float) -> dict[int, 
             result[index] = ("unreachable", f"no answer within {timeout:g} s")
     sel.close()
     for index, data in connected.items():
-        if data.startswith(ANNOUNCE_MAGIC):
-            result[index] = ("failed", data[len(ANNOUNCE_MAGIC) :].split(b"\n", 1)[0].decode("utf-8", "replace"))
-        else:
-            result[index] = ("listening", "")
+        reason = heard_failure(data, key, run_id)
+        result[index] = ("failed", reason) if reason is not None else ("listening", "")
     return result
 
 
@@ -470,9 +456,16 @@ def serve_announcement(server: socket.socket, message: bytes, done: threading.Ev
 
 
 def announce_failure(
-    port: int, peers: list[tuple[int, str, int]], reason: str, window: float, stopped: Callable[[], bool]
+    port: int,
+    peers: list[tuple[int, str, int]],
+    message: bytes,
+    window: float,
+    stopped: Callable[[], bool],
+    key: bytes = b"",
+    run_id: str = "",
 ) -> None:
-    """Answer every connection to this worker's port with the failure, until no peer's
+    """Answer every connection to this worker's port with ``message`` (the
+    ``announcement`` of the failure), until no peer's
     job is left to tell (every peer port refuses, gives no answer, or announces a failure
     of its own: that peer's job has ended too), ``window`` seconds passed or ``stopped()``
     is true (a stop reached the supervisor). Without the third case, two workers that
@@ -484,7 +477,6 @@ def announce_failure(
     server = bind_announcer(port)
     if server is None:
         return
-    message = ANNOUNCE_MAGIC + reason.replace("\n", " ").encode("utf-8")[:400] + b"\n"
     end = time.monotonic() + window
     done = threading.Event()
     answering = threading.Thread(target=serve_announcement, args=(server, message, done), daemon=True)
@@ -493,7 +485,7 @@ def announce_failure(
         while time.monotonic() < end and not stopped():
             time.sleep(min(WATCH_SECONDS, max(0.0, end - time.monotonic())))
             if peers and not stopped():
-                probes = probe_peers(peers, 1.0)
+                probes = probe_peers(peers, 1.0, key, run_id)
                 if all(status in ("refused", "unreachable", "failed") for status, _ in probes.values()):
                     return
     finally:
@@ -509,51 +501,105 @@ def hold_port(port: int, attempts: int = 5, pause: float = 0.2) -> socket.socket
     return listen_on(port, attempts, pause)
 
 
-def read_go(conn: socket.socket, token: bytes, timeout: float = GO_READ_SECONDS) -> bool:
-    """Whether the connection sends this run's go line (the magic, then the token) within
-    ``timeout`` seconds; anything else (a port scan, another run's go) is not a go."""
-    conn.settimeout(timeout)
-    data = b""
-    end = time.monotonic() + timeout
+def go_line_ok(data: bytes, token: bytes) -> bool:
+    """Whether ``data``'s first line is this run's go (the magic, then the token)."""
+    return bool(token) and hmac.compare_digest(data.split(b"\n", 1)[0], GO_MAGIC + token)
+
+
+def launcher_gave_up(conn: socket.socket) -> bool:
+    """Whether the launch closed the go's connection after sending the go: it gave up
+    waiting (its timeout passed while the go sat in this port's queue). Such a go is
+    stale: starting the job then would start it behind the launch's back."""
     try:
-        while b"\n" not in data and len(data) < GO_LINE_BYTES and time.monotonic() < end:
-            chunk = conn.recv(GO_LINE_BYTES - len(data))
-            if not chunk:
-                break
-            data += chunk
-    except OSError:
+        conn.setblocking(False)
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
         return False
-    line = data.split(b"\n", 1)[0]
-    return bool(token) and hmac.compare_digest(line, GO_MAGIC + token)
+    except OSError:
+        return True
+    finally:
+        conn.setblocking(True)
 
 
 def await_go(
-    listener: socket.socket, token: bytes, timeout: float, stopped: Callable[[], bool]
+    listener: socket.socket,
+    token: bytes,
+    timeout: float,
+    stopped: Callable[[], bool],
+    budget: float = GO_READ_SECONDS,
 ) -> tuple[socket.socket | None, str]:
     """Wait on the held port for the go: (the go's connection, "go"), or (None, "stopped")
     when ``stopped()`` became true, or (None, "timeout") after ``timeout`` seconds.
-    Connections that do not send the go are closed and the wait goes on."""
+
+    Every connection is served at once (a selector), each with ``budget`` seconds to send
+    its line: silent connections (a port scan) cannot hold the go back. A connection that
+    sends anything but this run's go is closed and the wait goes on; so is a go whose
+    launch has already closed the connection (it gave up: see launcher_gave_up)."""
     end = time.monotonic() + timeout
-    listener.settimeout(POLL_SECONDS)
-    while True:
-        if stopped():
-            return None, "stopped"
-        if time.monotonic() >= end:
-            return None, "timeout"
-        try:
-            conn, _ = listener.accept()
-        except socket.timeout:  # the poll's timeout
-            continue
-        except OSError:  # out of descriptors, say: no busy loop
-            time.sleep(POLL_SECONDS)
-            continue
-        if not read_go(conn, token):
-            conn.close()
-        elif stopped():  # the stop came while the go was being read: it wins
-            answer_go(conn, GO_FAILED + b"stopped before its job started")
-            return None, "stopped"
-        else:
-            return conn, "go"
+    listener.setblocking(False)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, None)
+    pending: dict[socket.socket, tuple[float, bytes]] = {}
+
+    def drop(conn: socket.socket) -> None:
+        sel.unregister(conn)
+        pending.pop(conn, None)
+        conn.close()
+
+    try:
+        while True:
+            if stopped():
+                # A go being sent hears that the stop won.
+                for conn, (_until, data) in list(pending.items()):
+                    if data and (data.startswith(GO_MAGIC) or GO_MAGIC.startswith(data)):
+                        sel.unregister(conn)
+                        pending.pop(conn)
+                        answer_go(conn, GO_FAILED + b"stopped before its job started")
+                return None, "stopped"
+            now = time.monotonic()
+            if now >= end:
+                return None, "timeout"
+            for conn in [c for c, (until, _) in pending.items() if until <= now]:
+                drop(conn)
+            for key, _events in sel.select(min(POLL_SECONDS, max(0.0, end - now))):
+                if key.data is None:
+                    try:
+                        conn, _ = listener.accept()
+                    except OSError:  # gone already, or out of descriptors: no busy loop
+                        time.sleep(0.01)
+                        continue
+                    if len(pending) >= GO_MAX_CONNECTIONS:
+                        conn.close()
+                        continue
+                    conn.setblocking(False)
+                    pending[conn] = (time.monotonic() + budget, b"")
+                    sel.register(conn, selectors.EVENT_READ, "conn")
+                    continue
+                conn = key.fileobj  # type: ignore[assignment]
+                until, data = pending[conn]
+                try:
+                    chunk = conn.recv(GO_LINE_BYTES - len(data))
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    chunk = b""
+                data += chunk
+                if chunk and b"\n" not in data and len(data) < GO_LINE_BYTES:
+                    pending[conn] = (until, data)
+                    continue
+                sel.unregister(conn)
+                pending.pop(conn, None)
+                if not chunk or not go_line_ok(data, token) or launcher_gave_up(conn):
+                    conn.close()
+                    continue
+                if stopped():  # the stop came while the go was being read: it wins
+                    answer_go(conn, GO_FAILED + b"stopped before its job started")
+                    return None, "stopped"
+                return conn, "go"
+    finally:
+        for conn in list(pending):
+            drop(conn)
+        sel.close()
 
 
 def answer_go(conn: socket.socket, answer: bytes) -> None:
@@ -622,6 +668,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--controller-timeout", type=float, default=0, help="0: not tied to the controller")
     parser.add_argument("--heartbeat-file", default="", help="renewed by the controller's wait")
     parser.add_argument("--peer-timeout", type=float, default=0, help="0: peers not watched")
+    parser.add_argument("--run-id", default="", help="the run's id, carried by failure announcements")
     parser.add_argument(
         "--go-timeout", type=float, default=0, help="0: start at once; else await the launch's go that long"
     )
@@ -649,6 +696,8 @@ def validate(args: argparse.Namespace, config_text: str | None) -> list[str]:
         problems.append("--controller-timeout needs --heartbeat-file")
     if args.go_timeout > 0 and not os.environ.get(GO_TOKEN_ENV):
         problems.append(f"--go-timeout needs the go's token in the environment ({GO_TOKEN_ENV})")
+    if args.peer_timeout > 0 and not os.environ.get(ANNOUNCE_KEY_ENV):
+        problems.append(f"--peer-timeout needs the run's announcement key in the environment ({ANNOUNCE_KEY_ENV})")
     if config_text is None:
         problems.append(f"{CONFIG_FILE} cannot be read")
     else:
@@ -659,13 +708,73 @@ def validate(args: argparse.Namespace, config_text: str | None) -> list[str]:
     return problems
 
 
-def stop_request(worker_dir: Path) -> tuple[str, str] | None:
-    """(by, reason) from the stop request tf_worker_stop wrote, if any."""
+def stop_request(worker_dir: Path) -> tuple[str, str, str | None] | None:
+    """(by, reason, cause kind or None) from the stop request tf_worker_stop wrote, if
+    any: a cause (``stalled``, say) is recorded instead of the one ``by`` implies."""
     request = read_json(worker_dir / STOP_FILE)
     if not request:
         return None
     by = str(request.get("by") or "runbook")
-    return (by if by in STOPPED_BY else "runbook"), str(request.get("reason") or f"stopped by the {by}")
+    cause = request.get("cause")
+    return (
+        by if by in STOPPED_BY else "runbook",
+        str(request.get("reason") or f"stopped by the {by}"),
+        cause if cause in CAUSES else None,
+    )
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES, limit: int = 65536) -> list[str]:
+    """The log's last ``lines`` lines (of its last ``limit`` bytes); none when unreadable."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - limit))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
+
+
+def job_dir_of(script: Path) -> str:
+    """The job directory whose files are the job's own code: this file's (the deploy ships
+    the supervisor into it) when the script is there, else the script's own directory."""
+    path = os.path.realpath(script)
+    return _HERE if path.startswith(_HERE + os.sep) else os.path.dirname(path)
+
+
+def read_stacks(worker_dir: Path, job_dir: str) -> dict[str, Any] | None:
+    """exit.json's ``stacks`` from the worker's stacks.txt, when a dump was taken."""
+    path = worker_dir / STACKS_FILE
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        captured_at = path.stat().st_mtime
+    except OSError:
+        return None
+    if not stacks_dumped(text):
+        return None
+    return {"file": STACKS_FILE, "captured_at": captured_at, **parse_stacks(text, job_dir)}
+
+
+def finish(
+    worker_dir: Path,
+    result: dict[str, Any],
+    cause: str | None = None,
+    tail: list[str] | None = None,
+    oom_kills: int | None = None,
+    stacks: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write exit.json: ``result`` with its cause (``cause``, a kind the stop named, or
+    what tf_causes.classify reads from the record and the log's last lines) and its
+    stacks when some were taken."""
+    if cause is not None:
+        result["cause"] = {"kind": cause, "detail": str(result.get("reason") or cause)}
+    else:
+        result["cause"] = classify(result, tail or [], oom_kills)
+    if stacks is not None:
+        result["stacks"] = stacks
+        if cause in ("stalled", "deadline") or result["cause"]["kind"] == "deadline":
+            result["cause"]["stacks"] = stacks
+    write_json_atomic(worker_dir / EXIT_FILE, result)
+    return result
 
 
 def exit_record(
@@ -699,12 +808,13 @@ def supervise(args: argparse.Namespace) -> int:
     if problems:
         reason = "refused to start: " + "; ".join(problems)
         print(f"{worker_dir}: {reason}", file=sys.stderr)
-        write_json_atomic(worker_dir / EXIT_FILE, exit_record(2, reason, None, started, False))
+        finish(worker_dir, exit_record(2, reason, None, started, False), cause="startup")
         return 2
     assert config_text is not None
     own_port, peers = cluster_peers(json.loads(config_text))
-    # The token is the launch's secret: the job's environment never holds it.
+    # The secrets of the launch: the job's environment never holds them.
     go_token = os.environ.pop(GO_TOKEN_ENV, "").encode("utf-8")
+    announce_key = os.environ.pop(ANNOUNCE_KEY_ENV, "").encode("utf-8")
     env = job_environment(worker_dir, dict(os.environ))
     env["TF_CONFIG"] = config_text.strip()
     env["PYTHONUNBUFFERED"] = "1"
@@ -714,10 +824,12 @@ def supervise(args: argparse.Namespace) -> int:
     if args.checkpoint_dir:
         env["TF_RUNBOOK_CHECKPOINT_DIR"] = args.checkpoint_dir
 
-    stop_reason: list[tuple[str, str]] = []
+    stop_reason: list[tuple[str, str, str | None]] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
-        stop_reason.append(stop_request(worker_dir) or ("signal", f"stopped by signal {signal.Signals(signum).name}"))
+        stop_reason.append(
+            stop_request(worker_dir) or ("signal", f"stopped by signal {signal.Signals(signum).name}", None)
+        )
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -739,10 +851,22 @@ def supervise(args: argparse.Namespace) -> int:
         "deadline_at": deadline_at,
     }
     argv = [args.python, str(args.script), *args.job_args]
+    # The job runs under the wrapper shipped next to this file, which dumps its stacks on
+    # the stacks signal; without the wrapper (an older deploy), as it is.
+    wrapper = os.path.join(_HERE, JOB_WRAPPER)
+    has_wrapper = os.path.isfile(wrapper)
+    stacks_path = worker_dir / STACKS_FILE
+    job_argv = (
+        [args.python, wrapper, str(stacks_path), str(stacks_signal()), str(args.script), *args.job_args]
+        if has_wrapper
+        else argv
+    )
+    job_dir = job_dir_of(args.script)
     # state.json: armed (no job yet) and then started, with the same launch.
     record: dict[str, Any] = {
         "supervisor_pid": os.getpid(), "pid": None, "pgid": None, "keeper_pid": None, "started_at": None,
         "armed_at": None, "go_port": None, "argv": argv, "launch": launch, "joined_at": None,
+        "stacks_signal": stacks_signal() if has_wrapper else None,
     }  # fmt: skip
     go_conn = None
     if args.go_timeout:
@@ -751,7 +875,7 @@ def supervise(args: argparse.Namespace) -> int:
         except OSError as exc:
             reason = f"refused to start: port {own_port} (its TensorFlow port) is not free: {exc}"
             print(f"{worker_dir}: {reason}", file=sys.stderr)
-            write_json_atomic(worker_dir / EXIT_FILE, exit_record(2, reason, None, started, False))
+            finish(worker_dir, exit_record(2, reason, None, started, False), cause="startup")
             return 2
         armed_at = time.time()
         record.update(armed_at=armed_at, go_port=own_port)
@@ -760,15 +884,15 @@ def supervise(args: argparse.Namespace) -> int:
             go_conn, outcome = await_go(listener, go_token, args.go_timeout, lambda: bool(stop_reason))
         if go_conn is None:
             if outcome == "stopped":
-                stopped_by, reason = stop_reason[0]
+                stopped_by, reason, cause = stop_reason[0]
                 result = exit_record(-signal.SIGTERM, f"{reason} (before the job started)", stopped_by, armed_at, False)
             else:
                 reason = (
                     f"no go from the launch within {args.go_timeout:g} s (tf_launch_go_timeout): the launch did "
                     "not finish on every host, so the job was never started"
                 )
-                result = exit_record(124, reason, "startup-deadline", armed_at, False)
-            write_json_atomic(worker_dir / EXIT_FILE, result)
+                result, cause = exit_record(124, reason, "startup-deadline", armed_at, False), None
+            finish(worker_dir, result, cause=cause)
             return int(result["returncode"])
         started = time.time()
     spent = time.monotonic() - launched_mono
@@ -777,10 +901,11 @@ def supervise(args: argparse.Namespace) -> int:
     # The keeper's pipe: the supervisor holds the write end for as long as it lives.
     keeper_read, keeper_write = os.pipe()
     log_path = worker_dir / LOG_FILE
+    oom_before = oom_kill_counts()
     with open(log_path, "ab", buffering=0) as log:
         try:
             child = subprocess.Popen(
-                argv,
+                job_argv,
                 cwd=worker_dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -790,8 +915,7 @@ def supervise(args: argparse.Namespace) -> int:
             )
         except OSError as exc:
             log.write(f"supervisor: cannot start {args.python}: {exc}\n".encode())
-            result = exit_record(127, f"cannot start the job: {exc}", None, started, False)
-            write_json_atomic(worker_dir / EXIT_FILE, result)
+            finish(worker_dir, exit_record(127, f"cannot start the job: {exc}", None, started, False), cause="startup")
             if go_conn is not None:
                 answer_go(go_conn, GO_FAILED + f"cannot start the job: {exc}".encode("utf-8", "replace"))
             return 127
@@ -808,18 +932,39 @@ def supervise(args: argparse.Namespace) -> int:
     if go_conn is not None:
         answer_go(go_conn, GO_STARTED + str(child.pid).encode())
 
+    def take_stacks() -> None:
+        """The job's stacks, before it is stopped for a deadline (exit.json's stacks)."""
+        if has_wrapper and child.poll() is None:
+            request_stacks(child.pid, str(stacks_path), STACKS_SECONDS)
+
+    def stop_from_outside() -> None:
+        """A SIGTERM from outside the runbook (a preemption, a host's shutdown): the job gets
+        its grace to save. The group gets one SIGTERM: forwarded only when it did not get
+        it too (then pending on the keeper, which blocks it)."""
+        keeper = state["keeper_pid"]
+        end = time.monotonic() + FORWARD_CHECK_SECONDS
+        got_it = False
+        while keeper and not got_it and time.monotonic() < end and child.poll() is None:
+            got_it = bool(signal_pending(keeper, signal.SIGTERM))
+            time.sleep(0.05)
+        stop_group(pgid, child, args.grace, terminate=not got_it and child.poll() is None)
+
     watcher = LogWatcher(log_path, args.startup_pattern)
     peer_watch = PeerWatch(peers, args.peer_timeout) if args.peer_timeout and peers else None
     clock = LineClock(log_path)
     reason = "exited"
     stopped_by: str | None = None
+    stop_cause: str | None = None
     t0 = time.monotonic()
     next_watch = t0 + WATCH_SECONDS
     try:
         while child.poll() is None:
             if stop_reason:
-                stopped_by, reason = stop_reason[0]
-                stop_group(pgid, child, args.grace)
+                stopped_by, reason, stop_cause = stop_reason[0]
+                if stopped_by == "signal":
+                    stop_from_outside()
+                else:
+                    stop_group(pgid, child, args.grace)
                 break
             now = time.monotonic()
             elapsed = now - t0
@@ -833,6 +978,7 @@ def supervise(args: argparse.Namespace) -> int:
                 reason = f"startup deadline of {args.startup_timeout:g} s passed before the worker joined the cluster"
             elif job_timeout and elapsed > job_timeout:
                 stopped_by, reason = "job-deadline", f"job deadline of {args.job_timeout:g} s passed"
+                take_stacks()
             elif now >= next_watch:
                 next_watch = now + WATCH_SECONDS
                 if args.controller_timeout:
@@ -844,7 +990,7 @@ def supervise(args: argparse.Namespace) -> int:
                             f"(tf_controller_timeout {args.controller_timeout:g} s)"
                         )
                 if stopped_by is None and peer_watch is not None:
-                    found = peer_watch.verdict(probe_peers(peers, 1.0), time.monotonic())
+                    found = peer_watch.verdict(probe_peers(peers, 1.0, announce_key, args.run_id), time.monotonic())
                     if found:
                         stopped_by, reason = "peer", found
             if stopped_by is not None:
@@ -858,18 +1004,22 @@ def supervise(args: argparse.Namespace) -> int:
     clock.poll(final=True)
     if reason == "exited" and stop_reason:
         # The job ended on the same signal the supervisor got, before the loop saw it.
-        stopped_by, reason = stop_reason[0]
+        stopped_by, reason, stop_cause = stop_reason[0]
     # The job may have left children of its own in the group: none may outlive the run.
     if group_alive(pgid):
         stop_group(pgid, child, min(args.grace, 2.0))
     os.close(keeper_write)
     result = exit_record(returncode, reason, stopped_by, started, watcher.poll())
     result["timed_lines"] = clock.lines
-    write_json_atomic(worker_dir / EXIT_FILE, result)
-    if peers and args.peer_timeout and result["returncode"] != 0 and stopped_by is None:
-        # The job failed on its own: tell the peers, which would otherwise wait for it.
+    oom_kills = oom_kills_between(oom_before, oom_kill_counts())
+    finish(worker_dir, result, stop_cause, log_tail(log_path), oom_kills, read_stacks(worker_dir, job_dir))
+    preempted = result["cause"]["kind"] == "preempted"
+    if peers and args.peer_timeout and result["returncode"] != 0 and stopped_by is None and not preempted:
+        # The job failed on its own: tell the peers, which would otherwise wait for it (a
+        # preemption's save ends every worker by itself: nothing to tell).
+        message = announcement(announce_key, args.run_id, f"worker exit status {result['returncode']}")
         announce_failure(
-            own_port, peers, f"worker exit status {result['returncode']}", ANNOUNCE_SECONDS, lambda: bool(stop_reason)
+            own_port, peers, message, ANNOUNCE_SECONDS, lambda: bool(stop_reason), announce_key, args.run_id
         )
     return int(result["returncode"])
 
