@@ -11,7 +11,19 @@ itself would keep a worker waiting for a missing peer for up to an hour.
 
 Every module call renews the controller heartbeat on the host (when given): the
 supervisors of a run tied to the controller stop once it goes stale. Without a flag file
-the action checks once and returns (status.yml, and finding a run's workers to reattach).
+the action checks once and returns (status.yml, logs.yml, and finding a run's workers to
+reattach).
+
+It is also the run's stall watchdog (tf_stall_timeout), cluster-wide although each host's
+wait runs on its own: every host records, on the controller's clock, when one of its
+workers last printed a progress line, in a file of its own in the attempt's stall
+directory, and reads every host's record at each round. When no worker of the run
+printed one for stall_timeout seconds since the wait began or the latest progress
+anywhere, it writes the attempt's failure flag with the cause ``stalled``: every host's
+wait stops, as for a failed worker.
+
+Times a host records on its own clock (the supervisors' ``deadline_at``) are converted to
+the controller's with the host's clock read in the same module call (``now``).
 
 Its options (the module's, and flag_file, until_joined and rounds that only this action
 reads) are documented in plugins/modules/tf_worker_status.py.
@@ -19,6 +31,7 @@ reads) are documented in plugins/modules/tf_worker_status.py.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import time
@@ -27,9 +40,12 @@ from typing import Any
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import printable
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import printable, read_json
 
 display = Display()
+
+# The options only this action reads (documented in plugins/modules/tf_worker_status.py).
+ACTION_ONLY = ("flag_file", "rounds", "until_joined", "deadline", "stall_timeout", "stall_dir", "show_logs", "log_workers")
 
 
 def deadline_passed(deadline: Any, now: float) -> bool:
@@ -43,17 +59,71 @@ def deadline_passed(deadline: Any, now: float) -> bool:
     return value > 0 and now > value
 
 
-def progress_lines(host: str, result: dict[str, Any], elapsed: float) -> list[str]:
-    """One line per worker: state and its latest progress line (control characters escaped)."""
+def to_controller_clock(host_time: Any, host_now: Any, controller_now: float) -> float:
+    """A time of the host's clock (``host_time``; 0 or empty for none, kept 0) on the
+    controller's: as far from ``controller_now`` as it is from ``host_now``, the host's
+    clock read at the same moment."""
+    try:
+        value = float(host_time or 0)
+        host = float(host_now)
+    except (TypeError, ValueError):
+        return 0.0
+    return controller_now + (value - host) if value > 0 else 0.0
+
+
+def worker_state_text(worker: dict[str, Any]) -> str:
+    state = worker.get("state", "?")
+    if state != "exited":
+        return str(state)
+    rc = worker.get("returncode")
+    if rc == 0:
+        return "finished"
+    cause = worker.get("cause") if isinstance(worker.get("cause"), dict) else {}
+    kind = f"{printable(cause['kind'])}, " if cause.get("kind") else ""
+    return f"FAILED rc={rc} ({kind}{printable(worker.get('reason'))})"
+
+
+def progress_lines(host: str, result: dict[str, Any], elapsed: float | None) -> list[str]:
+    """One line per worker: state and its latest progress line (control characters
+    escaped), after ``[<elapsed>s]``, the seconds since this wait began (none for a
+    single check)."""
+    lines = []
+    clock = f"[{elapsed:5.0f}s] " if elapsed is not None else ""
+    for worker in result.get("workers", []):
+        latest = printable(worker.get("last_line") or "(no progress line yet)")
+        lines.append(f"  {clock}{host} worker-{worker.get('index')}: {worker_state_text(worker)}  {latest}")
+    return lines
+
+
+def log_lines(host: str, result: dict[str, Any], indices: list[int] | None) -> list[str]:
+    """Each chosen worker's last log lines, each prefixed ``[<index> <host>]`` and escaped."""
     lines = []
     for worker in result.get("workers", []):
-        state = worker.get("state", "?")
-        if state == "exited":
-            rc = worker.get("returncode")
-            state = "finished" if rc == 0 else f"FAILED rc={rc} ({printable(worker.get('reason'))})"
-        latest = printable(worker.get("last_line") or "(no epoch yet)")
-        lines.append(f"  [{elapsed:5.0f}s] {host} worker-{worker.get('index')}: {state}  {latest}")
+        if indices is not None and worker.get("index") not in indices:
+            continue
+        prefix = f"[{worker.get('index')} {host}]"
+        tail = worker.get("log_tail") or []
+        lines.append(f"{prefix} ({worker_state_text(worker)}; {len(tail)} last line(s) of its log)")
+        lines.extend(f"{prefix} {printable(line)}" for line in tail)
     return lines
+
+
+def make_private_dirs(path: str) -> None:
+    """``path`` and its missing parents, each one created here 0700 whatever the umask;
+    directories that exist are left as they are."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(directory, 0o700)
 
 
 def read_flag(path: str) -> dict[str, Any] | None:
@@ -64,15 +134,58 @@ def read_flag(path: str) -> dict[str, Any] | None:
         return None
 
 
-def write_flag(path: str, data: dict[str, Any]) -> None:
-    """Create the flag once; the first failure wins."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+def write_flag(path: str, data: dict[str, Any]) -> bool:
+    """Create the flag once (0600, in directories it creates 0700); the first failure
+    wins. Whether this call created it."""
+    make_private_dirs(os.path.dirname(path))
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        return
+        return False
+    os.fchmod(fd, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(data, handle)
+    return True
+
+
+def write_private_json(path: str, data: Any) -> None:
+    """Replace ``path`` at once with ``data`` as JSON, readable by its owner only."""
+    make_private_dirs(os.path.dirname(path))
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def progress_record(previous: dict[str, Any] | None, host: str, workers: list[dict[str, Any]], now: float) -> dict[str, Any]:
+    """This host's progress record after a check at ``now`` (controller clock): its
+    workers' progress line counts, and when one of them last changed (``now`` when one
+    did, or for a host not recorded yet: the watch begins)."""
+    counts = {str(w.get("index")): int(w.get("progress_lines") or 0) for w in workers}
+    if not isinstance(previous, dict) or not isinstance(previous.get("last_progress_at"), (int, float)):
+        return {"host": host, "progress_lines": counts, "last_progress_at": now}
+    old = previous.get("progress_lines") if isinstance(previous.get("progress_lines"), dict) else {}
+    moved = any(old.get(index) != count for index, count in counts.items())
+    return {"host": host, "progress_lines": counts, "last_progress_at": now if moved else previous["last_progress_at"]}
+
+
+def read_records(stall_dir: str) -> list[dict[str, Any]]:
+    """Every host's progress record of the attempt."""
+    records = (read_json(path) for path in sorted(glob.glob(os.path.join(glob.escape(stall_dir), "*.json"))))
+    return [r for r in records if r and isinstance(r.get("last_progress_at"), (int, float))]
+
+
+def seconds_without_progress(records: list[dict[str, Any]], now: float) -> float | None:
+    """Seconds since the latest progress of any host (None with no record)."""
+    if not records:
+        return None
+    return max(0.0, now - max(float(r["last_progress_at"]) for r in records))
+
+
+def stall_detail(seconds: float, timeout: int) -> str:
+    return f"no worker printed a progress line for {seconds:.0f} s (tf_stall_timeout {timeout} s)"
 
 
 class ActionModule(ActionBase):
@@ -80,22 +193,24 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(
-        (
-            "flag_file", "rounds", "until_joined", "workers", "run_dir", "heartbeat_file", "wait", "deadline",
-            "progress_pattern", "tail_lines",
-        )  # fmt: skip
+        ACTION_ONLY + ("workers", "run_dir", "heartbeat_file", "wait", "progress_pattern", "progress_marks", "tail_lines")
     )
 
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        flag_file = args.pop("flag_file", None)
-        rounds = int(args.pop("rounds", 100000)) if flag_file else 1
-        until_joined = bool(args.pop("until_joined", False))
+        options = {name: args.pop(name, None) for name in ACTION_ONLY}
+        flag_file = options["flag_file"]
+        rounds = int(options["rounds"] or 100000) if flag_file else 1
+        until_joined = bool(options["until_joined"])
         # The deadline is a controller time: it never goes to the host, whose clock may
         # differ; the host only reports, and the deadline is judged here.
-        deadline = args.pop("deadline", 0)
+        deadline = options["deadline"] or 0
+        stall_timeout = int(options["stall_timeout"] or 0) if flag_file else 0
+        stall_dir = options["stall_dir"] if flag_file else None
         host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
+        own_record_path = os.path.join(stall_dir, f"{host}.json") if stall_dir else None
+        record = read_json(own_record_path) if own_record_path else None
         started = time.monotonic()
         last_shown: list[str] = []
         status: dict[str, Any] = {}
@@ -108,18 +223,29 @@ class ActionModule(ActionBase):
                 )
             except AnsibleConnectionFailure as exc:
                 if flag_file:
-                    write_flag(flag_file, {"host": host, "reason": f"host {host} unreachable: {exc}"})
+                    write_flag(flag_file, {"host": host, "cause": "host-lost", "reason": f"host {host} unreachable: {exc}"})
                 raise
             if status.get("failed"):
                 return {**result, **status}
-            status["deadline_passed"] = deadline_passed(deadline, time.time())
-            # Print only news: the same lines with another elapsed time are not news.
-            lines = progress_lines(host, status, time.monotonic() - started)
-            news = [line.split("]", 1)[1] for line in lines]
-            if news != last_shown:
-                for line in lines:
+            now = time.time()
+            status["clock_offset"] = now - float(status.get("now") or now)
+            if isinstance(status.get("launch"), dict):
+                launch = status["launch"]
+                launch["deadline_at_controller"] = to_controller_clock(launch.get("deadline_at"), status.get("now"), now)
+            args["progress_marks"] = status.get("progress_marks") or {}
+            status["deadline_passed"] = deadline_passed(deadline, now)
+            if options["show_logs"]:
+                indices = [int(i) for i in options["log_workers"]] if options["log_workers"] is not None else None
+                for line in log_lines(host, status, indices):
                     display.display(line)
-                last_shown = news
+            else:
+                # Print only news: the same lines with another elapsed time are not news.
+                lines = progress_lines(host, status, time.monotonic() - started if flag_file else None)
+                news = [line.split("]", 1)[-1] for line in lines]
+                if news != last_shown:
+                    for line in lines:
+                        display.display(line)
+                    last_shown = news
             if not flag_file:
                 break
             if status.get("failed_workers"):
@@ -132,6 +258,22 @@ class ActionModule(ActionBase):
                 break
             if until_joined and status.get("joined"):
                 break
+            if own_record_path:
+                updated = progress_record(record, host, status.get("workers", []), now)
+                if updated != record:
+                    write_private_json(own_record_path, updated)
+                    record = updated
+            if stall_timeout and stall_dir:
+                seconds = seconds_without_progress(read_records(stall_dir), now)
+                if seconds is not None and seconds >= stall_timeout:
+                    detail = stall_detail(seconds, stall_timeout)
+                    flag = {"host": host, "cause": "stalled", "reason": detail, "seconds": round(seconds), "workers": []}
+                    # Another host may have flagged first (a stall too, or a failure): then
+                    # its flag is read below, as any peer's.
+                    if write_flag(flag_file, flag):
+                        status["stalled"] = {"seconds": round(seconds), "detail": detail}
+                        display.display(f"  {host}: the run is stalled: {detail}")
+                        break
             peer = read_flag(flag_file)
             if peer is not None and peer.get("host") != host:
                 status["peer_failed"] = peer

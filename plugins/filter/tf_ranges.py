@@ -14,6 +14,8 @@ RANGES: dict[str, tuple[int, int | None, str | None]] = {
     "tf_startup_timeout": (0, None, "no startup deadline"),
     "tf_controller_timeout": (0, None, "the run is not tied to the controller"),
     "tf_peer_timeout": (0, None, "workers do not watch their peers"),
+    "tf_stall_timeout": (0, None, "no stall watchdog"),
+    "tf_logs_lines": (1, None, None),
     "tf_restart_attempts": (0, None, "no restart"),
     "tf_run_attempt": (0, None, "the first launch"),
     "tf_launch_stop_grace": (0, None, "SIGKILL at once"),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from ansible.errors import AnsibleFilterError
 
 # What a host's status must carry for the outcome to be decided from it.
 STATUS_FIELDS = ("workers", "done", "deadline_passed")
@@ -28,11 +31,31 @@ def status_problem(host: str, status: Any) -> str | None:
     return None
 
 
+def stall_of(statuses: list[Any]) -> dict[str, Any] | None:
+    """The stall the wait found: a host's own finding, else the stall flag a host stopped
+    for; None when the run did not stall."""
+    for status in statuses:
+        stalled = status.get("stalled") if isinstance(status, dict) else None
+        if isinstance(stalled, dict):
+            return {"seconds": stalled.get("seconds"), "detail": stalled.get("detail")}
+    for status in statuses:
+        peer = status.get("peer_failed") if isinstance(status, dict) else None
+        if isinstance(peer, dict) and peer.get("cause") == "stalled":
+            return {"seconds": peer.get("seconds"), "detail": peer.get("reason")}
+    return None
+
+
+def cause_of(worker: dict[str, Any]) -> dict[str, Any] | None:
+    cause = worker.get("cause")
+    return cause if isinstance(cause, dict) and cause.get("kind") else None
+
+
 def tf_wait_outcome(
     all_hosts: list[str], live_hosts: list[str], statuses: dict[str, Any], detached: bool = False
 ) -> dict[str, Any]:
-    """Summarise the wait: a failed or lost worker anywhere, or a host whose status is
-    missing or incomplete, makes the run not ok."""
+    """Summarise the wait: a failed or lost worker anywhere, a stall, or a host whose
+    status is missing or incomplete, makes the run not ok. Each failed worker carries its
+    ``cause``; ``causes`` lists their kinds, sorted, each once."""
     if not isinstance(statuses, dict):
         raise TypeError(f"tf_wait_outcome: statuses must map host to status, not {type(statuses).__name__}")
     failed: list[dict[str, Any]] = []
@@ -58,12 +81,16 @@ def tf_wait_outcome(
                 "log_tail": worker.get("log_tail", []),
             }
             if worker["state"] == "exited" and worker["returncode"] != 0:
-                failed.append(entry)
+                failed.append({**entry, "cause": cause_of(worker)})
             elif worker["state"] != "exited":
                 running.append({**entry, "joined": bool(worker.get("joined"))})
     failed.sort(key=lambda w: w["index"])
+    stalled = stall_of([statuses.get(host) for host in live_hosts])
     left_running = detached and bool(running) and all(w["joined"] for w in running)
-    ok = not failed and not lost and not deadline_hosts and not problems and (not running or left_running)
+    ok = (
+        not failed and not lost and not deadline_hosts and not problems and not stalled
+        and (not running or left_running)
+    )  # fmt: skip
     return {
         "ok": ok,
         "detached": ok and left_running,
@@ -73,11 +100,44 @@ def tf_wait_outcome(
         "lost_hosts": lost,
         "deadline_hosts": deadline_hosts,
         "status_problems": problems,
+        "stalled": stalled,
+        "causes": sorted({w["cause"]["kind"] for w in failed if w["cause"]}),
     }
+
+
+def tf_log_workers(value: Any) -> list[int] | None:
+    """The worker indices logs.yml is asked for (``-e tf_logs_workers=0,2``, a list, or one
+    index); None (every worker) for an empty value. Anything else is refused by value."""
+    if value is None or value == "" or value == []:
+        return None
+    items = value if isinstance(value, list) else re.split(r"\s*,\s*", str(value).strip())
+    indices = []
+    for item in items:
+        text = str(item).strip()
+        if isinstance(item, bool) or not text.isdigit():
+            raise AnsibleFilterError(
+                f"tf_logs_workers must be worker indices separated by commas (0,2), got {value!r}"
+            )
+        indices.append(int(text))
+    return sorted(set(indices))
+
+
+def tf_pattern_problem(pattern: Any, name: str, host: str) -> str:
+    """Why ``pattern`` (the value of variable ``name`` on ``host``) is not a regular
+    expression Python compiles; empty when it is one (or empty)."""
+    try:
+        re.compile("" if pattern is None else str(pattern))
+    except re.error as exc:
+        return f"host {host}: {name} {pattern!r} is not a regular expression: {exc}"
+    return ""
 
 
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Any]:
-        return {"tf_wait_outcome": tf_wait_outcome}
+        return {
+            "tf_wait_outcome": tf_wait_outcome,
+            "tf_log_workers": tf_log_workers,
+            "tf_pattern_problem": tf_pattern_problem,
+        }

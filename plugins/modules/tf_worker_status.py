@@ -12,7 +12,15 @@ version_added: "0.1.0"
 author: tf-runbook contributors (!UNKNOWN)
 description:
   - Reads C(state.json), C(exit.json) and C(worker.log) of each worker directory and
-    returns one entry per worker with its state, exit status and latest progress line.
+    returns one entry per worker with its state, exit status, why it ended (C(cause)),
+    its latest progress line and how many progress lines it printed so far.
+  - A progress line is one of the metrics contract's epoch lines (C(worker=0 epoch=2/5 ...))
+    or Keras' epoch header (C(Epoch 2/5)), both from C(tf_metrics.PROGRESS_PATTERN), or a
+    line matching O(progress_pattern). The frames and the exception line of a Python
+    traceback are never progress, whatever they quote.
+  - A log is read once from its start (the last 64 MiB of a larger one), then only what
+    was appended; O(progress_marks) carries where the reading stands from one call to the
+    next.
   - Waits up to O(wait) seconds on the host, so that the action of the same name, which
     calls it in a loop from the controller, costs one module run per window instead of
     polling blindly; it returns early when every worker has exited or one has failed.
@@ -32,6 +40,11 @@ description:
   - Without O(workers), finds the workers of the latest attempt of the run in
     O(run_dir) (reattaching from another controller) and returns them as C(workers_found)
     with what their supervisors recorded about the launch (C(launch)).
+  - With O(stall_timeout), the action is the run's stall watchdog; it records in
+    O(stall_dir) (controller clock) when this host's workers last printed a progress line,
+    reads every host's record, and when no worker of the run printed one for
+    O(stall_timeout) seconds it writes O(flag_file) with C(cause) C(stalled) and returns
+    C(stalled).
   - Read-only apart from the heartbeat; supports check mode (no heartbeat then).
 options:
   workers:
@@ -60,9 +73,15 @@ options:
     type: float
     default: 0
   progress_pattern:
-    description: Regular expression for the lines shown as progress.
+    description: Regular expression of the job's own progress lines (tf_stall_pattern),
+      in addition to the built-in C(tf_metrics.PROGRESS_PATTERN); empty for none.
     type: str
-    default: epoch=
+    default: ""
+  progress_marks:
+    description: Where the reading of each worker's log stood (C(progress_marks) of the
+      previous call, by worker directory); the action passes it on.
+    type: dict
+    default: {}
   tail_lines:
     description: How many of the log's last lines to return per worker.
     type: int
@@ -84,6 +103,26 @@ options:
       backstop to the deadline).
     type: int
     default: 100000
+  stall_timeout:
+    description: Used by the action on the controller. Seconds without a progress line
+      on any worker of the run (every host's record in O(stall_dir)) after which the run
+      is stalled; 0 for no stall watchdog.
+    type: int
+    default: 0
+  stall_dir:
+    description: Used by the action on the controller. Controller directory of this
+      attempt's progress records, one file per host (private, 0600 in a 0700 directory).
+    type: path
+  show_logs:
+    description: Used by the action on the controller. Print each worker's O(tail_lines)
+      last log lines, each prefixed C([<index> <host>]) and escaped, instead of progress.
+    type: bool
+    default: false
+  log_workers:
+    description: Used by the action on the controller. With O(show_logs), the indices of
+      the workers to print; all when not given.
+    type: list
+    elements: int
 attributes:
   action:
     description: The action of the same name runs on the controller and calls the module
@@ -99,7 +138,9 @@ EXAMPLES = r"""
   tf_runbook.multiworker.tf_worker_status:
     workers: "{{ tf_launch_jobs }}"
     wait: 10
-    progress_pattern: "epoch="
+    progress_pattern: "{{ tf_stall_pattern }}"
+    stall_timeout: 1800
+    stall_dir: "runs/{{ tf_run_id }}/.attempt-0.progress"
     heartbeat_file: "{{ tf_worker_run_dir }}/controller.heartbeat"
     flag_file: "runs/{{ tf_run_id }}/.attempt-0.failed"
   register: tf_wait_status
@@ -118,7 +159,10 @@ RETURN = r"""
 workers:
   description: One entry per worker, in the order given, with C(index), C(dir), C(pid),
     C(state) (starting, running or exited), C(returncode), C(reason), C(stopped_by),
-    C(joined), C(last_line) and C(log_tail).
+    C(joined), C(last_line) (the latest progress line), C(progress_lines) (how many so
+    far), C(log_tail), C(cause) (why it ended, the mapping of exit.json or one told from
+    the record, null while it runs) and C(stacks) (exit.json's when its stacks were
+    captured, else null).
   type: list
   elements: dict
   returned: always
@@ -151,13 +195,32 @@ workers_found:
   returned: when O(run_dir) is used
 launch:
   description: Without O(workers), the attempt, deadline and what the supervisors were
-    started with (from the first worker's C(state.json)).
+    started with (from the first worker's C(state.json)). The action adds
+    C(deadline_at_controller), the host's C(deadline_at) on the controller's clock.
   type: dict
   returned: when O(run_dir) is used
 run_dir:
   description: Without O(workers), the run's directory, absolute.
   type: str
   returned: when O(run_dir) is used
+now:
+  description: The host's clock (epoch seconds) when the module returned; the action
+    converts the host's times (C(launch.deadline_at)) to the controller's clock with it.
+  type: float
+  returned: always
+progress_marks:
+  description: Where the reading of each worker's log stands, for the next call.
+  type: dict
+  returned: always
+clock_offset:
+  description: Controller's clock minus the host's, in seconds, measured by the action.
+  type: float
+  returned: always
+stalled:
+  description: Set by the action when the run stalled, C(seconds) without a progress line
+    and C(detail).
+  type: dict
+  returned: when the stall watchdog found the run stalled
 """
 
 import os
@@ -165,23 +228,94 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import classify
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import PROGRESS_PATTERN
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import works_in
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     EXIT_FILE,
     LAUNCH_OUTPUT_FILE,
     LOG_FILE,
     STATE_FILE,
+    killed_exit_record,
     printable,
     read_json,
     retry_index,
     worker_index,
 )
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import works_in
 
 # How often the wait reads the workers' records: a written exit record is seen within this.
 POLL_SECONDS = 0.25
+# A log is read for progress lines once from its start (or from this many bytes before its
+# end, for a larger one), then only what was appended since.
+FIRST_SCAN_BYTES = 64 * 1024 * 1024
+SCAN_CHUNK = 1024 * 1024
+# A traceback's first line: its frames (indented) and its exception line are never progress,
+# whatever they quote (``model.fit(x, epoch=3)``, ``ValueError: bad epoch=3``).
+TRACEBACK_START = "Traceback (most recent call last):"
+
+
+def progress_regex(extra: str) -> re.Pattern:
+    """The progress lines of every format (tf_metrics.PROGRESS_PATTERN) and the user's own
+    (tf_stall_pattern), as one expression."""
+    return re.compile(PROGRESS_PATTERN + (f"|(?:{extra})" if extra else ""))
+
+
+def new_mark() -> dict:
+    """Where the reading of a log stands: bytes read, progress lines counted, the latest
+    one, and whether the last line read was inside a traceback."""
+    return {"offset": 0, "count": 0, "last": None, "traceback": False}
+
+
+def count_progress(lines: list[str], progress: re.Pattern, mark: dict) -> None:
+    """Count the progress lines of ``lines`` (the log's next complete lines) into ``mark``."""
+    for line in lines:
+        if line.startswith(TRACEBACK_START):
+            mark["traceback"] = True
+            continue
+        if mark["traceback"]:
+            # Frames are indented; the first line that is not ends it (the exception).
+            if not line.strip() or line[0] in " \t":
+                continue
+            mark["traceback"] = False
+            continue
+        if progress.search(line):
+            mark["count"] += 1
+            mark["last"] = line
+
+
+def read_progress(path: str, progress: re.Pattern, mark: dict | None) -> dict:
+    """``mark`` moved on over what ``path`` gained since: only complete lines are read; a
+    log that shrank (replaced) is read again from its start."""
+    mark = dict(mark) if mark else new_mark()
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size < mark["offset"]:
+                mark = new_mark()
+            if mark["offset"] == 0 and size > FIRST_SCAN_BYTES:
+                # A huge log: its last part only, from the first complete line in it.
+                handle.seek(size - FIRST_SCAN_BYTES)
+                skipped = handle.readline()
+                mark["offset"] = size - FIRST_SCAN_BYTES + len(skipped)
+            handle.seek(mark["offset"])
+            while mark["offset"] < size:
+                data = handle.read(min(SCAN_CHUNK, size - mark["offset"]))
+                end = data.rfind(b"\n")
+                if not data or (end < 0 and len(data) < SCAN_CHUNK):
+                    break  # the rest is a line still being written
+                if end < 0:
+                    end = len(data) - 1  # a line longer than a chunk: read as pieces
+                text = data[: end + 1].decode("utf-8", errors="replace")
+                count_progress(text.splitlines(), progress, mark)
+                mark["offset"] += end + 1
+                handle.seek(mark["offset"])
+    except OSError:
+        pass
+    return mark
 
 
 def _tail(path: str, lines: int, max_bytes: int = 65536) -> list[str]:
+    max_bytes = max(max_bytes, lines * 512)
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -215,12 +349,25 @@ def supervisor_alive(pid: object, worker_dir: str) -> bool:
     return works_in(pid, worker_dir)
 
 
-def worker_state(entry: dict, progress: re.Pattern, tail_lines: int) -> dict:
+def record_cause(record: dict, log_tail: list[str]) -> dict:
+    """The cause of an exit record: the one the supervisor wrote, else told from the record
+    and the log's last lines by the supervisor's own rules (tf_causes.classify)."""
+    cause = record.get("cause")
+    if isinstance(cause, dict) and cause.get("kind"):
+        return cause
+    return classify(record, log_tail)
+
+
+def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict | None = None) -> dict:
+    """One worker's entry. ``marks`` (a worker directory's reading of its log, see
+    read_progress) is moved on in place, so that a log is read once, not at every check."""
     wdir = entry["dir"]
+    marks = {} if marks is None else marks
     state = read_json(os.path.join(wdir, STATE_FILE))
     exit_ = read_json(os.path.join(wdir, EXIT_FILE))
-    tail = _tail(os.path.join(wdir, LOG_FILE), max(tail_lines, 50))
-    progress_lines = [line for line in tail if progress.search(line)]
+    log_path = os.path.join(wdir, LOG_FILE)
+    tail = _tail(log_path, max(tail_lines, 50))
+    marks[wdir] = read_progress(log_path, progress, marks.get(wdir))
     info = {
         "index": int(entry["index"]),
         "dir": wdir,
@@ -230,21 +377,23 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int) -> dict:
         "reason": None,
         "stopped_by": None,
         "joined": bool(state and state.get("joined_at")),
-        "last_line": progress_lines[-1] if progress_lines else None,
+        "last_line": marks[wdir]["last"],
+        "progress_lines": marks[wdir]["count"],
         "log_tail": tail[-tail_lines:],
+        "cause": None,
+        "stacks": None,
     }
     if exit_ is None and state is not None and not supervisor_alive(state.get("supervisor_pid"), wdir):
         # It may have written exit.json just before it ended: read it again.
         exit_ = read_json(os.path.join(wdir, EXIT_FILE))
         if exit_ is None:
-            info.update(
-                state="exited",
-                returncode=-1,
-                reason=(
-                    f"the supervisor (pid {state.get('supervisor_pid')}) died without recording an exit "
-                    "(killed, or out of memory); its job was stopped with it"
-                ),
+            reason = (
+                f"the supervisor (pid {state.get('supervisor_pid')}) died without recording an exit "
+                "(killed, or out of memory); its job was stopped with it"
             )
+            # Its job got the keeper's SIGKILL, which nobody in the runbook asked for.
+            record = killed_exit_record(reason, None, state.get("started_at"), time.time())
+            info.update(state="exited", returncode=-1, reason=reason, cause=classify(record, tail))
             return info
     if exit_ is not None:
         info.update(
@@ -253,16 +402,20 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int) -> dict:
             reason=exit_.get("reason"),
             stopped_by=exit_.get("stopped_by"),
             joined=bool(exit_.get("joined")) or info["joined"],
+            cause=record_cause(exit_, tail),
+            stacks=exit_.get("stacks") if isinstance(exit_.get("stacks"), dict) else None,
         )
     elif state is not None and state.get("pid") is None and entry.get("launch_error"):
         # Armed, and the launch's go never started it: failed now, not when it gives up.
-        info.update(state="exited", returncode=-1, reason=f"the worker could not be launched: {entry['launch_error']}")
+        reason = f"the worker could not be launched: {entry['launch_error']}"
+        info.update(state="exited", returncode=-1, reason=reason, cause={"kind": "startup", "detail": reason})
     elif state is not None:
         info["state"] = "running"
     else:
         failure = _launch_failure(entry)
         if failure is not None:
-            info.update(state="exited", returncode=-1, reason=f"the worker could not be launched: {failure}")
+            reason = f"the worker could not be launched: {failure}"
+            info.update(state="exited", returncode=-1, reason=reason, cause={"kind": "startup", "detail": reason})
     return info
 
 
@@ -284,8 +437,8 @@ def worth_returning(first: list[dict], current: list[dict], until_joined: bool) 
     return bool(until_joined and current and all(w["joined"] for w in current))
 
 
-def snapshot(workers: list[dict], progress: re.Pattern, tail_lines: int) -> list[dict]:
-    return [worker_state(entry, progress, tail_lines) for entry in workers]
+def snapshot(workers: list[dict], progress: re.Pattern, tail_lines: int, marks: dict | None = None) -> list[dict]:
+    return [worker_state(entry, progress, tail_lines, marks) for entry in workers]
 
 
 def find_workers(run_dir: str) -> tuple[list[dict], dict]:
@@ -326,18 +479,27 @@ def main() -> None:
             "heartbeat_file": {"type": "path", "default": ""},
             "wait": {"type": "float", "default": 0},
             "deadline": {"type": "float", "default": 0},
-            "progress_pattern": {"type": "str", "default": "epoch="},
+            "progress_pattern": {"type": "str", "default": ""},
+            "progress_marks": {"type": "dict", "default": {}},
             "tail_lines": {"type": "int", "default": 8},
             # Read by the action of the same name on the controller, never sent here.
             "flag_file": {"type": "path"},
             "until_joined": {"type": "bool", "default": False},
             "rounds": {"type": "int", "default": 100000},
+            "stall_timeout": {"type": "int", "default": 0},
+            "stall_dir": {"type": "path"},
+            "show_logs": {"type": "bool", "default": False},
+            "log_workers": {"type": "list", "elements": "int"},
         },
         required_one_of=[("workers", "run_dir")],
         supports_check_mode=True,
     )
     params = module.params
-    progress = re.compile(params["progress_pattern"])
+    try:
+        progress = progress_regex(params["progress_pattern"])
+    except re.error as exc:
+        module.fail_json(msg=f"progress_pattern {params['progress_pattern']!r} is not a regular expression: {exc}")
+    marks = {path: {**new_mark(), **mark} for path, mark in params["progress_marks"].items() if isinstance(mark, dict)}
     extra: dict = {}
     workers = params["workers"]
     if workers is None:
@@ -354,13 +516,13 @@ def main() -> None:
                 module.fail_json(msg=f"cannot renew the controller heartbeat {heartbeat}: {exc}")
 
     beat()
-    first = snapshot(workers, progress, params["tail_lines"])
+    first = snapshot(workers, progress, params["tail_lines"], marks)
     current = first
     stop_at = time.monotonic() + max(0.0, params["wait"])
     while time.monotonic() < stop_at and not all(w["state"] == "exited" for w in current):
         time.sleep(POLL_SECONDS)
         beat()
-        current = snapshot(workers, progress, params["tail_lines"])
+        current = snapshot(workers, progress, params["tail_lines"], marks)
         if worth_returning(first, current, params["until_joined"]):
             break
     failed = [w["index"] for w in current if w["state"] == "exited" and w["returncode"] != 0]
@@ -371,6 +533,8 @@ def main() -> None:
         joined=bool(current) and all(w["joined"] for w in current),
         failed_workers=failed,
         deadline_passed=bool(params["deadline"]) and time.time() > params["deadline"],
+        progress_marks=marks,
+        now=time.time(),
         **extra,
     )
 

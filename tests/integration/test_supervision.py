@@ -65,7 +65,7 @@ def test_a_detached_run_finishes_alone_and_is_reattached(
     rc, out = play(inventory, runs_dir, "train.yml", {"tf_run_id": "detached", "tf_detach": True})
     returned = time.monotonic()
     assert rc == 0, out[-3000:]
-    assert "playbooks/wait.yml   -i <inventory> -e tf_run_id=detached" in out
+    assert f"playbooks/wait.yml   -i {inventory} -e tf_run_id=detached" in out
     assert not (runs_dir / "detached" / "summary.json").exists()
     # The playbook returned once every worker joined, not once they finished.
     assert not all(remote_json(hosts, h, f"{RUN}/detached/worker-{h}/exit.json") for h in (0, 1))

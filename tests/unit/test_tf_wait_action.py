@@ -119,3 +119,57 @@ def test_printable(raw: Any, shown: str) -> None:
 def test_progress_lines_escape_every_field() -> None:
     lines = progress_lines("h", {"workers": [worker(last_line="a\x1bb")]}, 1.0)
     assert lines == ["  [    1s] h worker-0: running  a\\x1bb"]
+
+
+# --- what the operator reads (issues 23 and 25) ----------------------------------------------
+
+
+def test_a_single_check_shows_no_elapsed_time_and_says_no_progress_line_yet(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    def host(module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
+        return {"workers": [worker(), worker(index=1, last_line="Epoch 31/400")], "done": False, "failed_workers": [],
+                "deadline_passed": False}  # fmt: skip
+
+    result, shown = run_action(monkeypatch, tmp_path, host, flag_file=None, run_dir="/r")
+    assert shown == ["  node1 worker-0: running  (no progress line yet)", "  node1 worker-1: running  Epoch 31/400"]
+
+
+def test_a_failed_worker_shows_its_cause() -> None:
+    failed = worker(state="exited", returncode=1, reason="exited 1", cause={"kind": "job-error", "detail": "x"})
+    assert progress_lines("h", {"workers": [failed]}, 3.0) == ["  [    3s] h worker-0: FAILED rc=1 (job-error, exited 1)  (no progress line yet)"]
+
+
+def test_log_lines_prefix_escape_and_pick() -> None:
+    result = {
+        "workers": [
+            worker(index=0, log_tail=["a", "b\x1b[2J"]),
+            worker(index=2, state="exited", returncode=0, log_tail=["done"]),
+        ]
+    }
+    assert action.log_lines("h1", result, None) == [
+        "[0 h1] (running; 2 last line(s) of its log)",
+        "[0 h1] a",
+        "[0 h1] b\\x1b[2J",
+        "[2 h1] (finished; 1 last line(s) of its log)",
+        "[2 h1] done",
+    ]
+    assert action.log_lines("h1", result, [2]) == ["[2 h1] (finished; 1 last line(s) of its log)", "[2 h1] done"]
+    assert action.log_lines("h1", result, [5]) == []
+
+
+def test_the_logs_check_prints_the_logs_once_and_changes_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    calls: list[dict[str, Any]] = []
+
+    def host(module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
+        calls.append(dict(module_args))
+        return {"workers": [worker(index=1, log_tail=["x"])], "done": False, "failed_workers": [], "deadline_passed": False}
+
+    _, shown = run_action(
+        monkeypatch, tmp_path, host, flag_file=None, run_dir="/r", show_logs=True, log_workers=[1], tail_lines=5
+    )
+    assert shown == ["[1 node1] (running; 1 last line(s) of its log)", "[1 node1] x"]
+    assert len(calls) == 1
+    # Only the module's own options reach the host: no heartbeat, nothing to write.
+    assert calls[0] == {"workers": [], "wait": 0, "run_dir": "/r", "tail_lines": 5}
+    assert list(tmp_path.iterdir()) == []

@@ -62,6 +62,8 @@ def test_outcome_ok_when_every_worker_exited_zero() -> None:
         "lost_hosts": [],
         "deadline_hosts": [],
         "status_problems": [],
+        "stalled": None,
+        "causes": [],
     }
 
 
@@ -80,6 +82,7 @@ def test_outcome_names_a_failed_worker() -> None:
             "reason": "exited",
             "stopped_by": None,
             "log_tail": ["Traceback (most recent call last):", "ValueError: boom"],
+            "cause": None,
         }
     ]
     assert outcome["running_workers"] == [] and outcome["lost_hosts"] == []

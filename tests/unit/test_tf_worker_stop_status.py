@@ -206,7 +206,10 @@ def test_status_starting_without_files(tmp_path: Path) -> None:
         "stopped_by": None,
         "joined": False,
         "last_line": None,
+        "progress_lines": 0,
         "log_tail": [],
+        "cause": None,
+        "stacks": None,
     }
 
 
@@ -391,3 +394,161 @@ def test_a_detached_wait_ends_once_every_worker_joined() -> None:
     assert tf_worker_status.worth_returning(first, [_w(0, joined=True), _w(1)], until_joined=True) is False
     assert tf_worker_status.worth_returning(first, [_w(0, joined=True), _w(1, joined=True)], until_joined=True) is True
     assert tf_worker_status.worth_returning(first, [_w(0, joined=True), _w(1, joined=True)], until_joined=False) is False
+
+
+# --- progress of every format, causes (issues 23 and 25) -----------------------------------
+
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_causes  # noqa: E402
+from tf_worker_status import progress_regex, read_progress  # noqa: E402
+
+PROGRESS = progress_regex("")
+
+
+def test_a_keras_jobs_epoch_header_is_its_progress(tmp_path: Path) -> None:
+    """Issue 25: a Keras job showed 'running (no epoch yet)' while its log was at Epoch 31/400."""
+    lines = ["Epoch 30/400", "10/10 - 1s - 95ms/step - loss: 0.31", "Epoch 31/400", "3/10 [==>....] - ETA: 1s - loss: 0.3"]
+    (tmp_path / "worker.log").write_text("\n".join(lines) + "\n")
+    info = worker_state(entry(tmp_path), PROGRESS, 8)
+    assert info["last_line"] == "Epoch 31/400"
+    assert info["progress_lines"] == 2
+
+
+def test_a_traceback_is_never_progress(tmp_path: Path) -> None:
+    """Issue 25: after a stop, status.yml showed a traceback line as the latest epoch line."""
+    lines = [
+        "worker=0 epoch=2/5 loss=0.4",
+        "Traceback (most recent call last):",
+        '  File "train.py", line 41, in <module>',
+        "    model.fit(x, epoch=3, initial_epoch=2)",
+        "    ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "Traceback (most recent call last):",
+        '  File "train.py", line 50, in <module>',
+        "    raise ValueError(' epoch=3 bad')",
+        "ValueError:  epoch=3 bad",
+        "KeyboardInterrupt: Epoch 3/5",
+    ]
+    (tmp_path / "worker.log").write_text("\n".join(lines) + "\n")
+    info = worker_state(entry(tmp_path), PROGRESS, 8)
+    # The line after the exception is read again (here, a line the pattern does not take).
+    assert info["last_line"] == "worker=0 epoch=2/5 loss=0.4"
+    assert info["progress_lines"] == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "progress"),
+    [
+        ("worker=0 epoch=3/5 loss=0.2", True),
+        ("Epoch 3/5", True),
+        ("step=1200 loss=0.3", True),  # the user's pattern below
+        ("  initial_epoch=3", False),
+        ("epochs=5", False),
+        ("step=x", False),
+        ("INFO:tensorflow:Assets written", False),
+    ],
+)
+def test_the_progress_pattern_with_a_users_own(line: str, progress: bool) -> None:
+    assert bool(progress_regex(r"^step=\d+").search(line)) is progress
+
+
+def test_a_log_is_read_once_then_only_what_was_appended(tmp_path: Path) -> None:
+    log = tmp_path / "worker.log"
+    log.write_text("worker=0 epoch=1/3\nnoise\nworker=0 epo")
+    mark = read_progress(str(log), PROGRESS, None)
+    # The line still being written is not read yet.
+    assert (mark["count"], mark["last"], mark["offset"]) == (1, "worker=0 epoch=1/3", len("worker=0 epoch=1/3\nnoise\n"))
+    with log.open("a") as handle:
+        handle.write("ch=2/3\nEpoch 3/3\n")
+    mark = read_progress(str(log), PROGRESS, mark)
+    assert (mark["count"], mark["last"]) == (3, "Epoch 3/3")
+    assert mark["offset"] == log.stat().st_size
+    # Nothing new: nothing counted twice.
+    assert read_progress(str(log), PROGRESS, mark) == mark
+    # A log replaced by a shorter one is read again from its start.
+    log.write_text("Epoch 1/3\n")
+    assert read_progress(str(log), PROGRESS, mark)["count"] == 1
+    # No log yet.
+    assert read_progress(str(tmp_path / "none.log"), PROGRESS, None)["count"] == 0
+
+
+def test_worker_state_moves_the_marks_on(tmp_path: Path) -> None:
+    write_log(tmp_path, 2)
+    marks: dict[str, Any] = {}
+    assert worker_state(entry(tmp_path), PROGRESS, 8, marks)["progress_lines"] == 4
+    offset = marks[str(tmp_path)]["offset"]
+    with (tmp_path / "worker.log").open("a") as handle:
+        handle.write("worker=0 epoch=3 loss=0.1\n")
+    info = worker_state(entry(tmp_path), PROGRESS, 8, marks)
+    assert info["progress_lines"] == 5 and info["last_line"] == "worker=0 epoch=3 loss=0.1"
+    assert marks[str(tmp_path)]["offset"] > offset
+
+
+def test_the_cause_and_stacks_of_exit_json(tmp_path: Path) -> None:
+    cause = {"kind": "stalled", "detail": "no progress line for 20 s", "stacks": "stacks.txt"}
+    stacks = {"file": "stacks.txt", "captured_at": 5.0, "where": "own-code", "frames": ["train.py:41 in load_batch"]}
+    (tmp_path / "exit.json").write_text(json.dumps({"returncode": 143, "reason": "r", "cause": cause, "stacks": stacks}))
+    info = worker_state(entry(tmp_path), PROGRESS, 8)
+    assert (info["cause"], info["stacks"]) == (cause, stacks)
+
+
+@pytest.mark.parametrize(
+    ("record", "log", "kind"),
+    [
+        ({"returncode": 0, "stopped_by": None}, "", "completed"),
+        ({"returncode": 1, "stopped_by": None}, "ModuleNotFoundError: No module named 'x'\n", "job-error"),
+        ({"returncode": 143, "stopped_by": "operator"}, "", "operator"),
+        ({"returncode": 143, "stopped_by": "job-deadline"}, "", "deadline"),
+    ],
+)
+def test_a_record_without_a_cause_is_classified_by_the_supervisors_rules(
+    tmp_path: Path, record: dict[str, Any], log: str, kind: str
+) -> None:
+    (tmp_path / "worker.log").write_text(log)
+    (tmp_path / "exit.json").write_text(json.dumps({**record, "reason": "why"}))
+    cause = worker_state(entry(tmp_path), PROGRESS, 8)["cause"]
+    assert cause["kind"] == kind
+    assert cause == tf_causes.classify({**record, "reason": "why"}, [line for line in log.splitlines() if line])
+
+
+def test_a_dead_supervisor_and_a_launch_that_failed_have_causes(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "state.json").write_text(json.dumps({"pid": dead.pid, "pgid": dead.pid, "supervisor_pid": dead.pid}))
+    info = worker_state(entry(tmp_path), PROGRESS, 8)
+    assert info["reason"].startswith(f"the supervisor (pid {dead.pid}) died")
+    # Its job got the keeper's SIGKILL, which the runbook did not send.
+    assert (info["cause"]["kind"], info["cause"]["signal"]) == ("killed", "SIGKILL")
+    other = tmp_path / "other"
+    other.mkdir()
+    failed = worker_state(entry(other, launch_error="no such interpreter"), PROGRESS, 8)
+    assert failed["cause"] == {"kind": "startup", "detail": "the worker could not be launched: no such interpreter"}
+
+
+def test_the_module_returns_the_hosts_clock_and_the_marks(tmp_path: Path) -> None:
+    wdir = tmp_path / "worker-0"
+    wdir.mkdir()
+    (wdir / "worker.log").write_text("Epoch 1/2\nEpoch 2/2\n")
+    (wdir / "exit.json").write_text(json.dumps({"returncode": 0, "reason": "exited"}))
+    before = time.time()
+    result = helpers.run_module(PLUGINS / "modules" / "tf_worker_status.py", {"workers": [entry(wdir)]})
+    assert before <= result["now"] <= time.time()
+    assert result["workers"][0]["progress_lines"] == 2
+    marks = result["progress_marks"]
+    assert marks[str(wdir)]["count"] == 2
+    # Given back, the marks spare the module reading the log again.
+    with (wdir / "worker.log").open("a") as handle:
+        handle.write("step=7\n")
+    again = helpers.run_module(
+        PLUGINS / "modules" / "tf_worker_status.py",
+        {"workers": [entry(wdir)], "progress_marks": marks, "progress_pattern": r"^step=\d"},
+    )
+    assert again["workers"][0]["progress_lines"] == 3
+    assert again["workers"][0]["last_line"] == "step=7"
+
+
+def test_the_module_refuses_a_bad_pattern(tmp_path: Path) -> None:
+    result = helpers.run_module(
+        PLUGINS / "modules" / "tf_worker_status.py", {"workers": [], "progress_pattern": "step=("}
+    )
+    assert result["failed"] and result["msg"].startswith("progress_pattern 'step=(' is not a regular expression")

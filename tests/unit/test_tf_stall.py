@@ -1,0 +1,358 @@
+"""The stall watchdog of the wait (issue 23, point 1), the host clock of a reattach (issue
+24, point 4) and the private flag files (issue 24, point 14).
+
+The action tf_worker_status is driven with a stand-in for the host module and a fake
+controller clock, so that half an hour without a progress line takes no time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible.plugins.action import ActionBase
+
+import tf_wait
+import tf_worker_status_action as action
+
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    """The controller's clock: every module call lasts ``step`` seconds."""
+
+    def __init__(self, step: float = 10.0) -> None:
+        self.now = T0
+        self.step = step
+
+    def time(self) -> float:
+        return self.now
+
+
+class Host:
+    """The host module: its workers' progress line counts at each call (the last one
+    repeats), each call moving the controller clock on."""
+
+    def __init__(self, clock: Clock, counts: list[list[int]], rounds_to_done: int = 10**6, **extra: Any) -> None:
+        self.clock = clock
+        self.counts = counts
+        self.rounds_to_done = rounds_to_done
+        self.calls: list[dict[str, Any]] = []
+        self.extra = extra
+
+    def __call__(self, module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
+        self.calls.append(dict(module_args))
+        self.clock.now += self.clock.step
+        counts = self.counts[min(len(self.calls), len(self.counts)) - 1]
+        done = len(self.calls) >= self.rounds_to_done
+        workers = [
+            {"index": i, "state": "exited" if done else "running", "returncode": 0 if done else None,
+             "reason": None, "last_line": f"worker={i} epoch={n}" if n else None, "progress_lines": n}
+            for i, n in enumerate(counts)
+        ]  # fmt: skip
+        return {
+            "workers": workers,
+            "done": done,
+            "failed_workers": [],
+            "deadline_passed": False,
+            "now": self.clock.now,
+            "progress_marks": {"m": len(self.calls)},
+            **self.extra,
+        }
+
+
+def run_action(
+    monkeypatch: pytest.MonkeyPatch, clock: Clock, execute: Any, host: str = "node1", **args: Any
+) -> tuple[dict[str, Any], list[str]]:
+    shown: list[str] = []
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    monkeypatch.setattr(action.display, "display", lambda msg, *a, **k: shown.append(msg))
+    monkeypatch.setattr(action.time, "time", clock.time)
+    plugin = object.__new__(action.ActionModule)
+    plugin._task = SimpleNamespace(args={"workers": [], "wait": 0, **args})
+    plugin._execute_module = execute
+    return plugin.run(task_vars={"inventory_hostname": host}), shown
+
+
+def stall_args(tmp_path: Path, timeout: int = 30) -> dict[str, Any]:
+    return {
+        "flag_file": str(tmp_path / "runs" / "r1" / ".attempt-0.failed"),
+        "stall_dir": str(tmp_path / "runs" / "r1" / ".attempt-0.progress"),
+        "stall_timeout": timeout,
+    }
+
+
+# --- the watchdog, one host ---------------------------------------------------------------
+
+
+def test_no_progress_line_for_the_timeout_stalls_the_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clock = Clock(step=10)
+    host = Host(clock, [[1, 1]])
+    args = stall_args(tmp_path, timeout=30)
+    result, shown = run_action(monkeypatch, clock, host, **args)
+    # Watched from the first check (T0 + 10): stalled at the check 30 s later.
+    assert len(host.calls) == 4
+    assert result["stalled"] == {
+        "seconds": 30,
+        "detail": "no worker printed a progress line for 30 s (tf_stall_timeout 30 s)",
+    }
+    flag = json.loads(Path(args["flag_file"]).read_text())
+    assert flag == {"host": "node1", "cause": "stalled", "reason": result["stalled"]["detail"], "seconds": 30,
+                    "workers": []}  # fmt: skip
+    assert any("the run is stalled: no worker printed a progress line for 30 s" in line for line in shown)
+
+
+def test_progress_keeps_the_run_going(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clock = Clock(step=10)
+    # A new progress line on one worker every second check, for 12 checks, then done.
+    counts = [[1 + n // 2, 0] for n in range(12)]
+    host = Host(clock, counts, rounds_to_done=12)
+    result, _ = run_action(monkeypatch, clock, host, **stall_args(tmp_path, timeout=25))
+    assert len(host.calls) == 12 and result["done"]
+    assert "stalled" not in result
+    assert not Path(stall_args(tmp_path)["flag_file"]).exists()
+
+
+def test_a_timeout_of_zero_turns_the_watchdog_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clock = Clock(step=600)
+    host = Host(clock, [[1]], rounds_to_done=8)
+    result, _ = run_action(monkeypatch, clock, host, **stall_args(tmp_path, timeout=0))
+    assert len(host.calls) == 8 and "stalled" not in result
+
+
+def test_the_time_since_the_last_progress_counts_not_since_the_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clock = Clock(step=10)
+    # Progress at the 2nd and 5th checks, then none.
+    counts = [[0], [1], [1], [1], [2], [2], [2], [2], [2], [2], [2]]
+    host = Host(clock, counts)
+    result, _ = run_action(monkeypatch, clock, host, **stall_args(tmp_path, timeout=40))
+    # Last progress seen at check 5 (T0 + 50): stalled at check 9 (T0 + 90).
+    assert len(host.calls) == 9
+    assert result["stalled"]["seconds"] == 40
+
+
+# --- the watchdog, cluster-wide -----------------------------------------------------------
+
+
+def test_progress_on_another_host_keeps_a_silent_host_going(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The run is stalled only when no worker anywhere made progress: a host whose own
+    workers are silent (blocked in the all-reduce behind a slow peer) goes on while
+    another host's record shows recent progress."""
+    clock = Clock(step=10)
+    args = stall_args(tmp_path, timeout=30)
+    stall_dir = Path(args["stall_dir"])
+
+    class Busy(Host):
+        def __call__(self, *a: Any, **k: Any) -> dict[str, Any]:
+            status = super().__call__(*a, **k)
+            # The other host's wait records progress on every check.
+            action.write_private_json(
+                str(stall_dir / "node2.json"),
+                {"host": "node2", "progress_lines": {"1": len(self.calls)}, "last_progress_at": self.clock.now},
+            )
+            return status
+
+    host = Busy(clock, [[3]], rounds_to_done=10)
+    result, _ = run_action(monkeypatch, clock, host, **args)
+    assert len(host.calls) == 10 and result["done"] and "stalled" not in result
+    own = json.loads((stall_dir / "node1.json").read_text())
+    assert own == {"host": "node1", "progress_lines": {"0": 3}, "last_progress_at": T0 + 10}
+
+
+def test_a_host_stops_for_a_stall_another_host_flagged(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clock = Clock(step=10)
+    args = stall_args(tmp_path, timeout=1000)
+    flag = {"host": "node2", "cause": "stalled", "reason": "no worker printed a progress line for 1000 s", "seconds": 1000}
+    Path(args["flag_file"]).parent.mkdir(parents=True)
+    Path(args["flag_file"]).write_text(json.dumps(flag))
+    host = Host(clock, [[2]])
+    result, _ = run_action(monkeypatch, clock, host, **args)
+    assert len(host.calls) == 1
+    assert result["peer_failed"] == flag
+    outcome = tf_wait.tf_wait_outcome(["node1", "node2"], ["node1", "node2"], {"node1": result, "node2": {}})
+    assert outcome["stalled"] == {"seconds": 1000, "detail": "no worker printed a progress line for 1000 s"}
+    assert outcome["ok"] is False
+
+
+def test_a_reattached_wait_goes_on_from_the_hosts_record(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A detached run watched again: the record of the earlier wait counts; the same
+    counts an hour later are an hour without progress."""
+    clock = Clock(step=10)
+    args = stall_args(tmp_path, timeout=1800)
+    record = {"host": "node1", "progress_lines": {"0": 7}, "last_progress_at": T0 - 3600}
+    action.write_private_json(str(Path(args["stall_dir"]) / "node1.json"), record)
+    host = Host(clock, [[7]])
+    result, _ = run_action(monkeypatch, clock, host, **args)
+    assert len(host.calls) == 1
+    assert result["stalled"]["seconds"] == 3610
+    # Counts that moved meanwhile are progress, now.
+    clock2 = Clock(step=10)
+    args2 = stall_args(tmp_path / "other", timeout=1800)
+    action.write_private_json(str(Path(args2["stall_dir"]) / "node1.json"), record)
+    host2 = Host(clock2, [[9]], rounds_to_done=3)
+    result2, _ = run_action(monkeypatch, clock2, host2, **args2)
+    assert len(host2.calls) == 3 and "stalled" not in result2
+
+
+@pytest.mark.parametrize(
+    ("previous", "counts", "expected_at"),
+    [
+        (None, [0, 0], 500.0),
+        ({"last_progress_at": 100.0, "progress_lines": {"0": 2, "1": 2}}, [2, 2], 100.0),
+        ({"last_progress_at": 100.0, "progress_lines": {"0": 2, "1": 2}}, [2, 3], 500.0),
+        # A log read again from its start (replaced) counts as activity too.
+        ({"last_progress_at": 100.0, "progress_lines": {"0": 2}}, [1], 500.0),
+        ({"last_progress_at": "garbage"}, [1], 500.0),
+    ],
+)
+def test_progress_record(previous: Any, counts: list[int], expected_at: float) -> None:
+    workers = [{"index": i, "progress_lines": n} for i, n in enumerate(counts)]
+    record = action.progress_record(previous, "h", workers, 500.0)
+    assert record == {"host": "h", "progress_lines": {str(i): n for i, n in enumerate(counts)}, "last_progress_at": expected_at}
+
+
+def test_seconds_without_progress_takes_the_latest_host(tmp_path: Path) -> None:
+    for host, at in (("a", 100.0), ("b", 250.0)):
+        action.write_private_json(str(tmp_path / f"{host}.json"), {"host": host, "last_progress_at": at})
+    (tmp_path / "broken.json").write_text("{")
+    records = action.read_records(str(tmp_path))
+    assert sorted(r["host"] for r in records) == ["a", "b"]
+    assert action.seconds_without_progress(records, 300.0) == 50.0
+    assert action.seconds_without_progress([], 300.0) is None
+
+
+# --- the outcome --------------------------------------------------------------------------
+
+
+def _status(*workers: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"workers": list(workers), "done": all(w["state"] == "exited" for w in workers), "deadline_passed": False,
+            **extra}  # fmt: skip
+
+
+def _failed(index: int, kind: str | None) -> dict[str, Any]:
+    cause = {"kind": kind, "detail": f"{kind} detail"} if kind else None
+    return {"index": index, "state": "exited", "returncode": 1, "cause": cause}
+
+
+def test_outcome_of_a_stalled_run() -> None:
+    running = {"index": 0, "state": "running", "returncode": None, "joined": True}
+    stalled = {"seconds": 1800, "detail": "no worker printed a progress line for 1800 s (tf_stall_timeout 1800 s)"}
+    outcome = tf_wait.tf_wait_outcome(["a"], ["a"], {"a": _status(running, stalled=stalled)}, True)
+    # Even a detached wait whose workers all joined is not ok once the run stalled.
+    assert outcome["ok"] is False and outcome["detached"] is False
+    assert outcome["stalled"] == stalled
+    assert outcome["causes"] == []
+
+
+def test_outcome_carries_each_failed_workers_cause_and_the_kinds() -> None:
+    statuses = {
+        "a": _status(_failed(2, "job-error"), _failed(0, "runbook")),
+        "b": _status(_failed(1, "job-error"), _failed(3, None)),
+    }
+    outcome = tf_wait.tf_wait_outcome(["a", "b"], ["a", "b"], statuses)
+    assert [w["cause"] and w["cause"]["kind"] for w in outcome["failed_workers"]] == ["runbook", "job-error", "job-error", None]
+    assert outcome["failed_workers"][1]["cause"] == {"kind": "job-error", "detail": "job-error detail"}
+    assert outcome["causes"] == ["job-error", "runbook"]
+    assert outcome["stalled"] is None
+
+
+# --- a reattach takes the host's deadline on the controller's clock -------------------------
+
+
+@pytest.mark.parametrize(
+    ("host_time", "host_now", "controller_now", "expected"),
+    [
+        (T0 - 600 + 3600, T0 - 600, T0, T0 + 3600),  # host 10 minutes behind
+        (T0 + 600 + 60, T0 + 600, T0, T0 + 60),  # host 10 minutes ahead
+        (0, T0, T0, 0.0),  # no deadline
+        (None, T0, T0, 0.0),
+        ("x", T0, T0, 0.0),
+    ],
+)
+def test_to_controller_clock(host_time: Any, host_now: Any, controller_now: float, expected: float) -> None:
+    assert action.to_controller_clock(host_time, host_now, controller_now) == pytest.approx(expected)
+
+
+def test_a_reattach_to_a_host_10_minutes_behind_keeps_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24 point 4: the supervisors' deadline_at is a host time. A host 10 minutes
+    behind recorded a deadline 5 minutes ahead of its clock: on the controller's clock it
+    is 5 minutes ahead too, not 5 minutes past."""
+    clock = Clock(step=0)
+    host_now = T0 - 600
+    found = Host(clock, [[0]], launch={"attempt": 0, "deadline_at": host_now + 300}, now=host_now)
+    found.clock.step = 0
+
+    def execute(module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
+        status = found(module_name, module_args, task_vars)
+        status["now"] = host_now
+        return status
+
+    result, _ = run_action(monkeypatch, clock, execute, run_dir="/runs/r1")
+    assert result["launch"]["deadline_at_controller"] == pytest.approx(T0 + 300)
+    assert result["clock_offset"] == pytest.approx(600)
+    assert not action.deadline_passed(result["launch"]["deadline_at_controller"], T0 + 1)
+
+
+# --- private files (issue 24, point 14) -----------------------------------------------------
+
+
+def test_the_flag_the_records_and_the_directories_are_private_whatever_the_umask(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    old = os.umask(0o000)
+    try:
+        clock = Clock(step=10)
+        args = stall_args(tmp_path, timeout=10)
+        run_action(monkeypatch, clock, Host(clock, [[1]]), **args)
+    finally:
+        os.umask(old)
+    mode = lambda path: stat.S_IMODE(os.stat(path).st_mode)  # noqa: E731
+    assert mode(tmp_path / "runs") == 0o700
+    assert mode(tmp_path / "runs" / "r1") == 0o700
+    assert mode(args["stall_dir"]) == 0o700
+    assert mode(args["flag_file"]) == 0o600
+    assert mode(Path(args["stall_dir"]) / "node1.json") == 0o600
+
+
+def test_an_existing_directory_keeps_its_mode(tmp_path: Path) -> None:
+    shared = tmp_path / "runs"
+    shared.mkdir()
+    shared.chmod(0o755)
+    assert action.write_flag(str(shared / "r1" / ".attempt-0.failed"), {"host": "h"}) is True
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755
+    assert stat.S_IMODE((shared / "r1").stat().st_mode) == 0o700
+    # The first failure wins.
+    assert action.write_flag(str(shared / "r1" / ".attempt-0.failed"), {"host": "other"}) is False
+    assert json.loads((shared / "r1" / ".attempt-0.failed").read_text()) == {"host": "h"}
+
+
+# --- inputs -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("", None), (None, None), ([], None), ("0,2", [0, 2]), ("2, 0,2", [0, 2]), ("1", [1]), (3, [3]), ([1, "0"], [0, 1])],
+)
+def test_log_workers(value: Any, expected: list[int] | None) -> None:
+    assert tf_wait.tf_log_workers(value) == expected
+
+
+@pytest.mark.parametrize("value", ["a", "0;2", "-1", "1.5", [True], "0,,2"])
+def test_log_workers_refuses_what_is_not_an_index(value: Any) -> None:
+    with pytest.raises(AnsibleFilterError, match=r"tf_logs_workers must be worker indices separated by commas \(0,2\), got"):
+        tf_wait.tf_log_workers(value)
+
+
+def test_pattern_problem_names_host_variable_and_value() -> None:
+    assert tf_wait.tf_pattern_problem("step=\\d+", "tf_stall_pattern", "w1") == ""
+    assert tf_wait.tf_pattern_problem("", "tf_stall_pattern", "w1") == ""
+    message = tf_wait.tf_pattern_problem("step=(", "tf_stall_pattern", "w1")
+    assert message.startswith("host w1: tf_stall_pattern 'step=(' is not a regular expression: missing ), unterminated")
