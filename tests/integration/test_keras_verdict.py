@@ -5,7 +5,8 @@ TensorFlow's multi-worker Keras tutorial) that prints nothing for the runbook tr
 namespace hosts with tf_keras. The verdict compares its Keras epoch lines and passes, and
 says what the job's output does not let it check. Then one worker's log is altered on its
 host, in one metric of one epoch, and only the collect phase (fetch and judge) runs again:
-the verdict fails naming that epoch and metric.
+the verdict fails naming that epoch and metric, and keeps what train.yml's judgement
+recorded (the wait's outcome, the attempts).
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ def test_stock_keras_script_is_judged_from_its_epoch_lines(
     assert "not checked (the job's output does not show it): cluster_seen, training_complete" in result.stdout
     assert (book.runs / "keras" / "node0" / "worker-0" / "model" / "model.keras").is_file()
     assert not (book.runs / "keras" / "node1" / "worker-1" / "model").exists()
+    assert [w["cause"]["kind"] for w in summary["workers"]] == ["completed", "completed"]
+    assert summary["epoch_sources"] == {"1": 0, "2": 0, "3": 0}
+    # train.yml judged with the wait's outcome and the attempts: recorded in summary.json.
+    judged = summary["context"]
+    assert judged["wait"]["ok"] is True and [a["attempt"] for a in judged["attempts"]] == [0]
+    assert summary["judged_again"] is None
 
     # One metric of one epoch altered in worker 1's log, on its host; only collect reruns.
     log = "~/tf-runbook/runs/keras/worker-1/worker.log"
@@ -99,3 +106,8 @@ def test_stock_keras_script_is_judged_from_its_epoch_lines(
     assert failed == {"metrics_agree": expected}
     assert summary["status"] == "failed"
     assert summary["metrics"]["2"] == {"loss": summary["metrics"]["2"]["loss"]}
+    # collect.yml alone knew no wait outcome and no attempts: it kept what train.yml recorded
+    # and said what it judged again (issue 24, point 7).
+    assert {"wait", "attempts"} <= set(summary["judged_again"]["kept"])
+    assert (summary["context"]["wait"], summary["context"]["attempts"]) == (judged["wait"], judged["attempts"])
+    assert "judged again from the collected files; kept from the earlier judgement" in result.stdout

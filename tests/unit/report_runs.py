@@ -1,7 +1,8 @@
 """Crafted collected runs for the report tests: directories as tf_collect leaves them.
 
 ``write_worker`` lays out one worker of one attempt (log, exit.json with the supervisor's
-timed contract lines, tf_config.json, the chief's marker); ``build`` runs the verdict over
+timed contract lines and any ``exit_extra`` fields such as ``cause`` and ``stacks``,
+tf_config.json, the chief's marker; ``total`` adds ``epochs=N`` to the header); ``build`` runs the verdict over
 the run directory and returns its summary with the report's timeline; ``render`` renders
 the report as the role's tf_report action does.
 """
@@ -44,6 +45,8 @@ def write_worker(
     stopped_by: str | None = None,
     signal: str | None = None,
     finished_at: float | None = None,
+    total: int | None = None,
+    exit_extra: dict[str, Any] | None = None,
 ) -> Path:
     """One worker directory of a collected run; returns it."""
     wdir = run / host / (f"retry-{attempt}" if attempt else "") / f"worker-{index}"
@@ -56,6 +59,8 @@ def write_worker(
     lines = ["2026-01-01 I tensorflow noise before the contract"]
     now = start + join_after
     header = f"worker={index} cluster_workers={size} replicas={size} global_batch={16 * size}"
+    if total is not None:
+        header += f" epochs={total}"
     lines.append(header)
     timed.append([now, header])
     if resumed_from is not None:
@@ -85,6 +90,7 @@ def write_worker(
                 "finished_at": finished_at if finished_at is not None else now + 0.5,
                 "joined": True,
                 "timed_lines": timed,
+                **(exit_extra or {}),
             }
         )
     )

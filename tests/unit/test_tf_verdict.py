@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from tf_verdict import judge, load_run, parse_log, stopped_as_victim, summarize, table
 
+COLLECTION = "ansible_collections.tf_runbook.multiworker.plugins"
 MARKER = "multiworker-complete.txt"
 HOSTS = ["node-a", "node-b"]
 ENDPOINTS = ["10.0.0.1:2222", "10.0.0.2:2222"]
@@ -24,6 +26,7 @@ CHECKS = [
     "metrics_agree",
     "metrics_finite",
     "epochs_once",
+    "restore_agree",
     "epochs_complete",
     "training_complete",
     "chief_marker",
@@ -369,6 +372,8 @@ def test_summarize_good_run_succeeds_and_writes_nothing(good_run: Path) -> None:
             "port": 2222,
             "exit_status": 0,
             "exit_reason": "exited",
+            "cause": {"kind": "completed", "detail": "exited 0"},
+            "stacks": None,
             "log": str(good_run / HOSTS[i] / f"worker-{i}" / "worker.log"),
         }
         for i in range(2)
@@ -473,7 +478,6 @@ def test_table_sorts_epochs_numerically() -> None:
 def test_main_writes_summary_json(good_run: Path) -> None:
     """main() is what writes summary.json: run the module as Ansible would."""
     import subprocess
-    import sys
 
     import tf_verdict
 
@@ -737,7 +741,7 @@ CRAFTED = [
             ["tf_verdict_marker '../x' is not a relative path inside the worker directory"], marker="../x"),
     crafted("a job that prints nothing", lambda d: pair(d, w0={"log": "", "marker": False}, w1={"log": "\n"}),
             "succeeded", [], not_checked=["cluster_seen", "metrics_agree", "metrics_finite", "epochs_once",
-                                          "epochs_complete", "training_complete", "chief_marker"]),
+                                          "restore_agree", "epochs_complete", "training_complete", "chief_marker"]),
 ]
 
 
@@ -794,7 +798,7 @@ def test_module_writes_a_summary_even_when_the_verdict_itself_breaks(
     def broken(*_args: Any) -> dict[str, Any]:
         raise RecursionError("deep")
 
-    monkeypatch.setattr(tf_verdict, "summarize", broken)
+    monkeypatch.setattr(sys.modules[f"{COLLECTION}.module_utils.tf_verdict_summary"], "summarize_run", broken)
     result = run_module(monkeypatch, capsys, run_dir=str(good_run), run_id="r", context={"k": 1})
     written = json.loads((good_run / "summary.json").read_text(encoding="utf-8"))
     assert written == result["summary"]
@@ -871,7 +875,7 @@ def test_module_documentation_is_valid_yaml() -> None:
     import yaml
 
     assert set(yaml.safe_load(tf_verdict.DOCUMENTATION)["options"]) == {
-        "run_dir", "run_id", "marker", "expected_size", "context"
+        "run_dir", "run_id", "marker", "expected_size", "wait_outcome", "attempts", "devices", "left_out", "context"
     }
     examples = [task["tf_runbook.multiworker.tf_verdict"] for task in yaml.safe_load(tf_verdict.EXAMPLES)[:2]]
     assert examples[1]["marker"] == "model/model.keras"
@@ -890,9 +894,9 @@ def test_module_documentation_is_valid_yaml() -> None:
     ],
 )
 def test_skipped_epochs(first: int, printed: list[int], examples: list[int], count: int) -> None:
-    from tf_verdict import _skipped
+    from tf_verdict import skipped
 
-    assert _skipped(first, printed) == (examples, count)
+    assert skipped(first, printed) == (examples, count)
 
 
 @pytest.mark.parametrize(
@@ -942,7 +946,8 @@ def test_the_culprit_is_told_by_stopped_by_whatever_the_stop_reason_says(stop_re
     victim = {"index": 0, "host": "w0", "log": "",
               "exit": {"returncode": 143, "reason": stop_reason, "stopped_by": "runbook", "finished_at": 1.0}}
     reason = failure_reason([victim, culprit], [], {})
-    assert reason is not None and reason.startswith("worker 1 on host w1 failed first: exit status 1")
+    # The culprit's cause leads (issue 23, point 2): derived from the record, which has none.
+    assert reason is not None and reason.startswith("worker 1 on host w1 failed first: job-error: exit status 1")
 
 
 # --- the controller action of the same name (issue 13) --------------------------------

@@ -1,0 +1,239 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A collected run as the verdict reads it: loaded from disk and parsed once.
+
+``load_run`` reads one attempt's worker directories (``<run_dir>/<host>/worker-<i>/``, or
+``<host>/retry-<n>/worker-<i>/``); ``parse_attempt`` reads every worker's log once, in
+every registered output format (``tf_metrics``), and picks the attempt's source of
+metrics. Every check, the summary and the report's timeline work on that parsed data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import (
+    empty_series,
+    format_named,
+    parse_worker,
+    small_int,
+    source_of,
+)
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    CAUSES,
+    CONFIG_FILE,
+    EXIT_FILE,
+    LOG_FILE,
+    PREEMPTION_EXIT,
+    RETRY_PREFIX,
+    WORKER_PREFIX,
+    attempt_dir_of,
+    read_json,
+)
+
+WORKER_DIR = re.compile(rf"^{WORKER_PREFIX}(\d{{1,9}})$")
+RETRY_DIR = re.compile(rf"^{RETRY_PREFIX}(\d{{1,9}})$")
+
+
+def as_dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def marker_inside(marker_name: str) -> bool:
+    """The chief's marker must be a relative path that stays inside the worker directory."""
+    if not marker_name or os.path.isabs(marker_name):
+        return False
+    return ".." not in marker_name.split("/")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except (OSError, ValueError):
+        return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def attempts_in(run_dir: str) -> list[int]:
+    """Attempts present in a collected run: 0 (``worker-*``), n (``retry-<n>/``)."""
+    found = set()
+    for host in _listdir(run_dir):
+        host_dir = os.path.join(run_dir, host)
+        if not os.path.isdir(host_dir):
+            continue
+        for name in _listdir(host_dir):
+            if WORKER_DIR.match(name):
+                found.add(0)
+            match = RETRY_DIR.match(name)
+            if match:
+                found.add(int(match.group(1)))
+    return sorted(found)
+
+
+def load_run(run_dir: str, marker_name: str, attempt: int = 0) -> list[dict[str, Any]]:
+    """Every worker of one attempt, sorted by index and host: ``index``, ``host``,
+    ``dir``, ``log`` (text or None), ``exit`` and ``config`` (dicts or None) and
+    ``marker`` (whether the chief's marker is in its directory)."""
+    workers = []
+    for host in _listdir(run_dir):
+        host_dir = attempt_dir_of(os.path.join(run_dir, host), attempt)
+        if not os.path.isdir(host_dir):
+            continue
+        for name in _listdir(host_dir):
+            match = WORKER_DIR.match(name)
+            if not match:
+                continue
+            wdir = os.path.join(host_dir, name)
+            workers.append(
+                {
+                    "index": int(match.group(1)),
+                    "host": host,
+                    "dir": wdir,
+                    "log": _read(os.path.join(wdir, LOG_FILE)),
+                    "exit": read_json(os.path.join(wdir, EXIT_FILE)),
+                    "config": read_json(os.path.join(wdir, CONFIG_FILE)),
+                    "marker": marker_inside(marker_name) and os.path.exists(os.path.join(wdir, marker_name)),
+                }
+            )
+    return sorted(workers, key=lambda w: (w["index"], w["host"]))
+
+
+def parse_attempt(workers: list[dict[str, Any]], attempt: int = 0) -> dict[str, Any]:
+    """One attempt parsed once: each worker gains ``parsed`` (its contract and the series
+    of every format) and ``series`` (the series of the attempt's source). Returns the
+    attempt: its number, workers, ``source`` (a format name or None) and ``contract``
+    (whether any worker printed a contract line)."""
+    for worker in workers:
+        if "parsed" not in worker:
+            worker["parsed"] = parse_worker(worker.get("log") or "")
+    source = source_of(w["parsed"] for w in workers)
+    for worker in workers:
+        worker["series"] = worker["parsed"]["series"].get(source) if source else None
+        if worker["series"] is None:
+            worker["series"] = empty_series()
+    fmt = format_named(source)
+    return {
+        "attempt": attempt,
+        "workers": workers,
+        "source": source,
+        "label": fmt.label if fmt else None,
+        "contract": any(w["parsed"]["contract"]["indices"] for w in workers),
+    }
+
+
+def load_attempts(run_dir: str, marker_name: str) -> list[dict[str, Any]]:
+    """Every attempt of the run, loaded and parsed once (attempt 0 alone when the run
+    directory holds nothing)."""
+    return [parse_attempt(load_run(run_dir, marker_name, n), n) for n in attempts_in(run_dir) or [0]]
+
+
+def cluster_list(worker: dict[str, Any]) -> list[str] | None:
+    cluster = as_dict(as_dict(worker.get("config")).get("cluster")).get("worker")
+    if isinstance(cluster, list) and cluster and all(isinstance(e, str) for e in cluster):
+        return cluster
+    return None
+
+
+def cluster_of(workers: list[dict[str, Any]]) -> list[str]:
+    """The cluster list most workers were given (the first seen among equals)."""
+    counts: dict[str, int] = {}
+    lists: dict[str, list[str]] = {}
+    for worker in workers:
+        cluster = cluster_list(worker)
+        if cluster:
+            key = json.dumps(cluster)
+            lists.setdefault(key, cluster)
+            counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return []
+    return lists[max(counts, key=lambda key: counts[key])]
+
+
+def port_of(endpoint: str) -> int | None:
+    return small_int(endpoint.rsplit(":", 1)[1]) if ":" in endpoint else None
+
+
+# --- Why a worker ended -----------------------------------------------------------------
+
+# exit.json's stopped_by to the cause of a stop, for a record that carries no cause.
+STOP_CAUSES = {
+    "operator": "operator",
+    "runbook": "runbook",
+    "peer": "runbook",
+    "job-deadline": "deadline",
+    "startup-deadline": "startup",
+    "controller": "controller-lost",
+}
+
+
+def derived_cause(exit_: dict[str, Any] | None) -> dict[str, Any]:
+    """The cause of an exit record that carries none (an older supervisor): from its
+    structured ``returncode``, ``signal`` and ``stopped_by``, never its free text."""
+    if not isinstance(exit_, dict):
+        return {"kind": "unknown", "detail": "no exit record (still running or lost)"}
+    code = exit_.get("returncode")
+    by = exit_.get("stopped_by")
+    signal = exit_.get("signal")
+    if by in STOP_CAUSES:
+        return {"kind": STOP_CAUSES[by], "detail": f"stopped by {by} ({exit_.get('reason')})"}
+    if by == "signal":
+        kind = "preempted" if signal == "SIGTERM" else "killed"
+        return {"kind": kind, "detail": f"{signal or 'a signal'} from outside the runbook", "signal": signal}
+    if code == 0 and not by:
+        return {"kind": "completed", "detail": "exited 0"}
+    if code == PREEMPTION_EXIT:
+        return {"kind": "preempted", "detail": f"exit status {PREEMPTION_EXIT} (PreemptionCheckpointHandler)"}
+    if signal == "SIGKILL" or code in (137, -9):
+        return {"kind": "killed", "detail": "SIGKILL that nobody in the runbook sent", "signal": "SIGKILL",
+                "oom_kills": None}  # fmt: skip
+    if by:
+        return {"kind": "unknown", "detail": f"stopped by {by}"}
+    return {"kind": "job-error", "detail": f"exit status {code}"}
+
+
+def cause_of(exit_: dict[str, Any] | None) -> dict[str, Any]:
+    """exit.json's ``cause`` where it has a valid one, else one derived from the record."""
+    cause = as_dict(exit_).get("cause")
+    if isinstance(cause, dict) and cause.get("kind") in CAUSES:
+        return cause
+    return derived_cause(exit_)
+
+
+def cause_text(cause: dict[str, Any]) -> str:
+    """A cause as one line: ``job-error: ModuleNotFoundError: No module named 'x'``."""
+    if cause.get("exception"):
+        what = f"{cause['exception']}: {cause.get('message')}" if cause.get("message") else str(cause["exception"])
+    else:
+        what = str(cause.get("detail") or "")
+    return f"{cause.get('kind')}: {what}" if what else str(cause.get("kind"))
+
+
+FRAME = re.compile(r"^(?P<where>.+?:\d+) in (?P<function>.+)$")
+
+
+def stacks_of(exit_: dict[str, Any] | None) -> dict[str, Any] | None:
+    """exit.json's ``stacks`` (captured before a stall or deadline stop), or None."""
+    stacks = as_dict(exit_).get("stacks")
+    return stacks if isinstance(stacks, dict) else None
+
+
+def stuck_in(stacks: dict[str, Any] | None) -> str | None:
+    """Where the job's own code was stuck (``load_batch (train.py:41)``), from its
+    innermost own frame; None unless the stacks say ``where: own-code``."""
+    if not stacks or stacks.get("where") != "own-code":
+        return None
+    frames = [f for f in stacks.get("frames") or [] if isinstance(f, str)]
+    if not frames:
+        return None
+    match = FRAME.match(frames[-1])
+    return f"{match.group('function')} ({match.group('where')})" if match else frames[-1]

@@ -1,0 +1,545 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The verdict's summary.json: the parsed run (``tf_verdict_run``), its checks
+(``tf_verdict_checks``), the culprit and causes, a stall, the report's timeline, the
+console table, and ``verdict()``, the task's result (the module and the controller action
+of the same name both call it).
+
+The inputs are the options of plugins/modules/tf_verdict.py: ``wait_outcome`` (the
+tf_wait_outcome filter's result for the last attempt), ``attempts`` (tf_attempts_history:
+``[{"attempt": n, "ok": bool, "outcome": <wait outcome>}]``), ``devices`` ({"<index>":
+CUDA_VISIBLE_DEVICES or null}), ``left_out`` ({host: [{"path", "bytes"}]}) and
+``context`` (recorded as is, never read). An input that is None was not given: the
+verdict keeps what the run's earlier summary.json recorded for it (collect.yml alone).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import CONTRACT, format_named
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    LOG_FILE,
+    STATE_FILE,
+    printable,
+    read_json,
+    stopped_as_victim,
+    write_json_atomic,
+)
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_checks import (
+    DEFAULT_MARKER,
+    FAILED,
+    NOT_CHECKED,
+    OK,
+    begin_of,
+    judge_run,
+)
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import (
+    as_dict,
+    cause_of,
+    cause_text,
+    cluster_of,
+    derived_cause,
+    load_attempts,
+    port_of,
+    stacks_of,
+    stuck_in,
+)
+
+SUMMARY_FILE = "summary.json"
+# The inputs recorded in summary.json's context, under these keys (the report reads them).
+INPUTS = {"wait_outcome": "wait", "attempts": "attempts", "devices": "devices", "left_out": "left_out"}
+# The console table shows the first and last epochs of a longer run (all are in summary.json).
+TABLE_EPOCHS = 10
+TABLE_ENDS = 3
+
+
+# The options of plugins/modules/tf_verdict.py (documented there), for the module and the action.
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "run_dir": {"type": "path", "required": True},
+    "run_id": {"type": "str", "required": True},
+    "marker": {"type": "str", "default": DEFAULT_MARKER},
+    "expected_size": {"type": "int", "default": 0},
+    "wait_outcome": {"type": "dict"},
+    "attempts": {"type": "list", "elements": "dict"},
+    "devices": {"type": "dict"},
+    "left_out": {"type": "dict"},
+    "context": {"type": "dict", "default": {}},
+}
+
+
+
+def now_text() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# --- The culprit, written once ---------------------------------------------------------
+
+
+def finished_at(worker: dict[str, Any]) -> float:
+    value = as_dict(worker.get("exit")).get("finished_at")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("inf")
+
+
+def culprit_of(workers: list[dict[str, Any]], wait_failed: list[Any] | None = None) -> dict[str, Any] | None:
+    """The culprit of an attempt: the first worker to fail that the runbook or an operator
+    did not stop; else the first worker the wait reported failed (``wait_failed``), unless
+    the runbook or an operator stopped it. A dict ``{"index", "host", "worker"}``
+    (``worker``: the collected worker, or None when only the wait knew it), or None."""
+    failed = [w for w in workers if isinstance(w.get("exit"), dict) and w["exit"].get("returncode") != 0]
+    culprits = [w for w in failed if not stopped_as_victim(w["exit"])]
+    if culprits:
+        first = min(culprits, key=finished_at)
+        return {"index": first["index"], "host": first["host"], "worker": first}
+    for entry in wait_failed or []:
+        entry = entry if isinstance(entry, dict) else {"index": entry}
+        if stopped_as_victim(entry) or as_dict(entry.get("cause")).get("kind") in ("operator", "runbook"):
+            continue
+        index = entry.get("index")
+        match = next((w for w in workers if w["index"] == index), None)
+        if match is not None and stopped_as_victim(as_dict(match.get("exit"))):
+            continue
+        return {"index": index, "host": entry.get("host"), "worker": None, "entry": entry}
+    return None
+
+
+def log_tail(text: str | None, lines: int = 5) -> list[str]:
+    """The last non-blank lines of a log, with control characters shown as escapes
+    (``\\x1b``): they reach the operator's terminal in the failure reason."""
+    tail = [line for line in (text or "").splitlines() if line.strip()][-lines:]
+    return [printable(line) for line in tail]
+
+
+# --- A stall -------------------------------------------------------------------------
+
+
+def stall_of(workers: list[dict[str, Any]], wait: dict[str, Any]) -> dict[str, Any] | None:
+    """A stalled run (its workers' cause, or the wait's ``stalled``): the culprits are the
+    stalled workers whose stacks show them stuck in the job's own code; else every worker
+    stalled."""
+    stalled = [w for w in workers if cause_of(w.get("exit")).get("kind") == "stalled"]
+    waited = as_dict(wait.get("stalled"))
+    if not stalled and not waited:
+        return None
+    culprits = [(w, stuck_in(stacks_of(w.get("exit")))) for w in stalled]
+    culprits = [(w, where) for w, where in culprits if where]
+    if culprits:
+        detail = "; ".join(f"worker {w['index']} on host {w['host']} stuck in {where}" for w, where in culprits)
+    else:
+        detail = "every worker stalled"
+    if waited.get("seconds") is not None:
+        detail += f" (no progress on any worker for {waited['seconds']} s)"
+    return {"culprits": sorted(w["index"] for w, _where in culprits), "detail": printable(detail)}
+
+
+def with_status(cause: dict[str, Any], returncode: Any, reason: Any) -> str:
+    """A cause, then the exit status it came with: ``job-error: ModuleNotFoundError: No
+    module named 'x'; exit status 1 (exited)`` (printable: it reaches a terminal)."""
+    status = f"exit status {returncode} ({reason})"
+    if cause.get("detail") == f"exit status {returncode}" and not cause.get("exception"):
+        return printable(f"{cause.get('kind')}: {status}")
+    return printable(f"{cause_text(cause)}; {status}")
+
+
+def restore_problem(checks: list[dict[str, Any]]) -> str | None:
+    for entry in checks:
+        if entry["name"] == "restore_agree" and entry["ok"] is False:
+            return entry["detail"]
+    return None
+
+
+def failure_reason(
+    workers: list[dict[str, Any]],
+    checks: list[dict[str, Any]],
+    wait: dict[str, Any] | None = None,
+    stall: dict[str, Any] | None = None,
+    stopped: dict[str, Any] | None = None,
+) -> str | None:
+    """Why a failed run failed, its cause first: a restore that differs between workers, a
+    stall, the culprit (the first worker to fail by itself), a lost host, an operator's
+    stop, else the first failed check. Workers the runbook stopped are never culprits."""
+    wait = as_dict(wait)
+    mismatch = restore_problem(checks)
+    if mismatch:
+        return f"restore-mismatch: {mismatch}"
+    if stall:
+        return f"stalled: {stall['detail']}"
+    culprit = culprit_of(workers, wait.get("failed_workers"))
+    if culprit and culprit["worker"] is not None:
+        first = culprit["worker"]
+        exit_ = first["exit"]
+        where = stuck_in(stacks_of(exit_))
+        stuck = f"; stuck in {where}" if where else ""
+        tail = " | ".join(log_tail(first.get("log")))
+        return (
+            f"worker {first['index']} on host {first['host']} failed first: "
+            f"{with_status(cause_of(exit_), exit_.get('returncode'), exit_.get('reason'))}{stuck}; last log lines: {tail}"
+        )
+    if culprit:
+        entry = culprit["entry"]
+        cause = as_dict(entry.get("cause")) or derived_cause(entry)
+        tail = " | ".join(printable(line) for line in entry.get("log_tail") or [])
+        return (
+            f"worker {entry.get('index')} on host {entry.get('host')} failed: "
+            f"{with_status(cause, entry.get('returncode'), entry.get('reason'))}; last log lines: {tail}"
+        )
+    if wait.get("lost_hosts"):
+        return f"host(s) {', '.join(str(h) for h in wait['lost_hosts'])} became unreachable during the run"
+    if stopped:
+        of = f" of {stopped['of']}" if stopped.get("of") else ""
+        return f"stopped by the {stopped['by']} at epoch {stopped['epoch']}{of}"
+    failed = [w for w in workers if isinstance(w.get("exit"), dict) and w["exit"].get("returncode") != 0]
+    if failed:
+        first = failed[0]
+        return f"worker {first['index']} on host {first['host']}: {printable(cause_text(cause_of(first['exit'])))}"
+    for entry in checks:
+        if entry["ok"] is False:
+            return f"{entry['name']}: {entry['detail']}"
+    return None
+
+
+# --- summary.json ----------------------------------------------------------------------
+
+
+def attempt_record(attempt: int, workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """How one attempt ended, worker by worker."""
+    return {
+        "attempt": attempt,
+        "ok": bool(workers) and all(as_dict(w["exit"]).get("returncode") == 0 for w in workers),
+        "workers": [
+            {
+                "index": w["index"],
+                "host": w["host"],
+                "exit_status": as_dict(w["exit"]).get("returncode"),
+                "exit_reason": as_dict(w["exit"]).get("reason"),
+                "cause": cause_of(w.get("exit")),
+            }
+            for w in workers
+        ],
+    }
+
+
+def worker_cause(worker: dict[str, Any], mismatched: set[int]) -> dict[str, Any]:
+    cause = cause_of(worker.get("exit"))
+    if worker["index"] in mismatched:
+        return {"kind": "restore-mismatch", "detail": "began at another epoch than the chief", "exit_cause": cause}
+    return cause
+
+
+def mismatched_workers(attempt: dict[str, Any]) -> set[int]:
+    """The workers of an attempt that began at another epoch than the chief (or, without
+    a chief, than most workers)."""
+    begins = {w["index"]: begin_of(w, attempt["attempt"])[0] for w in attempt["workers"] if w["series"]["counts"]}
+    if len(set(begins.values())) < 2:
+        return set()
+    counts: dict[int, int] = {}
+    for first in begins.values():
+        counts[first] = counts.get(first, 0) + 1
+    reference = begins.get(0, max(counts, key=lambda first: counts[first]))
+    return {index for index, first in begins.items() if first != reference}
+
+
+def recorded_inputs(run_dir: str, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The verdict's inputs: those given, and for each not given (None) what the run's
+    earlier summary.json recorded (collect.yml alone keeps the earlier judgement's
+    attempts, wait outcome and devices, and the cluster size it was launched with).
+    Returns the inputs (the options, with ``expected_size``) and what was kept (None when
+    every input was given or nothing was recorded)."""
+    earlier = as_dict(read_json(os.path.join(run_dir, SUMMARY_FILE)))
+    recorded = as_dict(earlier.get("context"))
+    inputs: dict[str, Any] = {"expected_size": given.get("expected_size") or 0}
+    kept = []
+    for option, key in INPUTS.items():
+        value = given.get(option)
+        if value is None and key in recorded:
+            value = recorded[key]
+            kept.append(key)
+        inputs[option] = value
+    if not kept:
+        return inputs, None
+    size = as_dict(earlier.get("cluster")).get("size")
+    if not inputs["expected_size"] and isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        inputs["expected_size"] = size
+    return inputs, {"kept": kept, "from": f"{SUMMARY_FILE} written at {earlier.get('written_at')}",
+                    "judged_again": "the collected files"}  # fmt: skip
+
+
+def summarize_run(run_id: str, run_dir: str, marker_name: str, expected_size: int, inputs: dict[str, Any],
+                  context: dict[str, Any], attempts: list[dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
+    """summary.json of a run (without the report's timeline; see ``add_timeline``)."""
+    attempts = attempts if attempts is not None else load_attempts(run_dir, marker_name)
+    final = attempts[-1]
+    workers = final["workers"]
+    cluster = cluster_of(workers)
+    size = expected_size or len(cluster) or len(workers)
+    verdict = judge_run(attempts, size, marker_name)
+    failed = any(c["ok"] is False for c in verdict["checks"])
+    wait = as_dict(inputs.get("wait_outcome"))
+    stall = stall_of(workers, wait)
+    mismatched = mismatched_workers(final)
+    # What the verdict judged with, as the report and a later collect.yml read it.
+    recorded = {**context, **{key: inputs[option] for option, key in INPUTS.items() if inputs.get(option) is not None}}
+    return {
+        "run_id": run_id,
+        "status": "failed" if failed or stall else "succeeded",
+        "cluster": {"worker": cluster, "size": size},
+        "workers": [
+            {
+                "index": w["index"],
+                "host": w["host"],
+                "endpoint": cluster[w["index"]] if w["index"] < len(cluster) else None,
+                "port": port_of(cluster[w["index"]]) if w["index"] < len(cluster) else None,
+                "exit_status": as_dict(w["exit"]).get("returncode"),
+                "exit_reason": as_dict(w["exit"]).get("reason"),
+                "cause": worker_cause(w, mismatched),
+                "stacks": stacks_of(w.get("exit")),
+                "log": os.path.join(w["dir"], LOG_FILE),
+            }
+            for w in workers
+        ],
+        "metrics": verdict["metrics"],
+        "epoch_sources": verdict["epoch_sources"],
+        "checks": verdict["checks"],
+        "not_checked": [c["name"] for c in verdict["checks"] if c["ok"] is None],
+        "job_output": verdict["job_output"],
+        "stall": stall,
+        "stopped": verdict["stopped"],
+        "reason": failure_reason(workers, verdict["checks"], wait, stall, verdict["stopped"]) if failed or stall else None,
+        "attempt": final["attempt"],
+        "attempts": [attempt_record(a["attempt"], a["workers"]) for a in attempts],
+        "context": recorded,
+        "written_at": now_text(),
+    }
+
+
+def unreadable_summary(run_id: str, error: str, context: dict[str, Any]) -> dict[str, Any]:
+    """The summary of a run the verdict could not read: failed, saying why."""
+    entry = {"name": "verdict", "ok": False, "result": FAILED, "detail": f"the verdict could not read the run: {error}"}
+    return {
+        "run_id": run_id, "status": "failed", "cluster": {"worker": [], "size": 0}, "workers": [], "metrics": {},
+        "epoch_sources": {}, "checks": [entry], "not_checked": [], "job_output": {}, "stall": None, "stopped": None,
+        "reason": entry["detail"], "attempt": 0, "attempts": [], "context": context, "written_at": now_text(),
+    }  # fmt: skip
+
+
+# --- The report's data: every attempt, worker by worker ------------------------------
+
+
+def worker_timeline(run_dir: str, worker: dict[str, Any], source: str | None) -> dict[str, Any]:
+    """One worker of one attempt as the run report draws it: when it launched, joined,
+    finished each epoch and exited, with its own metric values per epoch (the series the
+    checks read). Times come from the supervisor's ``timed_lines`` in exit.json, read by
+    the clock of the contract and of the attempt's format; None where no record says."""
+    exit_ = as_dict(worker.get("exit"))
+    state = as_dict(read_json(os.path.join(worker["dir"], STATE_FILE))) if worker.get("dir") else {}
+    timed = [
+        (float(entry[0]), str(entry[1]))
+        for entry in exit_.get("timed_lines") or []
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], (int, float)) and not isinstance(entry[0], bool)
+    ]
+    clock = CONTRACT.clock_of(timed)
+    fmt = format_named(source)
+    if fmt is not None and not fmt.contract:
+        own = fmt.clock_of(timed)
+        clock["epoch_at"] = own["epoch_at"]
+        clock["joined_at"] = clock["joined_at"] or own["joined_at"]
+    return {
+        "index": worker["index"],
+        "host": worker["host"],
+        "log": os.path.relpath(os.path.join(worker["dir"], LOG_FILE), run_dir),
+        "has_log": worker.get("log") is not None,
+        "launched_at": exit_.get("started_at", state.get("started_at")),
+        "joined_at": clock["joined_at"],
+        "epoch_at": clock["epoch_at"],
+        "completed_at": clock["completed_at"],
+        "finished_at": exit_.get("finished_at"),
+        "exit_status": exit_.get("returncode"),
+        "exit_reason": exit_.get("reason"),
+        "signal": exit_.get("signal"),
+        "cause": cause_of(worker.get("exit")),
+        "stopped": stopped_as_victim(exit_),
+        "culprit": False,
+        "resumed_from_epoch": worker["parsed"]["contract"]["resumed"],
+        "metrics": {str(epoch): values for epoch, values in worker["series"]["epochs"].items()},
+    }
+
+
+def as_int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def metric_disagreements(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every epoch and metric where the workers of one attempt printed different values."""
+    found = []
+    epochs = sorted({e for row in rows for e in row["metrics"]}, key=lambda e: (as_int(e) is None, as_int(e), e))
+    for epoch in epochs:
+        values: dict[str, dict[str, list[int]]] = {}
+        for row in rows:
+            for key, value in (row["metrics"].get(epoch) or {}).items():
+                values.setdefault(key, {}).setdefault(value, []).append(row["index"])
+        for key, seen in sorted(values.items()):
+            if len(seen) > 1:
+                shown = [{"value": value, "workers": idx} for value, idx in sorted(seen.items())]
+                found.append({"epoch": epoch, "metric": key, "values": shown})
+    return found
+
+
+def attempt_timeline(run_dir: str, attempt: dict[str, Any], failed: list[Any]) -> dict[str, Any]:
+    """One attempt: its workers, the culprit (``culprit_of``), the epoch it resumed after
+    and where its workers' metrics differ."""
+    rows = [worker_timeline(run_dir, w, attempt["source"]) for w in attempt["workers"]]
+    culprit = culprit_of(attempt["workers"], failed)
+    index = as_int(culprit["index"]) if culprit else None
+    for row in rows:
+        row["culprit"] = row["index"] == index
+    resumed = [r["resumed_from_epoch"] for r in rows if r["resumed_from_epoch"] is not None]
+    launched = [r["launched_at"] for r in rows if r["launched_at"] is not None]
+    ends = [t for r in rows for t in (r["finished_at"], r["completed_at"], *r["epoch_at"].values()) if t is not None]
+    return {
+        "attempt": attempt["attempt"],
+        "started_at": min(launched) if launched else None,
+        "finished_at": max(ends) if ends else None,
+        "culprit": index,
+        "resumed_from_epoch": min(resumed) if resumed else None,
+        "workers": rows,
+        "disagreements": metric_disagreements(rows),
+    }
+
+
+def timeline_of(summary: dict[str, Any], run_dir: str, attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per attempt (``attempt_timeline``), each with the wait's failed workers
+    of that attempt (from the recorded attempts; the last one's from the wait outcome)."""
+    context = as_dict(summary.get("context"))
+    history = {as_int(h.get("attempt")): h for h in context.get("attempts") or [] if isinstance(h, dict)}
+    timeline = []
+    for attempt in attempts:
+        outcome = as_dict((history.get(attempt["attempt"]) or {}).get("outcome"))
+        if attempt is attempts[-1] and not outcome:
+            outcome = as_dict(context.get("wait"))
+        timeline.append(attempt_timeline(run_dir, attempt, outcome.get("failed_workers") or []))
+    return timeline
+
+
+# --- The console table and the file -----------------------------------------------------
+
+MARKS = {OK: "ok", FAILED: "FAIL", NOT_CHECKED: "--"}
+
+
+def left_out_lines(left_out: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per file that stayed on its host because of tf_collect_max_mb."""
+    return [
+        f"not collected (over tf_collect_max_mb): {host}: {entry['path']} ({entry['bytes']} bytes)"
+        for host, entries in sorted(left_out.items())
+        for entry in entries
+    ]
+
+
+def epoch_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per epoch; for a long run only the first and last epochs and those a check
+    names (the full list stays in summary.json)."""
+    metrics = sorted(summary["metrics"].items(), key=lambda kv: int(kv[0]))
+    details = " ".join(c["detail"] for c in summary["checks"] if c["ok"] is False)
+    sources = summary.get("epoch_sources") or {}
+    several = len(set(sources.values())) > 1
+
+    def line(epoch: str, values: dict[str, str]) -> str:
+        shown = " ".join(f"{k}={v}" for k, v in sorted(values.items()))
+        return f"epoch {epoch}: {shown}" + (f" (attempt {sources[epoch]})" if several and epoch in sources else "")
+
+    if len(metrics) <= TABLE_EPOCHS:
+        return [line(e, m) for e, m in metrics]
+    out = []
+    hidden = 0
+    for position, (epoch, values) in enumerate(metrics):
+        if position < TABLE_ENDS or position >= len(metrics) - TABLE_ENDS or f"epoch {epoch} " in details or f"epoch {epoch}:" in details:
+            if hidden:
+                out.append(f"... {hidden} epoch(s) not shown (every epoch is in summary.json)")
+                hidden = 0
+            out.append(line(epoch, values))
+        else:
+            hidden += 1
+    return out
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    """The verdict as the console shows it."""
+    lines = [f"run {summary['run_id']}: {summary['status'].upper()}"]
+    again = as_dict(summary.get("judged_again"))
+    if again:
+        lines.append(f"judged again from {again.get('judged_again')}; kept from the earlier judgement "
+                     f"({again.get('from')}): {', '.join(again.get('kept') or [])}")  # fmt: skip
+    if summary.get("reason"):
+        lines.append(f"reason: {summary['reason']}")
+    if summary.get("not_checked"):
+        lines.append(f"not checked (the job's output does not show it): {', '.join(summary['not_checked'])}")
+    for attempt in summary.get("attempts", [])[:-1]:
+        failed = [w for w in attempt["workers"] if w["exit_status"] != 0]
+        shown = "; ".join(
+            f"worker {w['index']} ({w['host']}) {w['exit_status']}: {as_dict(w.get('cause')).get('kind') or w['exit_reason']}"
+            for w in failed
+        )
+        lines.append(f"attempt {attempt['attempt']} failed: {shown}")
+    if summary.get("attempt"):
+        lines.append(f"verdict of the run over attempts 0..{summary['attempt']}:")
+    lines.append(f"{'worker':>6}  {'host':<20} {'endpoint':<24} {'cause':<16} exit")
+    for w in summary["workers"]:
+        kind = as_dict(w.get("cause")).get("kind") or "-"
+        lines.append(f"{w['index']:>6}  {w['host']:<20} {str(w['endpoint']):<24} {kind:<16} {w['exit_status']}")
+    lines += epoch_lines(summary)
+    for entry in summary["checks"]:
+        result = entry.get("result") or (OK if entry["ok"] else FAILED)
+        lines.append(f"[{MARKS[result]:>4}] {entry['name']}: {entry['detail']}")
+    lines.extend(left_out_lines(as_dict(as_dict(summary.get("context")).get("left_out"))))
+    return lines
+
+
+def write_summary(run_dir: str, summary: dict[str, Any]) -> None:
+    """summary.json, atomically, readable by its owner alone (0600 in a 0700 directory:
+    the run's logs and metrics are the user's)."""
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    os.chmod(run_dir, 0o700)
+    path = os.path.join(run_dir, SUMMARY_FILE)
+    write_json_atomic(path, summary)
+    os.chmod(path, 0o600)
+
+
+def verdict(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
+    """Judge the run and write its summary.json (not in check mode): the task's result."""
+    run_dir = params["run_dir"]
+    context = params.get("context") or {}
+    try:
+        inputs, kept = recorded_inputs(run_dir, params)
+    except Exception:  # noqa: BLE001 - an unreadable earlier summary is no earlier judgement
+        inputs, kept = {"expected_size": params.get("expected_size") or 0, **{o: params.get(o) for o in INPUTS}}, None
+    attempts = None
+    try:
+        attempts = load_attempts(run_dir, params["marker"])
+        summary = summarize_run(params["run_id"], run_dir, params["marker"], inputs["expected_size"], inputs, context, attempts)
+    except Exception as exc:  # noqa: BLE001 - whatever the run holds, a summary.json is written
+        summary = unreadable_summary(params["run_id"], f"{type(exc).__name__}: {exc}", context)
+    summary["judged_again"] = kept
+    try:
+        summary["timeline"] = timeline_of(summary, run_dir, attempts or [])
+    except Exception as exc:  # noqa: BLE001 - the report's data never costs the verdict its summary
+        summary["timeline"] = []
+        summary["timeline_error"] = f"{type(exc).__name__}: {exc}"
+    if not check_mode:
+        try:
+            write_summary(run_dir, summary)
+        except OSError as exc:
+            return {"failed": True, "msg": f"cannot write {run_dir}/{SUMMARY_FILE}: {exc}", "summary": summary}
+    failed = [c for c in summary["checks"] if c["ok"] is False]
+    return {
+        "changed": not check_mode,
+        "summary": summary,
+        "table": table(summary),
+        "status": summary["status"],
+        "failed_checks": [f"{c['name']}: {c['detail']}" for c in failed],
+        "not_checked": [f"{c['name']}: {c['detail']}" for c in summary["checks"] if c["ok"] is None],
+        "reason": summary["reason"],
+    }

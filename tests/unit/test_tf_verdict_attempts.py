@@ -1,0 +1,126 @@
+"""The verdict across attempts (issue 23, point 6; issue 24, point 5): a restarted run is
+judged as a whole, each epoch once, from the latest attempt that printed it; a resume is
+trusted only after earlier attempts had every worker complete and agree on its epochs;
+workers of one attempt that begin at different epochs fail with cause restore-mismatch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_runs import build, endpoints, metrics_of, write_worker
+
+KILLED = {"exit_status": 137, "signal": "SIGKILL", "complete": False}
+
+
+def checks(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in summary["checks"]}
+
+
+def failing(summary: dict[str, Any]) -> list[str]:
+    return sorted(c["name"] for c in summary["checks"] if c["ok"] is False)
+
+
+def pair(run: Path, attempt: int = 0, **per_worker: dict[str, Any]) -> None:
+    """Workers 0 and 1 of one attempt on node0 and node1; ``w1={...}`` changes worker 1."""
+    hosts, cluster = endpoints(2, hosts=2)
+    for index in range(2):
+        fields = {"epochs": range(1, 4), "total": 3, **per_worker.get(f"w{index}", {})}
+        write_worker(run, hosts[index], index, cluster, attempt=attempt, **fields)
+
+
+def test_a_resume_claimed_in_the_first_attempt_is_never_trusted(tmp_path: Path) -> None:
+    """Issue 24, point 5 (reproduced on the old verdict: SUCCEEDED): both workers print
+    resumed_from_epoch=2 and only epoch 3 of 3 in attempt 0."""
+    run = tmp_path / "first"
+    pair(run, w0={"epochs": [3], "resumed_from": 2}, w1={"epochs": [3], "resumed_from": 2})
+    summary = build(run, 2)
+    assert summary["status"] == "failed"
+    assert failing(summary) == ["epochs_once"]
+    detail = checks(summary)["epochs_once"]["detail"]
+    assert ("worker 0 (node0): resumed_from_epoch=2 in the first attempt: no earlier attempt completed epochs 1..2, "
+            "and a resume is trusted only after one") in detail  # fmt: skip
+    assert "worker 1 (node1): resumed_from_epoch=2 in the first attempt" in detail
+    assert summary["reason"].startswith("epochs_once: worker 0 (node0): resumed_from_epoch=2")
+
+
+def test_a_resume_backed_by_the_earlier_attempt_is_judged_as_one_run(tmp_path: Path) -> None:
+    run = tmp_path / "resumed"
+    # Attempt 0: worker 1 killed after epoch 1 (worker 0 got on to epoch 2).
+    pair(run, w0={"epochs": [1, 2], "complete": False, "exit_status": 143, "stopped_by": "runbook"},
+         w1={"epochs": [1], **KILLED})  # fmt: skip
+    pair(run, attempt=1, w0={"epochs": [2, 3], "resumed_from": 1}, w1={"epochs": [2, 3], "resumed_from": 1})
+    summary = build(run, 2)
+    assert summary["status"] == "succeeded", summary["reason"]
+    assert summary["epoch_sources"] == {"1": 0, "2": 1, "3": 1}
+    assert summary["metrics"] == {str(e): metrics_of(e) for e in (1, 2, 3)}
+    assert summary["attempt"] == 1 and [a["attempt"] for a in summary["attempts"]] == [0, 1]
+    assert [a["attempt"] for a in summary["timeline"]] == [0, 1]
+
+
+def test_an_attempt_that_begins_at_its_first_epoch_needs_no_resume_line(tmp_path: Path) -> None:
+    """A job restored by TensorFlow's own handler prints no resumed_from_epoch: its first
+    epoch (2) says where it began."""
+    run = tmp_path / "handler"
+    pair(run, w0={"epochs": [1], **KILLED}, w1={"epochs": [1], **KILLED})
+    pair(run, attempt=1, w0={"epochs": [2, 3]}, w1={"epochs": [2, 3]})
+    summary = build(run, 2)
+    assert summary["status"] == "succeeded", summary["reason"]
+    assert summary["epoch_sources"] == {"1": 0, "2": 1, "3": 1}
+
+
+@pytest.mark.parametrize(
+    ("attempt0", "says"),
+    [
+        # Worker 1 never finished epoch 1 before it was killed.
+        ({"w0": {"epochs": [1], **KILLED}, "w1": {"epochs": [], **KILLED}}, "agree on epoch 1"),
+        # Both printed epoch 1, with different values: no agreed epoch to resume after.
+        ({"w0": {"epochs": [1], **KILLED}, "w1": {"epochs": [1], "metrics": {1: {"loss": "9"}}, **KILLED}},
+         "agree on epoch 1"),
+        # Attempt 0 completed epoch 1 only; attempt 1 begins after epoch 2.
+        ({"w0": {"epochs": [1], **KILLED}, "w1": {"epochs": [1], **KILLED}}, "agree on epoch 2"),
+    ],
+)
+def test_a_resume_past_what_earlier_attempts_agreed_on_is_a_gap(
+    tmp_path: Path, attempt0: dict[str, Any], says: str
+) -> None:
+    run = tmp_path / "gap"
+    pair(run, **attempt0)
+    after = 2 if says.endswith("epoch 2") else 1
+    epochs = list(range(after + 1, 4))
+    pair(run, attempt=1, w0={"epochs": epochs, "resumed_from": after}, w1={"epochs": epochs, "resumed_from": after})
+    summary = build(run, 2)
+    assert summary["status"] == "failed"
+    assert failing(summary) == ["epochs_once"]
+    detail = checks(summary)["epochs_once"]["detail"]
+    assert (f"worker 1 (node1): attempt 1 begins after epoch {after} (resumed_from_epoch={after}), but no earlier "
+            f"attempt had every worker complete and {says}") in detail  # fmt: skip
+
+
+def test_workers_of_one_attempt_that_begin_at_different_epochs_fail_as_restore_mismatch(tmp_path: Path) -> None:
+    """Issue 23's example: the chief restored (epochs 2, 3), worker 1 found no checkpoint
+    on its host and began again at epoch 1, then crashed on a closed socket."""
+    run = tmp_path / "mismatch"
+    pair(run, w0={"epochs": [1], **KILLED}, w1={"epochs": [1], **KILLED})
+    pair(run, attempt=1, w0={"epochs": [2, 3], "resumed_from": 1},
+         w1={"epochs": [1, 2], "complete": False, "exit_status": 1})  # fmt: skip
+    summary = build(run, 2)
+    assert summary["status"] == "failed"
+    assert "restore_agree" in failing(summary)
+    assert checks(summary)["restore_agree"]["detail"] == (
+        "attempt 1: the workers began at different epochs: worker 0 (node0) at epoch 2 (resumed_from_epoch=1), "
+        "worker 1 (node1) at epoch 1 (its first epoch is 1)"
+    )
+    assert summary["reason"].startswith("restore-mismatch: attempt 1: the workers began at different epochs")
+    causes = {w["index"]: w["cause"]["kind"] for w in summary["workers"]}
+    assert causes == {0: "completed", 1: "restore-mismatch"}
+
+
+def test_one_attempt_says_every_epoch_came_from_it(tmp_path: Path) -> None:
+    run = tmp_path / "one"
+    pair(run)
+    summary = build(run, 2)
+    assert summary["status"] == "succeeded"
+    assert summary["epoch_sources"] == {"1": 0, "2": 0, "3": 0}
+    assert checks(summary)["restore_agree"]["ok"] is True
