@@ -55,6 +55,11 @@ def first_line_after(book: Runbook, host: int, path: str, pattern: str, start: f
     return time.monotonic() - start
 
 
+def said(out: str, run_id: str) -> str:
+    """The runbook's own messages about the run (decisions, copies), for a failure's text."""
+    return "\n".join(re.findall(rf'"msg": "(Run {run_id}[:,][^"]*)"', out)) or out[-3000:]
+
+
 def no_process_left(book: Runbook, run_id: str) -> None:
     for host in range(len(book.hosts.hosts)):
         assert book.run_processes(host, run_id) == [], f"processes of {run_id} left on node{host}"
@@ -102,8 +107,10 @@ def test_a_worker_killed_by_sigkill_is_restarted(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    (tmp_path / "train.out").write_text(out)
     assert proc.returncode == 0, out[-5000:]
-    assert re.search(r"worker 1 on node1 failed with killed[^\n]*: restarting it, attempt 1 of at most 2", out), out[-5000:]
+    assert re.search(r"worker 1 on node1 failed with killed[^\n]*: restarting it, attempt 1 of at most 2", out), said(
+        out, "killed")
     assert hosts.run(0, f"test -e {RUN}/killed/retry-1/worker-0/exit.json")[0] == 0
     assert hosts.run(0, f"test -e {RUN}/killed/retry-2")[0] != 0
 
@@ -138,7 +145,7 @@ def test_a_preempted_host_saves_restarts_and_every_worker_restores_the_chiefs_st
             proc.wait()
     print(f"\n[bench] preemption: SIGTERM to the first epoch line of the restarted attempt: {retrained:.1f} s")
     assert proc.returncode == 0, out[-6000:]
-    assert re.search(r"failed with preempted[^\n]*: restarting it", out), out[-6000:]
+    assert re.search(r"failed with preempted[^\n]*: restarting it", out), said(out, "preempt")
     assert re.search(r"Copied the chief's checkpoint \(node0: \d+ files, [\d.]+ MB\) through the controller to node1",
                      out), out[-6000:]
     first = {i: log_of(book, i, f"{RUN}/preempt/worker-{i}/exit.json") for i in (0, 1)}
