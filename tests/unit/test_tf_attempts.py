@@ -73,6 +73,16 @@ def test_the_victim_is_never_the_cause_whatever_its_index() -> None:
     assert (decision["restart"], decision["cause"], decision["culprit"]) == (True, "killed", 1)
 
 
+def test_a_worker_that_only_lost_its_peer_is_not_the_cause() -> None:
+    """Worker 0's TensorFlow failed (peer-lost) because worker 1 was killed: killed decides,
+    whatever their order."""
+    failed = outcome(worker(0, "peer-lost", returncode=1), worker(1, "job-error", **{"exception": "ValueError"}))
+    decision = decide(failed, 0, 1, 100, 0)
+    assert (decision["cause"], decision["culprit"], decision["restart"]) == ("job-error", 1, False)
+    only_peers = decide(outcome(worker(0, "peer-lost"), worker(1, "peer-lost")), 0, 1, 100, 0)
+    assert (only_peers["cause"], only_peers["culprit"], only_peers["restart"]) == ("peer-lost", 0, True)
+
+
 @pytest.mark.parametrize(
     ("fields", "kind"),
     [
