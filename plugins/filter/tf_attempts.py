@@ -156,6 +156,11 @@ def tf_attempts_decision(
     elif kind not in kinds:
         reason = NOT_RESTARTED.get(kind, "tf_restart_on does not list it")
         why = f"{said}: {reason}; to restart it anyway add {kind} to tf_restart_on"
+    elif kind == "host-lost":
+        # The wait's lost hosts have left the play: a restart in this playbook would start
+        # a cluster without them. Once they answer again, a resume restarts the run.
+        why = (f"{said}: a host that stopped answering cannot rejoin this playbook's cluster; once it answers "
+               "again, continue the run with -e tf_run_id=<id> -e tf_resume=true")
     elif int(attempt) >= int(attempts):
         why = (f"{said}, which tf_restart_on restarts, but no restart is left "
                f"(tf_restart_attempts={int(attempts)}); raise tf_restart_attempts to allow more")

@@ -115,6 +115,41 @@ def test_a_worker_killed_by_sigkill_is_restarted(
     assert hosts.run(0, f"test -e {RUN}/killed/retry-2")[0] != 0
 
 
+def test_a_host_lost_and_back_is_resumed(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    """node1's network cut after epoch 2 and plugged back in 20 s later: the culprit is the
+    lost host (not worker 0, which only lost its peer); it left the play, so there is no
+    restart without it, and the output says to resume; the resume succeeds."""
+    hosts = make_ns_hosts(count=2)
+    extra = settings(worker_python, tf_restart_attempts=1, tf_peer_timeout=10, tf_controller_timeout=20,
+                     tf_train_args=["--epochs=4", "--steps-per-epoch=40"])
+    book = Runbook(hosts, tmp_path, port=2470, groupvars=extra)
+    proc = start_playbook(book.inventory, book.runs, {"tf_run_id": "lostback"})
+    try:
+        wait_for_log(hosts, 1, f"{RUN}/lostback/worker-1/worker.log", "epoch=2 ")
+        hosts.cut_network(1)
+        time.sleep(20)
+        hosts.restore_network(1)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (tmp_path / "train.out").write_text(out)
+    assert proc.returncode != 0
+    assert ("host node1 failed with host-lost (it stopped answering): a host that stopped answering cannot rejoin "
+            "this playbook's cluster; once it answers again, continue the run with -e tf_run_id=<id> "
+            "-e tf_resume=true") in out, said(out, "lostback")
+    assert hosts.run(1, f"test -e {RUN}/lostback/retry-1")[0] != 0
+    # node1's worker stops by itself (its peer and the controller went quiet).
+    wait_until(lambda: book.run_processes(1, "lostback") == [], 120, "node1's worker of the lost attempt ending")
+    resumed = book.play("train.yml", extra={"tf_run_id": "lostback", "tf_resume": True})
+    assert resumed.returncode == 0, said(resumed.stdout, "lostback")
+    assert book.summary("lostback")["status"] == "succeeded"
+    no_process_left(book, "lostback")
+
+
 # -- (c) preemption ----------------------------------------------------------------------
 
 

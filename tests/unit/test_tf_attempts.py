@@ -53,7 +53,7 @@ def test_a_job_error_listed_in_tf_restart_on_is_restarted() -> None:
     assert decision["why"].endswith("restarting it, attempt 1 of at most 2 restarts")
 
 
-@pytest.mark.parametrize("kind", RESTARTABLE_CAUSES)
+@pytest.mark.parametrize("kind", sorted(set(RESTARTABLE_CAUSES) - {"host-lost"}))
 def test_every_default_restartable_cause_of_a_worker_is_restarted(kind: str) -> None:
     decision = decide(outcome(worker(1, kind)), 0, 1, 100, 200)
     assert (decision["restart"], decision["cause"]) == (True, kind)
@@ -116,6 +116,15 @@ def test_a_stall_left_out_of_tf_restart_on_says_so() -> None:
     decision = decide(outcome(stalled={"seconds": 20, "detail": "no progress"}), 0, 1, 100, 0, ["preempted"])
     assert decision["restart"] is False
     assert "add stalled to tf_restart_on" in decision["why"]
+
+
+def test_a_lost_host_is_resumed_later_not_restarted_without_it() -> None:
+    """The lost host left the play: no restart here, and the output says how to go on."""
+    decision = decide(outcome(worker(0, "peer-lost"), lost_hosts=["h1"]), 0, 1, 100, 0)
+    assert (decision["restart"], decision["cause"]) == (False, "host-lost")
+    assert decision["why"] == (
+        "host h1 failed with host-lost (it stopped answering): a host that stopped answering cannot rejoin this "
+        "playbook's cluster; once it answers again, continue the run with -e tf_run_id=<id> -e tf_resume=true")
 
 
 def test_a_lost_host_decides_over_its_peers_peer_lost() -> None:
