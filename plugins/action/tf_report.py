@@ -6,10 +6,15 @@ Rendering the same page through the template module costs seconds for a large ru
 (32 workers x 200 epochs), because Ansible wraps and inspects every value of a
 one-megabyte summary; here it takes a fraction of a second. Its options and results are
 documented in plugins/modules/tf_report.py (a documentation-only module).
+
+The report never stops a run from ending: a summary it cannot lay out or a template it
+cannot render gives a page that says why (the verdict and summary.json stand), and a
+warning, not a failed task.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import tempfile
@@ -21,6 +26,7 @@ import jinja2
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_report import tf_report_view
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import printable
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 
 # The options (documented in plugins/modules/tf_report.py, the documentation-only module).
@@ -31,15 +37,90 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 }
 
 
-def render_report(summary: dict[str, Any], template_text: str) -> str:
+# The culprit's last log lines shown in the report, read from at most the log's last bytes.
+LOG_TAIL_LINES = 20
+LOG_TAIL_BYTES = 64 * 1024
+
+
+def log_tail(path: str, lines: int = LOG_TAIL_LINES, limit: int = LOG_TAIL_BYTES) -> list[str]:
+    """The last non-blank lines of a log (read from its last ``limit`` bytes, so a log of
+    any size costs the same), control characters shown as escapes; [] when unreadable."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(size - limit, 0))
+            chunk = handle.read(limit)
+    except OSError:
+        return []
+    text = chunk.decode("utf-8", errors="replace").splitlines()
+    if size > limit and text:
+        text = text[1:]  # the first line read is cut
+    return [printable(line) for line in text if line.strip()][-lines:]
+
+
+def culprit_log_tails(summary: dict[str, Any], run_dir: str) -> dict[str, list[str]]:
+    """Each attempt's culprit's log (its path under ``run_dir``, as the timeline names
+    it) -> its last lines. A path that leads out of the run directory is not read."""
+    root = os.path.realpath(run_dir)
+    tails: dict[str, list[str]] = {}
+    for attempt in summary.get("timeline") or []:
+        for row in (attempt.get("workers") or []) if isinstance(attempt, dict) else []:
+            log = row.get("log") if isinstance(row, dict) and row.get("culprit") else None
+            if not isinstance(log, str) or not log:
+                continue
+            path = os.path.realpath(os.path.join(root, log))
+            if os.path.commonpath([root, path]) == root:
+                tails[log] = log_tail(path)
+    return tails
+
+
+def render_report(summary: dict[str, Any], template_text: str, log_tails: dict[str, list[str]] | None = None) -> str:
     """The report page for ``summary`` (the template module's settings: trim_blocks)."""
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     template = env.from_string(template_text)
-    return template.render(__tf_verdict_report=tf_report_view(summary))
+    return template.render(__tf_verdict_report=tf_report_view(summary, log_tails))
+
+
+def fallback_page(summary: Any, error: str) -> str:
+    """A page that says why the report could not be drawn, with the verdict it stands
+    beside; built from escaped strings alone, so that it cannot fail in turn."""
+    record = summary if isinstance(summary, dict) else {}
+
+    def text(value: Any) -> str:
+        return html.escape(printable(value), quote=True)
+
+    run_id, status = text(record.get("run_id", "?")), text(str(record.get("status", "unknown")).upper())
+    reason = f'<div class="reason" id="reason">{text(record["reason"])}</div>\n' if record.get("reason") else ""
+    checks = [c for c in record.get("checks") or [] if isinstance(c, dict)]
+    rows = "".join(
+        f'<tr class="check"><td>{ {True: "ok", False: "FAIL"}.get(c.get("ok"), "--") }</td>'
+        f"<td><code>{text(c.get('name'))}</code></td><td>{text(c.get('detail'))}</td></tr>\n"
+        for c in checks
+    )
+    table = f'<table id="checks">\n{rows}</table>\n' if rows else ""
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<title>{run_id}: {status} - tf-runbook report (not drawn)</title>\n</head>\n<body>\n"
+        f'<h1>Run <code>{run_id}</code> <span class="badge" id="status">{status}</span></h1>\n'
+        f"{reason}"
+        f'<p id="not-drawn">The report could not be drawn: <code>{text(error)}</code>. The verdict stands: '
+        'its status above and every check and worker are in <a href="summary.json">summary.json</a>.</p>\n'
+        f"{table}</body>\n</html>\n"
+    )
+
+
+def draw(summary: dict[str, Any], template_text: str, run_dir: str) -> tuple[str, str | None]:
+    """The page and None, or the fallback page and why the report could not be drawn."""
+    try:
+        return render_report(summary, template_text, culprit_log_tails(summary, run_dir)), None
+    except Exception as exc:  # noqa: BLE001 - whatever the summary holds, the play goes on
+        error = f"{type(exc).__name__}: {exc}"
+        return fallback_page(summary, error), error
 
 
 def write_report(summary_path: str, template_path: str, dest: str) -> dict[str, Any]:
-    """Render and write the report atomically (0600); return its path, size and time."""
+    """Render and write the report atomically (0600); return its path, size, time, and
+    ``error`` where only the page saying why could be written."""
     started = time.perf_counter()
     try:
         with open(summary_path, encoding="utf-8") as handle:
@@ -50,7 +131,7 @@ def write_report(summary_path: str, template_path: str, dest: str) -> dict[str, 
         template_text = Path(template_path).read_text(encoding="utf-8")
     except OSError as exc:
         raise AnsibleActionFail(f"tf_report: cannot read the report template {template_path}: {exc}") from exc
-    page = render_report(summary, template_text)
+    page, error = draw(summary, template_text, os.path.dirname(os.path.abspath(summary_path)))
     directory = os.path.dirname(os.path.abspath(dest))
     fd, tmp = tempfile.mkstemp(prefix=".report.", suffix=".tmp", dir=directory)
     try:
@@ -62,7 +143,10 @@ def write_report(summary_path: str, template_path: str, dest: str) -> dict[str, 
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return {"path": dest, "bytes": len(page.encode()), "seconds": round(time.perf_counter() - started, 3)}
+    result: dict[str, Any] = {"path": dest, "bytes": len(page.encode()), "seconds": round(time.perf_counter() - started, 3)}
+    if error is not None:
+        result["error"] = error
+    return result
 
 
 class ActionModule(ControllerAction):
@@ -72,4 +156,10 @@ class ActionModule(ControllerAction):
         template = self._find_needle("templates", args["template"])
         if self._task.check_mode:
             return {"changed": True, "path": args["dest"], "msg": "check mode: the report would be written"}
-        return {**write_report(args["summary"], template, args["dest"]), "changed": True}
+        result = {**write_report(args["summary"], template, args["dest"]), "changed": True}
+        if "error" in result:
+            result["warnings"] = [
+                f"the report could not be drawn ({result['error']}); {args['dest']} says so, and the verdict "
+                f"and {args['summary']} stand"
+            ]
+        return result

@@ -188,6 +188,29 @@ def stall_detail(seconds: float, timeout: int) -> str:
     return f"no worker printed a progress line for {seconds:.0f} s (tf_stall_timeout {timeout} s)"
 
 
+class StallWatch:
+    """This host's part of the run's stall watchdog: its own record in ``stall_dir``
+    (kept from an earlier wait of the same attempt, a detached run reattached), every
+    host's read at each check."""
+
+    def __init__(self, stall_dir: str, host: str, timeout: int) -> None:
+        self.stall_dir = stall_dir
+        self.host = host
+        self.timeout = timeout
+        self.path = os.path.join(stall_dir, f"{host}.json")
+        self.record = read_json(self.path)
+
+    def check(self, workers: list[dict[str, Any]], now: float) -> float | None:
+        """Record this check's progress; the seconds without progress anywhere when they
+        reach the timeout (the run is stalled), else None."""
+        updated = progress_record(self.record, self.host, workers, now)
+        if updated != self.record:
+            write_private_json(self.path, updated)
+            self.record = updated
+        seconds = seconds_without_progress(read_records(self.stall_dir), now)
+        return seconds if seconds is not None and seconds >= self.timeout else None
+
+
 class ActionModule(ActionBase):
     """Controller-side loop around the tf_worker_status module."""
 
@@ -206,11 +229,11 @@ class ActionModule(ActionBase):
         # The deadline is a controller time: it never goes to the host, whose clock may
         # differ; the host only reports, and the deadline is judged here.
         deadline = options["deadline"] or 0
-        stall_timeout = int(options["stall_timeout"] or 0) if flag_file else 0
-        stall_dir = options["stall_dir"] if flag_file else None
+        stall_timeout = int(options["stall_timeout"] or 0)
         host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
-        own_record_path = os.path.join(stall_dir, f"{host}.json") if stall_dir else None
-        record = read_json(own_record_path) if own_record_path else None
+        # tf_stall_timeout 0: no watchdog, no record.
+        watching = bool(flag_file and options["stall_dir"] and stall_timeout > 0)
+        watch = StallWatch(options["stall_dir"], host, stall_timeout) if watching else None
         started = time.monotonic()
         last_shown: list[str] = []
         status: dict[str, Any] = {}
@@ -258,22 +281,16 @@ class ActionModule(ActionBase):
                 break
             if until_joined and status.get("joined"):
                 break
-            if own_record_path:
-                updated = progress_record(record, host, status.get("workers", []), now)
-                if updated != record:
-                    write_private_json(own_record_path, updated)
-                    record = updated
-            if stall_timeout and stall_dir:
-                seconds = seconds_without_progress(read_records(stall_dir), now)
-                if seconds is not None and seconds >= stall_timeout:
-                    detail = stall_detail(seconds, stall_timeout)
-                    flag = {"host": host, "cause": "stalled", "reason": detail, "seconds": round(seconds), "workers": []}
-                    # Another host may have flagged first (a stall too, or a failure): then
-                    # its flag is read below, as any peer's.
-                    if write_flag(flag_file, flag):
-                        status["stalled"] = {"seconds": round(seconds), "detail": detail}
-                        display.display(f"  {host}: the run is stalled: {detail}")
-                        break
+            stalled_for = watch.check(status.get("workers", []), now) if watch else None
+            if stalled_for is not None:
+                detail = stall_detail(stalled_for, stall_timeout)
+                flag = {"host": host, "cause": "stalled", "reason": detail, "seconds": round(stalled_for), "workers": []}
+                # Another host may have flagged first (a stall too, or a failure): then its
+                # flag is read below, as any peer's.
+                if write_flag(flag_file, flag):
+                    status["stalled"] = {"seconds": round(stalled_for), "detail": detail}
+                    display.display(f"  {host}: the run is stalled: {detail}")
+                    break
             peer = read_flag(flag_file)
             if peer is not None and peer.get("host") != host:
                 status["peer_failed"] = peer

@@ -6,10 +6,14 @@ value; an empty list means the run may go on.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_base_dir import base_dir_problems
 
 
 def _worker_at(spec: dict[str, Any], host: str, port: int) -> str:
@@ -42,6 +46,7 @@ def tf_preflight_host_problems(
                 f"host {host}: only {free} MB free under {probe.get('base_dir', 'tf_worker_base_dir')}, "
                 f"below tf_preflight_min_free_mb={min_free_mb}"
             )
+        problems.extend(base_dir_problems(host, probe.get("base_dir_state")))
         if probe.get("run_launched"):
             problems.append(
                 f"host {host}: run id {run_id!r} was already launched there ({probe['run_launched']}); "
@@ -182,6 +187,204 @@ def tf_preflight_script_problems(path: str) -> list[str]:
     return []
 
 
+# The inputs tf_preflight_input_problems checks (beyond their types and ranges).
+INPUT_NAMES = (
+    "tf_startup_pattern",
+    "tf_worker_base_dir",
+    "tf_worker_venv_dir",
+    "tf_firewall_allow",
+    "tf_verdict_report",
+    "tf_verdict_report_template",
+    "tf_verdict_expected_size",
+    "tf_runs_dir",
+    "tf_controller_timeout",
+    "tf_wait_poll_interval",
+)
+
+# One label of a host name (RFC 1123): letters, digits and '-', not at either end.
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def _bad_characters(value: str) -> str:
+    if "\x00" in value:
+        return "a NUL character"
+    if "\n" in value or "\r" in value:
+        return "a line break"
+    return ""
+
+
+def _remote_path_problem(name: str, value: Any, empty: str = "") -> str:
+    """A path on a worker host: absolute, or under the remote user's home (``~/...``)."""
+    if not isinstance(value, str):
+        return f"{name} must be a path (a string), got {type(value).__name__} {value!r}"
+    if value == "" and empty:
+        return ""
+    bad = _bad_characters(value)
+    if bad:
+        return f"{name} {value!r} holds {bad}"
+    if not (value.startswith("/") or value == "~" or value.startswith("~/")):
+        hint = f" (empty: {empty})" if empty else ""
+        return f"{name} {value!r} must be an absolute path or start with ~/{hint}"
+    return ""
+
+
+def _pattern_problem(value: Any) -> str:
+    if not isinstance(value, str):
+        return f"tf_startup_pattern must be a regular expression (a string), got {type(value).__name__} {value!r}"
+    try:
+        re.compile(value)
+    except re.error as exc:
+        return f"tf_startup_pattern {value!r} is not a valid regular expression: {exc}"
+    return ""
+
+
+def _source_problem(entry: Any) -> str:
+    """One tf_firewall_allow entry: what the firewall accepts, an IP address or a host name."""
+    if not isinstance(entry, str) or not entry.strip():
+        return f"tf_firewall_allow entry {entry!r} is not an IP address or host name"
+    text = entry.strip()
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+        return ""
+    except ValueError:
+        pass
+    if "/" in text:
+        try:
+            ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            pass
+        else:
+            return (
+                f"tf_firewall_allow entry {entry!r} is a network: the firewall accepts IP addresses and host "
+                "names, one per entry"
+            )
+    name = text[:-1] if text.endswith(".") else text
+    if len(name) <= 253 and all(_LABEL.match(label) for label in name.split(".")) and not name.replace(".", "").isdigit():
+        return ""
+    return f"tf_firewall_allow entry {entry!r} is not an IP address or host name"
+
+
+def _template_problem(value: Any, report: Any) -> str:
+    """The report's template, a file on the controller (read at collect, hours later)."""
+    if report is not None and str(report).lower() in ("false", "no", "off", "0"):
+        return ""
+    if not isinstance(value, str):
+        return f"tf_verdict_report_template must be a path (a string), got {type(value).__name__} {value!r}"
+    if value == "":
+        return ""
+    path = os.path.expanduser(value)
+    if _bad_characters(value):
+        return f"tf_verdict_report_template {value!r} holds {_bad_characters(value)}"
+    if not os.path.exists(path):
+        return f"tf_verdict_report_template {value} does not exist on the controller"
+    if not os.path.isfile(path):
+        return f"tf_verdict_report_template {value} is not a file"
+    if not os.access(path, os.R_OK):
+        return f"tf_verdict_report_template {value} cannot be read on the controller"
+    return ""
+
+
+def _runs_dir_problem(value: Any) -> str:
+    """The controller's runs directory, after templating."""
+    if not isinstance(value, str) or value == "":
+        return f"tf_runs_dir must be a directory path on the controller, got {value!r}"
+    bad = _bad_characters(value)
+    if bad:
+        return f"tf_runs_dir {value!r} holds {bad}"
+    path = os.path.expanduser(value)
+    if not os.path.isabs(path):
+        return f"tf_runs_dir {value!r} must be an absolute path or start with ~/ (it is a directory on the controller)"
+    if os.path.lexists(path) and not os.path.isdir(path):
+        return f"tf_runs_dir {value} exists and is not a directory"
+    return ""
+
+
+def _whole(value: Any) -> int | None:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None  # refused by the range check
+
+
+def _cross_problems(values: dict[str, Any], cluster_size: int) -> list[str]:
+    problems = []
+    size = _whole(values.get("tf_verdict_expected_size"))
+    if size and cluster_size and size != cluster_size:
+        problems.append(
+            f"tf_verdict_expected_size {size} is not the cluster's {cluster_size} worker(s) "
+            "(0: the size of the collected cluster); the verdict would fail the run"
+        )
+    timeout = _whole(values.get("tf_controller_timeout"))
+    poll = _whole(values.get("tf_wait_poll_interval"))
+    if timeout and poll and timeout > 0 and poll > 0 and timeout < 2 * poll:
+        problems.append(
+            f"tf_controller_timeout {timeout} must be at least twice tf_wait_poll_interval ({poll}), how often "
+            "the wait renews the controller's heartbeat, or 0 (the run is not tied to the controller)"
+        )
+    return problems
+
+
+def input_problems(values: dict[str, Any], cluster_size: int = 0) -> list[str]:
+    """Why the inputs in ``values`` (any of INPUT_NAMES; a name absent is not checked)
+    would fail later, each message without its host."""
+    problems = []
+    checks = {
+        "tf_startup_pattern": lambda v: _pattern_problem(v),
+        "tf_worker_base_dir": lambda v: _remote_path_problem("tf_worker_base_dir", v),
+        "tf_worker_venv_dir": lambda v: _remote_path_problem("tf_worker_venv_dir", v, "venv under tf_worker_base_dir"),
+        "tf_verdict_report_template": lambda v: _template_problem(v, values.get("tf_verdict_report")),
+        "tf_runs_dir": _runs_dir_problem,
+    }
+    for name, check in checks.items():
+        if name in values:
+            problem = check(values[name])
+            if problem:
+                problems.append(problem)
+    if "tf_firewall_allow" in values:
+        allow = values["tf_firewall_allow"]
+        if allow is None:
+            allow = []
+        if not isinstance(allow, list):
+            problems.append(f"tf_firewall_allow must be a list of IP addresses or host names, got {allow!r}")
+        else:
+            problems.extend(p for p in map(_source_problem, allow) if p)
+    problems.extend(_cross_problems(values, cluster_size))
+    return problems
+
+
+def tf_preflight_input_problems(
+    own: dict[str, Any], host: str, others: dict[str, dict[str, Any]], cluster_size: int = 0
+) -> list[str]:
+    """Inputs that fail late or never (a bad regex at launch, a bad firewall source after
+    the deploy, a missing report template at collect, a relative base directory), for
+    every host of the play, each message naming host and value.
+
+    ``own`` holds the effective value of each of INPUT_NAMES on ``host`` that is defined
+    there (role defaults and play variables included, the same on every host); ``others``
+    maps each host to its host variables, of which only those names are read. A problem is
+    named once per host."""
+    if not isinstance(own, dict) or not isinstance(others, dict):
+        raise AnsibleFilterError("expected the inputs of this host and the host variables of every host, as dicts")
+    size = int(cluster_size or 0)
+    found = input_problems(own, size)
+    problems = [f"host {host}: {problem}" for problem in found]
+    for other, variables in others.items():
+        defined = {name: variables[name] for name in INPUT_NAMES if name in variables}
+        if other == host or not defined:
+            continue
+        # The other host's own values, in the context of the play's (a poll interval set
+        # only for the play still bounds a host's controller timeout); what it inherits
+        # from the play or from every host was named on ``host`` already.
+        problems.extend(f"host {other}: {problem}" for problem in input_problems(dict(own, **defined), size)
+                        if problem not in found)
+    return problems
+
+
+def tf_preflight_input_names(_value: Any = None) -> list[str]:
+    """Names of the inputs tf_preflight_input_problems checks."""
+    return list(INPUT_NAMES)
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -195,4 +398,6 @@ class FilterModule:
             "tf_preflight_versions": tf_preflight_versions,
             "tf_preflight_probe_versions": tf_preflight_probe_versions,
             "tf_preflight_script_problems": tf_preflight_script_problems,
+            "tf_preflight_input_problems": tf_preflight_input_problems,
+            "tf_preflight_input_names": tf_preflight_input_names,
         }

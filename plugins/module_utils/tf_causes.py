@@ -168,8 +168,11 @@ def _thread_blocks(text: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
 
 
 def _own(path: str, job_dir: str) -> bool:
-    root = os.path.normpath(job_dir)
-    path = os.path.normpath(path)
+    """A file of the job's own code: under ``job_dir`` (symlinks resolved on both sides:
+    the frames name files as they were imported), the wrapper left out."""
+    if not os.path.isabs(path):  # "<frozen runpy>", "<string>": no file
+        return False
+    root, path = os.path.realpath(job_dir), os.path.realpath(path)
     return path.startswith(root + os.sep) and os.path.basename(path) != JOB_WRAPPER
 
 
@@ -195,7 +198,8 @@ def parse_stacks(text: str, job_dir: str) -> dict[str, Any]:
     inner = frames[: own_at[0]]
     where = "tensorflow" if any(_TENSORFLOW_PATH.search(path) for path, _l, _f in inner) else "own-code"
     own = [frames[i] for i in own_at[:MAX_FRAMES]]
-    shown = [f"{os.path.relpath(path, job_dir)}:{line} in {func}" for path, line, func in reversed(own)]
+    root = os.path.realpath(job_dir)
+    shown = [f"{os.path.relpath(os.path.realpath(path), root)}:{line} in {func}" for path, line, func in reversed(own)]
     return {"where": where, "frames": shown}
 
 

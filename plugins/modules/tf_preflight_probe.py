@@ -170,6 +170,12 @@ run_launched:
   description: A record that shows the run id was already launched here ('' when none).
   type: str
   returned: host mode
+base_dir_state:
+  description: What O(base_dir) is on this host (path, user and uid, exists, and is_dir, owner, owner_uid, mode
+    and the entries that are not the runbook's own, or the nearest existing parent and whether the user can
+    create the directory there), judged on the controller by module_utils/tf_base_dir.py.
+  type: dict
+  returned: host mode
 gpus:
   description: GPUs the host shows.
   type: int
@@ -221,6 +227,7 @@ from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_base_dir import base_dir_state
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     LAUNCH_RECORDS,
     RETRY_PREFIX,
@@ -409,6 +416,7 @@ def probe_host(
         "free_mb": usage.free // (1024 * 1024),
         "base_dir": os.path.abspath(base),
         "run_launched": launched_record(os.path.abspath(base), run_id),
+        "base_dir_state": base_dir_state(base),
         "gpus": count_gpus(proc, run),
     }
 

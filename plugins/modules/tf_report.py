@@ -18,6 +18,14 @@ description:
   - Runs on the controller only (an action plugin); the hosts are not contacted.
   - Much faster than M(ansible.builtin.template) for a large run, because the summary is
     rendered with Jinja2 directly rather than through Ansible's templating.
+  - The page shows the verdict and its checks, a chart per metric, and per attempt a
+    timeline with each worker's cause, the culprit's last log lines (read from the end of
+    its log under the run directory, never from outside it), a stall with each worker's
+    captured stack, and which attempt each epoch was judged from; fields an older
+    summary lacks are left out.
+  - Never fails on what the summary holds; where it cannot be drawn, O(dest) is a page
+    that says why (the verdict and summary.json stand), RV(error) says it and the task
+    warns. A summary or a template that cannot be read fails the task.
   - In check mode nothing is written.
 options:
   summary:
@@ -59,4 +67,9 @@ seconds:
   description: Time spent laying out and rendering it.
   type: float
   returned: success, not in check mode
+error:
+  description: Why the report could not be drawn; O(dest) is then a page that says so.
+  type: str
+  returned: when the report could not be drawn
+  sample: "KeyError: 'index'"
 """

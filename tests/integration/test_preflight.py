@@ -234,6 +234,185 @@ def test_interpreters_left_to_the_deploy_are_compared_there_and_refused(
     assert "tf_worker : Refuse interpreters that differ across hosts" in output, output[-3000:]
 
 
+# -- inputs that would fail late, refused first (issue 24, points 18 and 11) ----------
+
+
+def test_inputs_that_would_fail_late_are_refused_at_once_naming_host_and_value(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A bad regex failed only at launch, a network in tf_firewall_allow after the deploy, a
+    missing report template at collect: all are named in the preflight's first check."""
+    cluster.hosts["w1"]["tf_worker_venv_dir"] = "venvs/tf"
+    output = cluster.assert_refused(
+        cluster.play(tf_startup_pattern="joined(", tf_firewall_allow=["192.0.2.7", "10.0.0.0/8"],
+                     tf_verdict_report_template=str(tmp_path / "missing.html.j2")),
+        "Preflight refused the run: host w0: tf_startup_pattern 'joined(' is not a valid regular expression",
+        "host w0: tf_firewall_allow entry '10.0.0.0/8' is a network",
+        f"host w0: tf_verdict_report_template {tmp_path}/missing.html.j2 does not exist on the controller",
+        "host w1: tf_worker_venv_dir 'venvs/tf' must be an absolute path or start with ~/",
+    )  # fmt: skip
+    # Refused by the preflight's input check, before any host was probed.
+    assert "Refuse patterns, paths and addresses that would fail later" in output
+    assert "Look at this host's worker ports" not in output
+
+
+def test_a_relative_base_dir_is_refused_before_anything_is_written(cluster: LocalCluster, tmp_path: Path) -> None:
+    cluster.hosts["w1"]["tf_worker_base_dir"] = "tf-runbook"
+    cluster.assert_refused(cluster.play(), "host w1: tf_worker_base_dir 'tf-runbook' must be an absolute path or start with ~/")
+    # Relative to the module's working directory, it would have landed in the clone.
+    assert not (REPO / "tf-runbook").exists() and not (REPO / "playbooks" / "tf-runbook").exists()
+
+
+def test_a_controller_timeout_shorter_than_the_first_poll_is_refused(cluster: LocalCluster) -> None:
+    cluster.assert_refused(
+        cluster.play(tf_controller_timeout=3, tf_job_timeout=40 * 24 * 3600),
+        "host w0: tf_controller_timeout must be 0 (the run is not tied to the controller) or 10 or more, got 3",
+        "host w0: tf_job_timeout must be at most 2592000 (30 days), got 3456000",
+    )
+
+
+def test_a_shared_base_dir_is_refused_and_keeps_its_mode(cluster: LocalCluster, tmp_path: Path) -> None:
+    """Point 11: a directory other users use (mode 0755, their files in it) is refused, not
+    made 0700; one of another user is refused with a message, not a traceback."""
+    shared = tmp_path / "shared"
+    (shared / "datasets").mkdir(parents=True)
+    shared.chmod(0o755)
+    cluster.hosts["w0"]["tf_worker_base_dir"] = str(shared)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    if os.geteuid() == 0:
+        os.chown(foreign, 65534, 65534)
+        cluster.hosts["w1"]["tf_worker_base_dir"] = str(foreign)
+        owner = "(uid 65534)"
+    else:
+        cluster.hosts["w1"]["tf_worker_base_dir"] = "/"
+        owner = "(uid 0)"
+    cluster.assert_refused(
+        cluster.play(),
+        f"host w0: tf_worker_base_dir {shared} is shared (mode 0755) and holds files that are not the runbook's "
+        "(datasets)",
+        f"{owner}, not to the remote user",
+    )
+    assert (shared.stat().st_mode & 0o777) == 0o755
+    assert sorted(p.name for p in shared.iterdir()) == ["datasets"]
+
+
+# -- GPU hosts that would train on the CPU (issue 24, point 8) -------------------------
+
+UP_TO_DEPLOY = """\
+- name: Check the cluster
+  ansible.builtin.import_playbook: {repo}/playbooks/preflight.yml
+- name: Deploy
+  ansible.builtin.import_playbook: {repo}/playbooks/deploy.yml
+"""
+
+
+@pytest.fixture
+def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This machine shows two GPUs to the preflight: an `nvidia-smi -L` of its own first on
+    the PATH the local hosts' modules inherit (no /proc/driver/nvidia here)."""
+    assert not Path("/proc/driver/nvidia/gpus").exists()
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        "echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)'\n"
+        "echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-11111111-1111-1111-1111-111111111111)'\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return bin_dir
+
+
+def cuda_python(tmp: Path) -> Path:
+    """An interpreter whose `tensorflow` sees one GPU per device in CUDA_VISIBLE_DEVICES,
+    as the CUDA build does (a stand-in module first on its path)."""
+    package = tmp / "fake-cuda" / "tensorflow"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "import os\n__version__ = '2.21.0'\n"
+        "class _Config:\n"
+        "    def list_physical_devices(self, kind):\n"
+        "        return [d for d in os.environ.get('CUDA_VISIBLE_DEVICES', '').split(',') if d]\n"
+        "config = _Config()\n"
+    )
+    wrapper = tmp / "cuda-python"
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={package.parent} exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_gpu_hosts_whose_tensorflow_sees_no_gpu_are_refused(cluster: LocalCluster, two_gpus: Path) -> None:
+    """The controller's tensorflow-cpu as worker interpreter on hosts that show 2 GPUs each."""
+    output = cluster.assert_refused(
+        cluster.play(),
+        "Preflight refused the run: host w0: worker 0 gets 2 of the 2 GPU(s) the host shows "
+        f"(CUDA_VISIBLE_DEVICES=0,1), but its TensorFlow",
+        f"{sys.executable} sees 0: it would train on the CPU; install TensorFlow's CUDA build, tensorflow[and-cuda]",
+        "host w1: worker 1 gets 2 of the 2 GPU(s)",
+    )
+    assert "tf_worker : Refuse workers whose TensorFlow would not see their GPUs" in output
+
+
+def task_block(output: str, name: str) -> str:
+    """What the playbook printed for its task ``name`` (empty when it printed none)."""
+    parts = output.split(f" : {name}]", 1)
+    return parts[1].split("TASK [", 1)[0] if len(parts) > 1 else ""
+
+
+ASK = "Ask each worker's TensorFlow how many of its GPUs it sees"
+
+
+def test_a_cpu_run_on_gpu_hosts_and_a_cuda_tensorflow_pass(cluster: LocalCluster, two_gpus: Path, tmp_path: Path) -> None:
+    play = tmp_path / "up-to-deploy.yml"
+    play.write_text(UP_TO_DEPLOY.format(repo=REPO))
+    # tf_worker_gpus_per_slot: 0 says a CPU run is meant: every GPU hidden, nothing to ask.
+    result = run_playbook(str(play), inventory=cluster.inventory(),
+                          extra={"tf_runs_dir": str(cluster.runs), "tf_run_id": "cpu-run", "tf_worker_gpus_per_slot": 0})
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert task_block(result.stdout, ASK) == ""
+    env = json.loads((tmp_path / "w0" / "runs" / "cpu-run" / "worker-0" / "job_env.json").read_text())
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    # A TensorFlow that sees its GPUs is asked, and passes.
+    python = cuda_python(tmp_path)
+    for host in cluster.hosts.values():
+        host["tf_worker_python"] = str(python)
+    result = run_playbook(str(play), inventory=cluster.inventory(),
+                          extra={"tf_runs_dir": str(cluster.runs), "tf_run_id": "gpu-run"})
+    assert result.returncode == 0, result.stdout[-3000:]
+    asked = task_block(result.stdout, ASK)
+    assert "ok: [w0]" in asked and "ok: [w1]" in asked, result.stdout[-3000:]
+    env = json.loads((tmp_path / "w1" / "runs" / "gpu-run" / "worker-1" / "job_env.json").read_text())
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_the_managed_virtualenv_installs_the_cuda_build_on_gpu_hosts(
+    cluster: LocalCluster, two_gpus: Path, tmp_path: Path
+) -> None:
+    """The default pins say tensorflow-cpu; on hosts that show GPUs the requirements the
+    managed virtualenv is built from say tensorflow[and-cuda], same version. The virtualenv
+    is built already with those pins (its stamp matches, so pip does not run) and its
+    interpreter sees the GPUs."""
+    defaults = yaml.safe_load((REPO / "roles" / "tf_worker" / "defaults" / "main.yml").read_text())
+    pins = [pin.replace("tensorflow-cpu", "tensorflow[and-cuda]") for pin in defaults["tf_worker_requirements"]]
+    assert pins != defaults["tf_worker_requirements"]
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(cuda_python(tmp_path))
+    (venv / "tf-runbook-requirements.txt").write_text("".join(f"{pin}\n" for pin in pins))
+    for host in cluster.hosts.values():
+        host.update(tf_worker_python="", tf_worker_venv_dir=str(venv))
+    play = tmp_path / "up-to-deploy.yml"
+    play.write_text(UP_TO_DEPLOY.format(repo=REPO))
+    result = run_playbook(str(play), inventory=cluster.inventory(),
+                          extra={"tf_runs_dir": str(cluster.runs), "tf_run_id": "cuda-venv"})
+    assert result.returncode == 0, result.stdout[-3000:]
+    for name in ("w0", "w1"):
+        wanted = (tmp_path / name / "worker-requirements.txt").read_text().split()
+        assert wanted == pins
+
+
 # -- on namespace hosts: separate network stacks ----------------------------------------
 
 

@@ -21,11 +21,13 @@ def test_line_clock_times_contract_lines_once_and_waits_for_a_line_end(tmp_path:
         handle.write(b"ch=1 loss=0.5\nEpoch 2/3\n  worker=0 epoch=2 loss=0.4\n")
     clock.poll(now=12.5)
     clock.poll(now=13.0)  # nothing new: nothing timed twice
-    assert clock.lines[1:] == [[12.5, "worker=0 epoch=1 loss=0.5"], [12.5, "worker=0 epoch=2 loss=0.4"]]
+    assert clock.lines[1:] == [
+        [12.5, "worker=0 epoch=1 loss=0.5"], [12.5, "Epoch 2/3"], [12.5, "worker=0 epoch=2 loss=0.4"],
+    ]
     with open(log, "ab") as handle:
         handle.write(b"worker=0 training_complete")  # no newline: timed at the final read
     clock.poll(now=14.0)
-    assert len(clock.lines) == 3
+    assert len(clock.lines) == 4
     clock.poll(now=15.0, final=True)
     assert clock.lines[-1] == [15.0, "worker=0 training_complete"]
 
@@ -64,3 +66,13 @@ def test_exit_json_holds_the_timed_contract_lines(supervisor_path: Path, tmp_pat
     times = [t for t, _ in record["timed_lines"]]
     assert record["started_at"] <= times[0] <= times[1] <= record["finished_at"]
     assert times[1] - times[0] >= 0.5, times  # the job slept between its header and epoch 1
+
+
+def test_line_clock_times_keras_headers_and_the_last_state_of_a_progress_bar(tmp_path: Path) -> None:
+    """Keras' verbose=1 redraws its bar with carriage returns: the line's last state is what
+    is timed; a plain TensorFlow log line is not."""
+    log = tmp_path / "worker.log"
+    log.write_bytes(b"Epoch 1/2\n1/4 [==>...] - ETA: 3s\r4/4 [=====] - 1s 5ms/step - loss: 0.5\nI0000 tf noise\n")
+    clock = LineClock(log)
+    clock.poll(now=3.0)
+    assert clock.lines == [[3.0, "Epoch 1/2"], [3.0, "4/4 [=====] - 1s 5ms/step - loss: 0.5"]]

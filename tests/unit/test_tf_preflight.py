@@ -601,3 +601,164 @@ def test_a_table_whose_ports_only_counted_down_holds_the_same_rules() -> None:
     assert not tf_firewall.same_rules(first, first.replace("timeout 10m", "timeout 20m"))
     assert not tf_firewall.same_rules(None, first)
     assert tf_firewall.same_rules(None, None)
+
+
+# -- inputs refused before anything is written on a host (issue 24, point 18) ----------
+
+
+def test_good_inputs_pass(tmp_path: Path) -> None:
+    template = tmp_path / "report.html.j2"
+    template.write_text("{{ run_id }}")
+    own = {
+        "tf_startup_pattern": "cluster_workers=",
+        "tf_worker_base_dir": "~/tf-runbook",
+        "tf_worker_venv_dir": "",
+        "tf_firewall_allow": ["192.0.2.7", "2001:db8::1", "[::1]", "monitor.example.org", "gw"],
+        "tf_verdict_report_template": str(template),
+        "tf_verdict_expected_size": 0,
+        "tf_runs_dir": str(tmp_path / "runs"),
+        "tf_controller_timeout": 60,
+        "tf_wait_poll_interval": 10,
+    }
+    assert tf_preflight.tf_preflight_input_problems(own, "w0", {"w0": {}, "w1": {"tf_worker_base_dir": "/srv/tf"}}, 2) == []
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({"tf_startup_pattern": "joined("}, "tf_startup_pattern 'joined(' is not a valid regular expression: missing ),"),
+        ({"tf_startup_pattern": 5}, "tf_startup_pattern must be a regular expression (a string), got int 5"),
+        ({"tf_worker_base_dir": "tf-runbook"}, "tf_worker_base_dir 'tf-runbook' must be an absolute path or start with ~/"),
+        ({"tf_worker_base_dir": ""}, "tf_worker_base_dir '' must be an absolute path or start with ~/"),
+        ({"tf_worker_base_dir": "~alice/tf"}, "tf_worker_base_dir '~alice/tf' must be an absolute path or start with ~/"),
+        ({"tf_worker_base_dir": "/srv/tf\nrm"}, "tf_worker_base_dir '/srv/tf\\nrm' holds a line break"),
+        ({"tf_worker_base_dir": "/srv/\x00tf"}, "tf_worker_base_dir '/srv/\\x00tf' holds a NUL character"),
+        ({"tf_worker_venv_dir": "venv"}, "tf_worker_venv_dir 'venv' must be an absolute path or start with ~/ (empty: venv "),
+        ({"tf_firewall_allow": ["10.0.0.0/8"]}, "tf_firewall_allow entry '10.0.0.0/8' is a network: the firewall accepts"),
+        ({"tf_firewall_allow": ["10.0.0.300"]}, "tf_firewall_allow entry '10.0.0.300' is not an IP address or host name"),
+        ({"tf_firewall_allow": ["bad host"]}, "tf_firewall_allow entry 'bad host' is not an IP address or host name"),
+        ({"tf_firewall_allow": ["10.0.0.1:22"]}, "tf_firewall_allow entry '10.0.0.1:22' is not an IP address or host name"),
+        ({"tf_firewall_allow": "10.0.0.1"}, "tf_firewall_allow must be a list of IP addresses or host names, got '10.0.0.1'"),
+        ({"tf_verdict_report_template": "/nonexistent/r.j2"}, "tf_verdict_report_template /nonexistent/r.j2 does not exist on"),
+        ({"tf_verdict_report_template": "/"}, "tf_verdict_report_template / is not a file"),
+        ({"tf_runs_dir": "runs"}, "tf_runs_dir 'runs' must be an absolute path or start with ~/"),
+        ({"tf_runs_dir": "/etc/hostname"}, "tf_runs_dir /etc/hostname exists and is not a directory"),
+        ({"tf_verdict_expected_size": 3}, "tf_verdict_expected_size 3 is not the cluster's 2 worker(s)"),
+        (
+            {"tf_controller_timeout": 15, "tf_wait_poll_interval": 10},
+            "tf_controller_timeout 15 must be at least twice tf_wait_poll_interval (10)",
+        ),
+    ],
+)
+def test_each_bad_input_is_refused_naming_host_and_value(values: dict[str, Any], problem: str) -> None:
+    [found] = tf_preflight.tf_preflight_input_problems(values, "w0", {"w0": values}, 2)
+    assert found.startswith(f"host w0: {problem}"), found
+
+
+def test_a_report_that_is_off_needs_no_template() -> None:
+    values = {"tf_verdict_report": False, "tf_verdict_report_template": "/nonexistent/r.j2"}
+    assert tf_preflight.tf_preflight_input_problems(values, "w0", {}, 2) == []
+
+
+def test_another_hosts_own_value_is_refused_under_its_name_and_an_inherited_one_once() -> None:
+    own = {"tf_worker_base_dir": "~/tf", "tf_startup_pattern": "("}
+    others = {"w0": {}, "w1": {"tf_worker_base_dir": "rel"}, "w2": {"tf_startup_pattern": "("},
+              "w3": {"tf_worker_base_dir": "rel"}}
+    assert tf_preflight.tf_preflight_input_problems(own, "w0", others, 3) == [
+        "host w0: tf_startup_pattern '(' is not a valid regular expression: missing ), unterminated subpattern at "
+        "position 0",
+        "host w1: tf_worker_base_dir 'rel' must be an absolute path or start with ~/",
+        "host w3: tf_worker_base_dir 'rel' must be an absolute path or start with ~/",
+    ]
+
+
+def test_the_input_names_are_those_the_check_reads() -> None:
+    names = tf_preflight.tf_preflight_input_names()
+    assert {"tf_startup_pattern", "tf_worker_base_dir", "tf_worker_venv_dir", "tf_firewall_allow",
+            "tf_verdict_report_template", "tf_verdict_expected_size", "tf_runs_dir"} <= set(names)
+    assert tf_preflight.FilterModule().filters()["tf_preflight_input_problems"] is tf_preflight.tf_preflight_input_problems
+
+
+# -- tf_worker_base_dir on the host (issue 24, point 11) -------------------------------
+
+
+def _state(path: Path) -> dict[str, Any]:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_base_dir import base_dir_state
+
+    return base_dir_state(str(path))
+
+
+def test_a_new_base_dir_under_a_writable_parent_passes(tmp_path: Path) -> None:
+    state = _state(tmp_path / "new" / "tf")
+    assert state["exists"] is False and state["parent"] == str(tmp_path)
+    assert tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=state)}, SPEC, 1024) == []
+
+
+def test_a_base_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=_state(tmp_path / "f"))}, SPEC, 1024)
+    assert problem == f"host a: tf_worker_base_dir {tmp_path}/f exists and is not a directory; pick a directory of " \
+        "its own for the runbook, e.g. ~/tf-runbook"
+
+
+def test_a_shared_base_dir_with_other_files_is_refused_and_not_chmodded(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    for name in (".bashrc", "data", "runs"):
+        (shared / name).mkdir()
+    [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=_state(shared))}, SPEC, 1024)
+    assert problem.startswith(
+        f"host a: tf_worker_base_dir {shared} is shared (mode 0755) and holds files that are not the runbook's "
+        "(.bashrc, data): the runbook makes its base directory private (0700)"
+    )
+    assert (shared.stat().st_mode & 0o777) == 0o755  # the probe only looked
+
+
+@pytest.mark.parametrize(
+    ("mode", "names"),
+    [
+        (0o755, []),  # empty: made private by the runbook, nobody else's files in it
+        (0o755, ["runs", "venv", "job-archives", "wheelhouse", "worker-requirements.txt"]),  # the runbook's own
+        (0o700, ["notes.txt"]),  # private already: its mode does not change
+    ],
+)
+def test_a_base_dir_of_the_runbooks_own_or_already_private_passes(tmp_path: Path, mode: int, names: list[str]) -> None:
+    base = tmp_path / "tf"
+    base.mkdir()
+    for name in names:
+        (base / name).mkdir()
+    base.chmod(mode)
+    assert tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=_state(base))}, SPEC, 1024) == []
+
+
+def test_a_base_dir_of_another_user_is_refused_with_a_message() -> None:
+    state = {"path": "/srv/tf", "user": "alice", "uid": 1000, "exists": True, "is_dir": True, "owner": "root",
+             "owner_uid": 0, "mode": "0755"}
+    [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=state)}, SPEC, 1024)
+    assert problem.startswith(
+        "host a: tf_worker_base_dir /srv/tf belongs to root (uid 0), not to the remote user alice (uid 1000)"
+    )
+
+
+def test_the_probe_reports_a_base_dir_of_another_user(tmp_path: Path) -> None:
+    """Root gives a directory to nobody (65534); any other user finds / is root's."""
+    other = tmp_path / "theirs"
+    if os.geteuid() == 0:
+        other.mkdir()
+        os.chown(other, 65534, 65534)
+        owner_uid = 65534
+    else:
+        other, owner_uid = Path("/"), 0
+    state = probe.probe_host([], str(other), "r1")["base_dir_state"]
+    assert state["path"] == str(other) and state["exists"] and state["is_dir"]
+    [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=state)}, SPEC, 1024)
+    assert problem.startswith(f"host a: tf_worker_base_dir {other} belongs to ")
+    assert f"(uid {owner_uid}), not to the remote user " in problem
+
+
+def test_a_base_dir_the_user_cannot_create_is_refused() -> None:
+    state = {"path": "/proc/tf", "user": "alice", "uid": 1000, "exists": False, "parent": "/proc", "parent_writable": False}
+    [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=state)}, SPEC, 1024)
+    assert problem.startswith("host a: tf_worker_base_dir /proc/tf does not exist and the remote user alice (uid 1000) "
+                              "cannot create it (nearest existing parent: /proc)")

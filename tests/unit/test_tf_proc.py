@@ -148,3 +148,40 @@ def test_oom_kill_counts_on_this_machine() -> None:
     counts = tf_proc.oom_kill_counts()
     assert set(counts) <= {"host", "cgroup"}
     assert all(isinstance(value, int) and value >= 0 for value in counts.values())
+
+
+@pytest.mark.parametrize(
+    ("sigpnd", "shdpnd", "expected"),
+    [("0000000000000000", "0000000000004000", True), ("0000000000004000", "0000000000000000", True),
+     ("0000000000000000", "0000000000000100", False), ("zz", "0000000000000000", None)],
+)  # fmt: skip
+def test_signal_pending(tmp_path: Path, sigpnd: str, shdpnd: str, expected: bool | None) -> None:
+    """SIGTERM (15) is bit 14 of the masks; SigPnd holds what was sent to the thread,
+    ShdPnd what was sent to the process (a kill or a group's)."""
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "status").write_text(f"Name:\tkeeper\nSigPnd:\t{sigpnd}\nShdPnd:\t{shdpnd}\nSigBlk:\t0000000000004002\n")
+    assert tf_proc.signal_pending(7, 15, str(tmp_path)) is expected
+    assert tf_proc.signal_pending(8, 15, str(tmp_path)) is None
+
+
+def test_signal_pending_on_this_machine() -> None:
+    """A blocked signal sent to a process stays pending, as the keeper's SIGTERM does."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+         "print('ready', flush=True)\ntime.sleep(30)"], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        assert tf_proc.signal_pending(child.pid, signal.SIGTERM) is False
+        child.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        assert tf_proc.signal_pending(child.pid, signal.SIGTERM) is True
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()

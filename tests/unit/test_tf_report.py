@@ -8,12 +8,17 @@ then parsed, and its structure and numbers checked.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import signal
+import sys
 import time
+from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Iterator
 
 import pytest
 from ansible.errors import AnsibleActionFail, AnsibleFilterError
@@ -21,7 +26,7 @@ from ansible.errors import AnsibleActionFail, AnsibleFilterError
 import tf_report
 from report_runs import TEMPLATE, T0, build, endpoints, metrics_of, render, write_worker
 from tf_report import fmt_seconds, nice_ticks, tf_report_view
-from tf_report_action import write_report
+from tf_report_action import ActionModule, culprit_log_tails, draw, log_tail, write_report
 from tf_verdict import summarize
 
 MARKER = "multiworker-complete.txt"
@@ -99,14 +104,36 @@ def points(polyline: Node) -> list[tuple[float, float]]:
     return [tuple(map(float, pair.split(","))) for pair in polyline.attrs["points"].split()]  # type: ignore[misc]
 
 
-def chart_x(epoch: int, low: int, high: int) -> float:
-    left, right = tf_report.CHART_LEFT, tf_report.CHART_W - tf_report.CHART_RIGHT
-    return round(left + (epoch - low) / (high - low) * (right - left), 1)
+# Where things must land, worked out by hand from the page's layout (not from the module's
+# constants, so that a wrong scale cannot agree with itself): a chart's plot spans x = 62
+# to 508 (520 units wide, 62 of labels on the left, 12 on the right); a timeline's x = 170
+# to 1024 (1040 wide, 170 of labels, 16 on the right), from the attempt's first launch to
+# its last record.
+CHART_X_1_3 = {1: 62.0, 2: 285.0, 3: 508.0}  # epochs 1..3: the ends and the middle
+CHART_X_1_4 = {1: 62.0, 2: 210.7, 3: 359.3, 4: 508.0}  # epochs 1..4: 446 / 3 apart
+TIMELINE_X_7S = {0: 170.0, 2.0: 414.0, 3.5: 597.0, 5.0: 780.0, 6.5: 963.0, 7: 1024.0}  # 7 s: 122 a second
+TIMELINE_X_6_2S = {3.5: 652.1, 4.5: 789.8}  # 6.2 s: 854 / 6.2 a second
 
 
-def timeline_x(seconds: float, span: float) -> float:
-    left, right = tf_report.TIMELINE_LABEL_W, tf_report.TIMELINE_W - tf_report.TIMELINE_RIGHT
-    return round(left + seconds / span * (right - left), 1)
+@contextmanager
+def cpu_budget(seconds: float) -> Iterator[None]:
+    """Asserts that the block takes under ``seconds`` of this process's CPU; a block that
+    would never end (a tick loop that stops advancing) is interrupted at twice that by a
+    CPU-time timer and fails instead of hanging the test run."""
+
+    def expired(_signum: int, _frame: Any) -> None:
+        raise AssertionError(f"still running after {2 * seconds} s of CPU")
+
+    previous = signal.signal(signal.SIGVTALRM, expired)
+    signal.setitimer(signal.ITIMER_VIRTUAL, 2 * seconds)
+    started = time.process_time()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, previous)
+    used = time.process_time() - started
+    assert used < seconds, f"{used:.3f} s of CPU"
 
 
 def assert_self_contained(html: str) -> None:
@@ -230,7 +257,7 @@ def test_succeeded_run_page(succeeded: dict[str, Any]) -> None:
     assert [line.attrs["data-worker"] for line in lines] == ["0", "1"]
     for line in lines:
         coords = points(line)
-        assert [x for x, _ in coords] == [chart_x(e, 1, 3) for e in (1, 2, 3)]
+        assert [x for x, _ in coords] == [62.0, 285.0, 508.0]
         assert coords[0][1] < coords[1][1] < coords[2][1]  # the loss falls: y grows downwards
         assert "stroke-dasharray" not in line.attrs
     assert points(lines[0]) == points(lines[1])
@@ -242,17 +269,15 @@ def test_succeeded_run_page(succeeded: dict[str, Any]) -> None:
     [timeline] = root.find("svg", "timeline")
     rows = timeline.find("g", "row")
     assert [r.attrs["data-worker"] for r in rows] == ["0", "1"] and all("ok" in r.classes for r in rows)
-    span = 7.0  # launch at T0, last exit at T0 + 7
+    at = TIMELINE_X_7S  # launch at T0, last exit at T0 + 7
     for row in rows:
         [bar] = row.find("rect", "bar")
-        assert float(bar.attrs["x"]) == timeline_x(0, span)
-        assert float(bar.attrs["width"]) == pytest.approx(timeline_x(7, span) - timeline_x(0, span), abs=0.15)
+        assert float(bar.attrs["x"]) == at[0] == 170.0
+        assert float(bar.attrs["width"]) == pytest.approx(at[7] - at[0], abs=0.15)
         [epochs] = row.find("path", "epochs")
-        assert [float(m) for m in re.findall(r"M([\d.]+) ", epochs.attrs["d"])] == [
-            timeline_x(t, span) for t in (3.5, 5.0, 6.5)
-        ]
+        assert [float(m) for m in re.findall(r"M([\d.]+) ", epochs.attrs["d"])] == [at[3.5], at[5.0], at[6.5]]
         [join] = row.find("path", "join")
-        assert join.attrs["d"].startswith(f"M{timeline_x(2.0, span)} ")
+        assert join.attrs["d"].startswith(f"M{at[2.0]} ")
         assert row.find("circle", "exit-ok")
     links = [a.attrs["href"] for a in root.find("a", "log")]
     assert links == ["node0/worker-0/worker.log", "node0/worker-1/worker.log"]
@@ -267,7 +292,7 @@ def test_disagreeing_metrics_are_marked_and_named(disagreeing: dict[str, Any]) -
     loss = root.find("svg", "chart", data_metric="loss")[0]
     circles = loss.find("circle", "disagree")
     assert len(circles) == 2  # one per distinct value
-    assert {float(c.attrs["cx"]) for c in circles} == {chart_x(2, 1, 3)}
+    assert {float(c.attrs["cx"]) for c in circles} == {CHART_X_1_3[2]}
     odd = [p for line in loss.find("polyline", "series") if line.attrs["data-worker"] == "1" for p in points(line)]
     assert any(float(c.attrs["cy"]) == odd[1][1] for c in circles)
     note = loss.parent.find("ul", "disagreements")[0].all_text()  # type: ignore[union-attr]
@@ -283,9 +308,8 @@ def test_killed_worker_is_the_marked_culprit(killed: dict[str, Any]) -> None:
     assert statuses == {"0": {"stopped"}, "1": {"culprit"}, "2": {"stopped"}}
     [culprit] = timeline.find("g", "culprit")
     assert culprit.find("path", "exit-culprit") and culprit.find("rect", "bar")
-    span = 6.2
-    [bar] = culprit.find("rect", "bar")
-    assert float(bar.attrs["x"]) + float(bar.attrs["width"]) == pytest.approx(timeline_x(4.5, span), abs=0.15)
+    [bar] = culprit.find("rect", "bar")  # the attempt lasted 6.2 s; worker 1 exited at 4.5 s
+    assert float(bar.attrs["x"]) + float(bar.attrs["width"]) == pytest.approx(TIMELINE_X_6_2S[4.5], abs=0.15)
     assert "culprit: exit 137 SIGKILL" in culprit.all_text()
     assert len(timeline.find("rect", "exit-stopped")) == 2
     head = root.find("div", "attempt")[0].find("div", "head")[0].all_text()
@@ -299,8 +323,7 @@ def test_restart_with_resume(resumed: dict[str, Any]) -> None:
     first, second = root.find("svg", "timeline")
     assert (first.attrs["data-attempt"], second.attrs["data-attempt"]) == ("0", "1")
     [resume] = first.find("line", "resume")
-    span = 6.2
-    assert float(resume.attrs["x1"]) == timeline_x(3.5, span)  # epoch 1 of attempt 0 ended at T0 + 3.5
+    assert float(resume.attrs["x1"]) == TIMELINE_X_6_2S[3.5]  # epoch 1 of attempt 0 ended at T0 + 3.5
     assert "attempt 1 resumed after epoch 1" in first.all_text()
     note = root.find("div", "attempt", data_attempt="1")[0].find("p", "resume-note")[0].text
     assert "Resumed after epoch 1" in note and "from epoch 2" in note
@@ -308,9 +331,9 @@ def test_restart_with_resume(resumed: dict[str, Any]) -> None:
     dashed = [line for line in loss.find("polyline", "series") if "stroke-dasharray" in line.attrs]
     solid = [line for line in loss.find("polyline", "series") if "stroke-dasharray" not in line.attrs]
     assert {line.attrs["data-attempt"] for line in dashed} == {"0"} and len(solid) == 3
-    assert [x for x, _ in points(solid[0])] == [chart_x(e, 1, 4) for e in (2, 3, 4)]
+    assert [x for x, _ in points(solid[0])] == [CHART_X_1_4[e] for e in (2, 3, 4)]
     [restart] = loss.find("line", "resume")
-    assert float(restart.attrs["x1"]) == chart_x(1, 1, 4)
+    assert float(restart.attrs["x1"]) == CHART_X_1_4[1]
     assert "3 worker(s), 6 curves (earlier attempts dashed)" in loss.parent.all_text()  # type: ignore[union-attr]
     links = [a.attrs["href"] for a in root.find("a", "log")]
     assert "node1/worker-1/worker.log" in links and "node1/retry-1/worker-1/worker.log" in links
@@ -325,7 +348,8 @@ def test_32_workers_200_epochs_render_fast_and_small(tmp_path: Path) -> None:
     # What the role's action does: read summary.json, lay it out, render, write. CPU time,
     # not wall time: the bound holds on a loaded machine too.
     started, wall = time.process_time(), time.perf_counter()
-    written = write_report(str(run / "summary.json"), str(TEMPLATE), str(run / "report.html"))
+    with cpu_budget(1.0):
+        written = write_report(str(run / "summary.json"), str(TEMPLATE), str(run / "report.html"))
     elapsed, wall = time.process_time() - started, time.perf_counter() - wall
     html = (run / "report.html").read_text()
     size = len(html.encode())
@@ -400,6 +424,7 @@ def test_text_from_logs_is_escaped(killed: dict[str, Any]) -> None:
     html, _ = page(killed)
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; left" in html
     assert "&lt;b&gt;bold&lt;/b&gt;" in html
+    assert not [t for t in Elements(html).tags if t in ("script", "b")]  # present as text, never as markup
 
 
 # --- the filter's pieces ----------------------------------------------------------------------
@@ -444,3 +469,459 @@ def test_the_documentation_only_module_documents_the_actions_options() -> None:
     options = yaml.safe_load(doc_module.DOCUMENTATION)["options"]
     documented = {name: {"type": o["type"], "required": o.get("required", False)} for name, o in options.items()}
     assert documented == {name: {"type": s["type"], "required": s.get("required", False)} for name, s in ARGUMENT_SPEC.items()}
+
+
+# --- values the axes must survive (issue 24, point 1) -----------------------------------------
+
+BIG = sys.float_info.max
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        (1e16, 1e16 + 2, [1e16, 1e16 + 2]),  # a step of 0.5 does not move 1e16: the two ends
+        (-1e308, 1e308, [-1e308, -5e307, 0, 5e307, 1e308]),  # the span overflows a float
+        (-BIG, BIG, [-1e308, 0, 1e308]),
+        (0, 5e-324, [0, 5e-324]),  # the smallest float: the span underflows
+        (1e-300, 3e-300, [1e-300, 1.5e-300, 2e-300, 2.5e-300, 3e-300]),
+        (7, 7, [7]),
+    ],
+)
+def test_nice_ticks_at_the_float_types_ends(low: float, high: float, expected: list[float]) -> None:
+    with cpu_budget(1.0):
+        ticks = nice_ticks(low, high, 5)
+    assert ticks == pytest.approx(expected, rel=1e-12)
+
+
+MAGNITUDES = [0.0, 1e-300, 1e-9, 0.5, 3.0, 1e6, 1e15, 1e16, 2**53, 1e20, 1e300, 1e308]
+SPANS = [5e-324, 1e-300, 1e-12, 1e-3, 1.0, 2.0, 7.0, 1e6, 1e20, 1e300, 1e308]
+
+
+def test_nice_ticks_are_bounded_increasing_and_finite_for_any_span() -> None:
+    """Every pair of magnitude and span, both signs: at most MAX_TICKS ticks (the bound,
+    12, known here independently), strictly increasing, finite, within the span's reach."""
+    cases = 0
+    with cpu_budget(1.0):
+        for base in MAGNITUDES:
+            for sign in (1, -1):
+                low = sign * base
+                for span in SPANS:
+                    high = min(low + span, BIG)
+                    for target in (1, 5, 8, 1000):
+                        ticks = nice_ticks(low, high, target)
+                        assert 1 <= len(ticks) <= 12, (low, high, target, ticks)
+                        assert all(math.isfinite(t) for t in ticks)
+                        assert all(a < b for a, b in zip(ticks, ticks[1:])), (low, high, ticks)
+                        cases += 1
+    assert cases == len(MAGNITUDES) * 2 * len(SPANS) * 4
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_nice_ticks_refuse_what_is_not_a_number(bad: float) -> None:
+    with pytest.raises(AnsibleFilterError, match="cannot scale an axis from"):
+        nice_ticks(0.0, bad)
+
+
+def run_of(tmp_path: Path, values: list[dict[int, dict[str, str]]], epochs: range = range(1, 4)) -> dict[str, Any]:
+    """A run of one worker per entry of ``values`` (its metrics per epoch)."""
+    run = tmp_path / "odd"
+    hosts, eps = endpoints(len(values))
+    for index, metrics in enumerate(values):
+        write_worker(run, hosts[index], index, eps, epochs=epochs, metrics=metrics)
+    return build(run, len(values))
+
+
+def drawn(tmp_path: Path, summary: dict[str, Any]) -> Node:
+    """The page the action writes for ``summary``, drawn (not the page that says why),
+    within a second of CPU."""
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    with cpu_budget(1.0):
+        written = write_report(str(tmp_path / "summary.json"), str(TEMPLATE), str(tmp_path / "report.html"))
+    assert "error" not in written, written["error"]
+    html = (tmp_path / "report.html").read_text()
+    assert_self_contained(html)
+    return Tree(html).root
+
+
+def y_labels(root: Node, metric: str = "loss") -> list[str]:
+    return [t.text for t in root.find("svg", "chart", data_metric=metric)[0].find("text", "tick")
+            if float(t.attrs["x"]) < 62]
+
+
+def test_values_one_float_step_apart_are_drawn(tmp_path: Path) -> None:
+    """loss=1e16 and loss=10000000000000002: the report used to append ticks forever."""
+    root = drawn(tmp_path, run_of(tmp_path, [{e: {"loss": "1e16"} for e in (1, 2, 3)},
+                                             {e: {"loss": "10000000000000002"} for e in (1, 2, 3)}]))
+    assert y_labels(root) == ["10000000000000000", "10000000000000002"]
+    assert len(root.find("circle", "disagree")) == 6  # three epochs, two values each
+
+
+def test_values_at_the_ends_of_the_float_type_are_drawn(tmp_path: Path) -> None:
+    root = drawn(tmp_path, run_of(tmp_path, [{e: {"loss": "-1e308"} for e in (1, 2, 3)},
+                                             {e: {"loss": "1e308"} for e in (1, 2, 3)}]))
+    assert y_labels(root) == ["-1e+308", "-5e+307", "0", "5e+307", "1e+308"]
+    lines = root.find("svg", "chart", data_metric="loss")[0].find("polyline", "series")
+    assert [{y for _, y in points(line)} for line in lines] == [{186.1}, {21.9}]  # padded by 6 % of the span: 184 * (0.12 / 2.24) from each end
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400"])
+def test_values_past_the_float_type_are_named_not_drawn(tmp_path: Path, value: str) -> None:
+    root = drawn(tmp_path, run_of(tmp_path, [{2: {"loss": value, "binary_accuracy": "0.5"}}, {}]))
+    card = root.find("svg", "chart", data_metric="loss")[0].parent
+    assert f"not drawn: epoch 2, worker 0: loss={value}" in card.all_text()  # type: ignore[union-attr]
+
+
+def test_a_single_value_is_drawn(tmp_path: Path) -> None:
+    root = drawn(tmp_path, run_of(tmp_path, [{1: {"loss": "0.5"}}], epochs=range(1, 2)))
+    [chart] = root.find("svg", "chart", data_metric="loss")
+    [line] = chart.find("polyline", "series")
+    assert points(line) == [(285.0, 104.0)]  # the middle of the plot (x 62-508, y 12-196)
+    assert chart.find("path", "dots")  # one dot: a one-point line would not show
+    assert [t.text for t in chart.find("text", "tick") if float(t.attrs["x"]) >= 62] == ["1"]
+
+
+def test_a_single_epoch_of_two_workers_is_labelled_once(tmp_path: Path) -> None:
+    root = drawn(tmp_path, run_of(tmp_path, [{}, {}], epochs=range(1, 2)))
+    for chart in root.find("svg", "chart"):
+        assert [t.text for t in chart.find("text", "tick") if float(t.attrs["x"]) >= 62] == ["1"]
+
+
+def test_times_past_the_float_type_are_not_drawn(tmp_path: Path, killed: dict[str, Any]) -> None:
+    rows = killed["timeline"][0]["workers"]
+    killed["timeline"][0]["started_at"] = None  # the span is then from -1e308 to 1e308
+    rows[0]["finished_at"], rows[1]["launched_at"], rows[2]["joined_at"] = 1e308, -1e308, float("nan")
+    rows[2]["epoch_at"] = {"1": "soon", "2": True}
+    root = drawn(tmp_path, killed)  # summary.json may hold NaN: Python's json writes and reads it
+    [timeline] = root.find("svg", "timeline")
+    assert len(timeline.find("g", "row")) == 3 and 2 <= len(timeline.find("text", "tick")) <= 12
+    assert not timeline.find("g", data_worker="2")[0].find("path", "join")
+
+
+def test_a_summary_that_cannot_be_laid_out_gives_a_page_that_says_why(tmp_path: Path) -> None:
+    summary = {"run_id": "odd-run", "status": "failed", "reason": "worker 1 <b>failed</b>",
+               "timeline": [{"attempt": 0, "workers": [{"host": "node0"}]}]}  # a worker without an index
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    written = write_report(str(tmp_path / "summary.json"), str(TEMPLATE), str(tmp_path / "report.html"))
+    assert written["error"] == "KeyError: 'index'"
+    root = Tree((tmp_path / "report.html").read_text()).root
+    assert root.find("span", id="status")[0].text == "FAILED"
+    assert root.find("div", id="reason")[0].text == "worker 1 <b>failed</b>" and not root.find("b")
+    assert "The report could not be drawn: KeyError: 'index'" in root.find("p", id="not-drawn")[0].all_text()
+    assert root.find("a")[0].attrs["href"] == "summary.json"
+
+
+def test_a_template_that_fails_gives_a_page_and_a_warning_not_a_failed_task(tmp_path: Path, succeeded: dict[str, Any]) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps(succeeded))
+    (tmp_path / "broken.html.j2").write_text("{{ __tf_verdict_report.no_such_field.x }}")
+    action = ActionModule.__new__(ActionModule)
+    action._task = SimpleNamespace(check_mode=False)  # type: ignore[attr-defined]
+    action._find_needle = lambda _kind, name: name  # type: ignore[method-assign]
+    args = {"summary": str(tmp_path / "summary.json"), "template": str(tmp_path / "broken.html.j2"),
+            "dest": str(tmp_path / "report.html")}
+    result = action.work(args, {})
+    assert result["changed"] is True and "failed" not in result
+    assert result["error"].startswith("UndefinedError: ")
+    assert result["warnings"] == [
+        f"the report could not be drawn ({result['error']}); {tmp_path}/report.html says so, and the verdict "
+        f"and {tmp_path}/summary.json stand"
+    ]
+    assert Tree((tmp_path / "report.html").read_text()).root.find("span", id="status")[0].text == "SUCCEEDED"
+
+
+# --- markup from logs and records never becomes markup (issue 24, point 21) -------------------
+
+
+def markup(field: str) -> str:
+    """Text that, printed unescaped, adds a script, an image with a handler, and (breaking
+    out of a quoted attribute either way) a handler attribute; ``field`` names it."""
+    return (
+        f'<script>alert("{field}")</script><img src=x onerror="alert(1)">'
+        f'" data-injected="1" onmouseover="alert(2)" \' data-injected=\'1\' onfocus=\'alert(3)\' <b>'
+    )
+
+
+class Elements(HTMLParser):
+    """Every element and attribute of a page as a browser's parser sees them."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str]] = []
+        self.text: list[str] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.attrs += [(k, v or "") for k, v in attrs]
+
+    handle_startendtag = handle_starttag
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def injected(self) -> list[str]:
+        """What the markup above added to the page, if it became markup."""
+        return [f"<{t}>" for t in self.tags if t in ("script", "img", "b")] + [
+            f"{k}=" for k, _ in self.attrs if k.startswith("on") or k in ("src", "data-injected")
+        ]
+
+    def shows(self, field: str) -> bool:
+        """Whether the field's text reached the page (as text or an attribute's value)."""
+        needle = f'alert("{field}")'.lower()
+        return any(needle in piece.lower() for piece in self.text + [v for _, v in self.attrs])
+
+
+FIELDS = (
+    "run_id", "status", "reason", "written_at", "check_name", "check_detail", "metric", "value", "disagree_value",
+    "host", "endpoint", "devices", "exit_reason", "signal", "cause_kind", "cause_detail", "log", "log_line",
+    "stall_detail", "stack_where", "stack_frame", "stack_host",
+)  # fmt: skip
+
+
+def injected_run(tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    """A failed, restarted run (worker 1 killed, the others stopped, then a resume) whose
+    every field that comes from a log or a record carries markup; its summary.json and the
+    culprit's log written in the run directory."""
+    run = tmp_path / "resume"
+    hosts, eps = endpoints(3, 3)
+    write_killed(run, hosts, eps)
+    for index in range(3):
+        write_worker(run, hosts[index], index, eps, attempt=1, start=T0 + 10, epochs=range(2, 5), resumed_from=1)
+    summary = build(run, 3)
+    m = {field: markup(field) for field in FIELDS}
+    summary.update(run_id=m["run_id"], status=m["status"], reason=m["reason"], written_at=m["written_at"])
+    summary["checks"][0].update(name=m["check_name"], detail=m["check_detail"])
+    summary["context"]["devices"] = {"0": m["devices"]}
+    summary["workers"][2].update(host=m["host"], endpoint=m["endpoint"])
+    summary["stall"] = {"culprits": [1], "detail": m["stall_detail"]}
+    summary["workers"][1]["stacks"] = {"where": m["stack_where"], "frames": ["train.py:9 in main", m["stack_frame"]]}
+    summary["workers"][0]["stacks"] = {"where": "tensorflow", "frames": []}
+    summary["workers"][0]["host"] = m["stack_host"]
+    first, second = summary["timeline"]
+    for row in first["workers"] + second["workers"]:
+        row["metrics"] = {epoch: {m["metric"]: v["loss"]} for epoch, v in row["metrics"].items()}
+    second["workers"][0]["metrics"]["3"] = {m["metric"]: m["value"]}
+    second["disagreements"] = [{"epoch": "3", "metric": m["metric"], "values": [
+        {"value": m["disagree_value"], "workers": [0]}, {"value": "0.5", "workers": [1, 2]}]}]
+    first["workers"][2].update(host=m["host"], exit_reason=m["exit_reason"], signal=m["signal"], log=m["log"])
+    first["workers"][1]["cause"] = {"kind": m["cause_kind"], "detail": m["cause_detail"]}
+    first["workers"][0]["cause"] = {"kind": "runbook", "detail": m["cause_detail"]}
+    (run / "node1" / "worker-1" / "worker.log").write_text(f"Traceback (most recent call last):\n{m['log_line']}\n")
+    (run / "summary.json").write_text(json.dumps(summary))
+    return summary, run
+
+
+def test_markup_from_logs_and_records_stays_text(tmp_path: Path) -> None:
+    """Every field a job, a log or a record can fill, filled with markup: the parsed page
+    has none of its elements or attributes, and shows each field as text."""
+    _summary, run = injected_run(tmp_path)
+    written = write_report(str(run / "summary.json"), str(TEMPLATE), str(run / "report.html"))
+    assert "error" not in written, written
+    page_ = Elements((run / "report.html").read_text())
+    assert page_.injected() == []
+    assert [field for field in FIELDS if not page_.shows(field)] == []
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["report.run.reason", "r.exit_reason", "check.detail", "c.metric", "n", "a.culprit.log_tail", "r.cause.detail",
+     "r.host", "w.host", "report.stall.detail", "d.title", "report.run.id"],
+)
+def test_the_markup_test_fails_when_a_field_is_printed_raw(tmp_path: Path, expression: str) -> None:
+    """The test above can fail: the same run, rendered with one field marked ``|safe``,
+    puts the markup on the page."""
+    _summary, run = injected_run(tmp_path)
+    template = TEMPLATE.read_text(encoding="utf-8")
+    assert "{{ %s }}" % expression in template
+    raw = tmp_path / "raw.html.j2"
+    raw.write_text(template.replace("{{ %s }}" % expression, "{{ %s | safe }}" % expression))
+    written = write_report(str(run / "summary.json"), str(raw), str(run / "report.html"))
+    assert "error" not in written, written
+    assert "<script>" in Elements((run / "report.html").read_text()).injected()
+
+
+# --- causes, the culprit's log, stalls, stacks and where each epoch came from -----------------
+
+OOM = {"kind": "out-of-memory", "detail": "killed by SIGKILL; the kernel counted 1 OOM kill", "signal": "SIGKILL",
+       "oom_kills": 1}
+STOPPED = {"kind": "runbook", "detail": "stopped after worker 1 failed"}
+
+
+def worker_rows(root: Node, attempt: int = 0) -> dict[str, Node]:
+    table = root.find("div", "attempt", data_attempt=str(attempt))[0].find("table", "workers")[0]
+    return {tr.find("td")[0].all_text().split()[0]: tr for tr in table.find("tbody")[0].find("tr")}
+
+
+def test_each_workers_cause_is_in_its_timeline_row(killed: dict[str, Any]) -> None:
+    rows = killed["timeline"][0]["workers"]
+    rows[0]["cause"], rows[1]["cause"], rows[2]["cause"] = STOPPED, OOM, {"kind": "made-up", "detail": ""}
+    _, root = page(killed)
+    table = worker_rows(root)
+    causes = {index: tr.find("td", "cause-cell")[0] for index, tr in table.items()}
+    assert {i: td.all_text() for i, td in causes.items()} == {
+        "0": "runbook stopped after worker 1 failed",
+        "1": "out-of-memory killed by SIGKILL; the kernel counted 1 OOM kill",
+        "2": "made-up ",
+    }
+    assert [td.find("span", "cause")[0].classes for td in causes.values()] == [
+        {"cause", "runbook"}, {"cause", "out-of-memory"}, {"cause", "other"},  # only the contract's kinds as classes
+    ]
+    head = root.find("div", "attempt")[0].find("div", "head")[0].all_text()
+    assert "culprit: worker 1 on node1, out-of-memory, exit status 137" in head
+    [culprit] = root.find("svg", "timeline")[0].find("g", "culprit")
+    assert "culprit: exit 137 SIGKILL, out-of-memory" in culprit.all_text()
+    assert culprit.find("title")[0].text.endswith("(exited), out-of-memory - the culprit")
+
+
+def test_a_summary_written_before_causes_is_drawn_without_them(killed: dict[str, Any]) -> None:
+    # A summary.json of an earlier version: none of the keys the causes work added.
+    for key in ("stall", "epoch_sources", "stopped", "judged_again"):
+        killed.pop(key, None)
+    for worker in killed.get("workers", []):
+        worker.pop("cause", None)
+        worker.pop("stacks", None)
+    for attempt in killed.get("timeline", []):
+        for row in attempt.get("workers", []):
+            row.pop("cause", None)
+    _, root = page(killed)
+    assert not root.find("td", "cause-cell") and "cause" not in [th.text for th in root.find("th")]
+    assert not root.find("div", id="stall") and not root.find("section", id="stacks")
+    assert not root.find("p", id="epoch-sources") and not root.find("pre", "log-tail")
+
+
+TRACEBACK = [
+    "Epoch 2/3",
+    "Traceback (most recent call last):",
+    '  File "/job/train.py", line 41, in load_batch',
+    "    import missing_module",
+    "ModuleNotFoundError: No module named 'missing_module'",
+]
+
+
+def test_the_culprits_last_log_lines_are_a_block_with_their_line_breaks(tmp_path: Path, killed: dict[str, Any]) -> None:
+    run = tmp_path / "killed"
+    (run / "node1" / "worker-1" / "worker.log").write_text("\n".join(["noise"] * 40 + TRACEBACK) + "\n\n")
+    (run / "summary.json").write_text(json.dumps(killed))
+    write_report(str(run / "summary.json"), str(TEMPLATE), str(run / "report.html"))
+    root = Tree((run / "report.html").read_text()).root
+    [block] = root.find("pre", "log-tail")
+    assert block.attrs["data-worker"] == "1"
+    assert block.text == "\n".join(["noise"] * 15 + TRACEBACK)  # the last 20 non-blank lines, as the log has them
+    caption = block.parent.find("p", "caption")[0].all_text()  # type: ignore[union-attr]
+    assert caption == "The last 20 line(s) of the culprit's log (worker 1, node1/worker-1/worker.log):"
+
+
+def test_log_tail_reads_the_end_of_a_large_log_only(tmp_path: Path) -> None:
+    log = tmp_path / "worker.log"
+    log.write_text("".join(f"line {n:07d} of a long log\n" for n in range(200_000)) + "last \x1b[2J line\n")
+    assert log.stat().st_size > 5_000_000
+    with cpu_budget(0.5):
+        tail = log_tail(str(log))
+    assert tail == [f"line {n:07d} of a long log" for n in range(199_981, 200_000)] + ["last \\x1b[2J line"]
+    everything = log_tail(str(log), lines=10**6)
+    # The last 64 KiB: the 16-byte last line and the whole 27-byte lines before it; the
+    # line cut at the start of the read is dropped.
+    assert len(everything) == 1 + (64 * 1024 - 16) // 27 and re.fullmatch(r"line \d{7} of a long log", everything[0])
+    assert log_tail(str(tmp_path / "missing.log")) == []
+
+
+def test_a_log_path_outside_the_run_is_not_read(tmp_path: Path, killed: dict[str, Any]) -> None:
+    run = tmp_path / "killed"
+    (tmp_path / "secret.log").write_text("secret\n")
+    killed["timeline"][0]["workers"][1]["log"] = "../secret.log"
+    assert culprit_log_tails(killed, str(run)) == {}
+    killed["timeline"][0]["workers"][1]["log"] = "node1/worker-1/worker.log"
+    assert list(culprit_log_tails(killed, str(run))) == ["node1/worker-1/worker.log"]
+
+
+FRAMES = ["train.py:88 in main", "train.py:52 in train_epoch", "data.py:41 in load_batch"]
+
+
+def test_a_stall_and_each_workers_stack_are_shown(killed: dict[str, Any]) -> None:
+    killed["stall"] = {"culprits": [1], "detail": "no worker printed progress for 20 s"}
+    killed["workers"][1]["stacks"] = {"file": "stacks.txt", "captured_at": T0 + 30, "where": "own-code", "frames": FRAMES}
+    killed["workers"][0]["stacks"] = {"file": "stacks.txt", "captured_at": T0 + 30, "where": "tensorflow", "frames": []}
+    _, root = page(killed)
+    assert root.find("div", id="stall")[0].all_text() == "Stalled: no worker printed progress for 20 s\nculprit: worker 1"
+    rows = root.find("section", id="stacks")[0].find("tr", "stack")
+    assert [(r.attrs["data-worker"], "culprit" in r.classes) for r in rows] == [("0", False), ("1", True)]
+    assert [td.all_text() for td in rows[0].find("td")] == ["0", "node0", "TensorFlow", "no frame of its own code"]
+    assert rows[1].find("td")[2].text == "its own code"
+    assert rows[1].find("pre", "frames")[0].text == "\n".join(FRAMES)  # innermost last, one a line
+    killed["stall"]["culprits"] = []
+    assert page(killed)[1].find("div", id="stall")[0].all_text().endswith("culprit: every worker stalled")
+
+
+def test_where_each_epoch_came_from(resumed: dict[str, Any]) -> None:
+    resumed["epoch_sources"] = {"1": 0, "2": 1, "3": 1, "4": 1}
+    _, root = page(resumed)
+    assert root.find("p", id="epoch-sources")[0].all_text() == (
+        "Each epoch is judged once, from the latest attempt that printed it:\n"
+        "epoch(s) 1 from attempt 0; epoch(s) 2-4 from attempt 1."
+    )
+    taken = [div.find("span", "epochs-taken")[0].text for div in root.find("div", "attempt")]
+    assert taken == ["epoch(s) 1 judged from this attempt", "epoch(s) 2-4 judged from this attempt"]
+
+
+def test_one_attempt_says_nothing_about_where_epochs_came_from(succeeded: dict[str, Any]) -> None:
+    succeeded["epoch_sources"] = {"1": 0, "2": 0, "3": 0}
+    _, root = page(succeeded)
+    assert not root.find("p", id="epoch-sources")
+    assert root.find("span", "epochs-taken")[0].text == "epoch(s) 1-3 judged from this attempt"
+
+
+@pytest.mark.parametrize(("epochs", "shown"), [([], ""), ([4], "4"), ([3, 1, 2, 5, 8, 7], "1-3, 5, 7-8")])
+def test_epoch_ranges(epochs: list[int], shown: str) -> None:
+    assert tf_report.epoch_ranges(epochs) == shown
+
+
+def test_keras_jobs_join_and_epoch_marks(tmp_path: Path) -> None:
+    """A Keras job prints no contract line: it joined when its first epoch began (its first
+    timed ``Epoch 1/N`` header), and epoch E ended at the step line printed after the
+    ``Epoch E/N`` header (verbose=2 prints one at the end of each epoch). A worker whose
+    supervisor timed no line falls back to state.json's own note of the join."""
+    run = tmp_path / "keras"
+    hosts, eps = endpoints(2)
+    for index in range(2):
+        wdir = write_worker(run, hosts[index], index, eps, epochs=range(1, 3))
+        lines = [f"Epoch {e}/2\n4/4 - 1s - 12ms/step - loss: 0.{7 - e}000" for e in (1, 2)]
+        (wdir / "worker.log").write_text("\n".join(lines) + "\n")
+        record = json.loads((wdir / "exit.json").read_text())
+        timed = [
+            [T0 + 2.0, "Epoch 1/2"], [T0 + 3.5, "4/4 - 1s - 12ms/step - loss: 0.6000"],
+            [T0 + 3.6, "Epoch 2/2"], [T0 + 5.0, "4/4 - 1s - 12ms/step - loss: 0.5000"],
+        ]
+        record.update(timed_lines=timed if index == 1 else [], finished_at=T0 + 5.0)
+        (wdir / "exit.json").write_text(json.dumps(record))
+        if index == 0:  # the supervisor's own note of the join, where its state was collected
+            (wdir / "state.json").write_text(json.dumps({"started_at": T0, "joined_at": T0 + 1.25}))
+    summary = build(run, 2)
+    row = summary["timeline"][0]["workers"][1]
+    assert (row["joined"], row["joined_at"], row["epoch_at"]) == (True, T0 + 2.0, {"1": T0 + 3.5, "2": T0 + 5.0})
+    assert summary["timeline"][0]["workers"][0]["joined_at"] == T0 + 1.25
+    _, root = page(summary)
+    assert [tr.find("td")[3].text for tr in worker_rows(root).values()] == ["1.2 s", "2.0 s"]
+    rows = root.find("svg", "timeline")[0].find("g", "row")
+    [marks] = rows[1].find("path", "epochs")
+    # A 5 s attempt: 854 / 5 px a second from x = 170; epoch 1 ended at 3.5 s, epoch 2 at 5 s.
+    assert [float(m) for m in re.findall(r"M([\d.]+) ", marks.attrs["d"])] == [767.8, 1024.0]
+    assert not rows[0].find("path", "epochs")
+
+
+def test_a_run_too_large_to_draw_gives_a_page_that_says_why(succeeded: dict[str, Any]) -> None:
+    """Past 500,000 metric values the page would take minutes and tens of MB: it says so
+    instead, and still shows the verdict's checks."""
+    row = succeeded["timeline"][0]["workers"][0]
+    row["metrics"] = {str(epoch): {"loss": "0.5", "accuracy": "0.5"} for epoch in range(1, 250_002)}
+    succeeded["checks"][1]["detail"] = "<b>a detail</b>"
+    with cpu_budget(2.0):
+        html, error = draw(succeeded, TEMPLATE.read_text(encoding="utf-8"), "/nonexistent")
+    # 250,001 epochs of two metrics on worker 0, 3 of two on worker 1.
+    assert error is not None and error.endswith(
+        ": tf_report_view: 500008 metric values are more than the report draws (500000); summary.json holds them all"
+    )
+    root = Tree(html).root
+    assert root.find("span", id="status")[0].text == "SUCCEEDED"
+    rows = root.find("table", id="checks")[0].find("tr", "check")
+    assert [r.find("code")[0].text for r in rows] == [c["name"] for c in succeeded["checks"]]
+    assert rows[1].find("td")[2].text == "<b>a detail</b>" and not root.find("b")

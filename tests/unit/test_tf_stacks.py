@@ -226,3 +226,21 @@ def test_no_stacks_are_asked_of_a_job_without_the_wrapper(tmp_path: Path) -> Non
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_frames_named_through_a_symlink_are_the_jobs_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "real" / "job").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    text = (
+        f'Thread 0x1 (most recent call first):\n  File "{tmp_path}/link/job/train.py", line 7 in step\n'
+        '  File "<frozen runpy>", line 88 in _run_code\n'
+    )
+    monkeypatch.chdir(tmp_path / "real" / "job")  # a name that is no path must not resolve into the job
+    assert tf_causes.parse_stacks(text, str(tmp_path / "real" / "job")) == {"where": "own-code", "frames": ["train.py:7 in step"]}
+    assert tf_causes.parse_stacks(text, str(tmp_path / "link" / "job"))["frames"] == ["train.py:7 in step"]
+
+
+def test_ctrl_c_ends_the_script_by_sigint_as_the_interpreter_does(tmp_path: Path) -> None:
+    plain, wrapped = run_both(tmp_path, "def loop():\n    raise KeyboardInterrupt\nloop()\n")
+    assert wrapped.returncode == plain.returncode == -signal.SIGINT
+    assert wrapped.stderr == plain.stderr

@@ -122,8 +122,10 @@ def test_progress_keeps_the_run_going(monkeypatch: pytest.MonkeyPatch, tmp_path:
 def test_a_timeout_of_zero_turns_the_watchdog_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     clock = Clock(step=600)
     host = Host(clock, [[1]], rounds_to_done=8)
-    result, _ = run_action(monkeypatch, clock, host, **stall_args(tmp_path, timeout=0))
+    args = stall_args(tmp_path, timeout=0)
+    result, _ = run_action(monkeypatch, clock, host, **args)
     assert len(host.calls) == 8 and "stalled" not in result
+    assert not Path(args["stall_dir"]).exists()
 
 
 def test_the_time_since_the_last_progress_counts_not_since_the_start(

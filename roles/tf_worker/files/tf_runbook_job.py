@@ -62,7 +62,7 @@ def run(script: str, args: list[str]) -> None:
         raise
     except KeyboardInterrupt as exc:
         exc.with_traceback(script_traceback(exc.__traceback__, path))
-        traceback.print_exception(exc)
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
         sys.stderr.flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)

@@ -11,9 +11,17 @@ Started by the launch phase (the tf_worker_launch module), detached. It:
 - enforces the startup deadline (a line matching the startup pattern must appear in the
   log) and the job deadline, because TensorFlow alone waits up to an hour for a missing
   peer and ignores SIGTERM while doing so;
-- on SIGTERM/SIGINT, or a passed deadline, stops the whole process group: SIGTERM, then
-  SIGKILL after a grace period;
-- writes ``exit.json`` (return code, signal, reason, times) last, atomically, with the time
+- on a stop request (tf_worker_stop), or a passed deadline, stops the whole process group:
+  SIGTERM, then SIGKILL after a grace period;
+- on a SIGTERM from outside the runbook (a preemption, a host's shutdown), gives the job
+  its grace to save (TensorFlow's PreemptionCheckpointHandler saves and exits 42): the
+  group gets one SIGTERM, forwarded only when it did not get one itself, and the keeper
+  survives it; the cause is ``preempted``;
+- runs the job under a wrapper (``tf_runbook_job.py``) that dumps every thread's Python
+  stack into ``stacks.txt`` on a real-time signal, and takes those stacks before it stops
+  the job on its job deadline;
+- writes ``exit.json`` (return code, signal, reason, times, the ``cause`` of the end from
+  tf_causes.classify, the ``stacks`` when some were taken) last, atomically, with the time
   it first saw each line of the metrics contract (``worker=...``) in the log, which has no
   timestamps of its own (the run report's timeline reads them through the verdict);
 - tells the job its attempt number and checkpoint directory through the environment
@@ -28,13 +36,16 @@ Started by the launch phase (the tf_worker_launch module), detached. It:
   (no job pid yet); the launch sends every worker of the run its go at once, over that
   port, with a secret token that reaches the supervisor through its environment
   (``TF_RUNBOOK_GO_TOKEN``, never a command line or the job's environment); no go within
-  the timeout, or a stop, ends it without starting the job;
+  the timeout, or a stop, ends it without starting the job; connections are served at
+  once (a selector, a second each), and a go whose launch already closed its connection
+  (it gave up) starts nothing;
 - with ``--controller-timeout``, stops the job when the controller's heartbeat file has
   not been renewed for that long (Ctrl-C, a sleeping laptop, a lost network);
 - with ``--peer-timeout``, watches the other workers' TensorFlow ports: a worker whose
   job failed on its own keeps announcing the failure on its port for a while, and a peer
   that hears it stops at once; a peer port that stopped answering (host down) for the
-  timeout stops it too;
+  timeout stops it too; an announcement carries the run id and a MAC under the run's
+  key (``TF_RUNBOOK_ANNOUNCE_KEY``, handed like the go's token): any other is ignored;
 - records who stopped the job as a field of ``exit.json`` (``stopped_by``), reading the
   stop request (``stop.json``) that ``tf_worker_stop`` writes before it signals.
 
@@ -75,6 +86,7 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 from tf_causes import classify, parse_stacks, request_stacks, stacks_dumped  # noqa: E402
+from tf_metrics import is_timed  # noqa: E402
 from tf_proc import group_members, oom_kill_counts, oom_kills_between, signal_pending  # noqa: E402
 from tf_run import (  # noqa: E402
     ANNOUNCE_KEY_ENV,
@@ -107,7 +119,7 @@ ANNOUNCE_SECONDS = 30.0
 # How long a connection may take to send the go line, and how many may be open at once
 # (more are closed as they come: a scan cannot hold the go back).
 GO_READ_SECONDS = 1.0
-GO_MAX_CONNECTIONS = 64
+GO_MAX_CONNECTIONS = 256
 # How long the job's stacks may take to be written, when they are asked for.
 STACKS_SECONDS = 5.0
 # How many of the log's last lines the cause is read from.
@@ -118,8 +130,7 @@ TAIL_LINES = 80
 FORWARD_CHECK_SECONDS = 0.5
 PR_SET_PDEATHSIG = 1
 
-# Lines of the metrics contract (``worker=I ...``) timed in exit.json, and at most how many.
-CONTRACT_PREFIX = b"worker="
+# At most how many timed lines exit.json keeps (which lines: tf_metrics.is_timed).
 MAX_TIMED_LINES = 20000
 
 
@@ -617,10 +628,11 @@ def answer_go(conn: socket.socket, answer: bytes) -> None:
 
 
 class LineClock:
-    """Notes the time at which each contract line first appeared in the log.
+    """Notes the time at which each timed line first appeared in the log.
 
     Reads the log incrementally in binary (a partial last line waits for its end) and keeps
-    ``[time, line]`` for lines that start with ``worker=``, at most ``limit`` of them.
+    ``[time, line]`` for the lines of every output format that tf_metrics times (the
+    contract's ``worker=`` lines, Keras' epoch headers and step lines), at most ``limit``.
     """
 
     def __init__(self, path: Path, limit: int = MAX_TIMED_LINES) -> None:
@@ -631,10 +643,13 @@ class LineClock:
         self.lines: list[list[Any]] = []
 
     def _note(self, raw: bytes, now: float) -> None:
-        line = raw.strip()
-        if line.startswith(CONTRACT_PREFIX) and len(self.lines) < self.limit:
+        if len(self.lines) >= self.limit:
+            return
+        # A progress bar redraws itself with carriage returns: its last state is the line.
+        line = raw.rsplit(b"\r", 1)[-1].strip().decode("utf-8", errors="replace")
+        if is_timed(line):
             # Rounded down to the millisecond: never later than the exit recorded after it.
-            self.lines.append([int(now * 1000) / 1000, line.decode("utf-8", errors="replace")])
+            self.lines.append([int(now * 1000) / 1000, line])
 
     def poll(self, now: float | None = None, final: bool = False) -> None:
         now = time.time() if now is None else now
@@ -737,8 +752,8 @@ def log_tail(path: Path, lines: int = TAIL_LINES, limit: int = 65536) -> list[st
 def job_dir_of(script: Path) -> str:
     """The job directory whose files are the job's own code: this file's (the deploy ships
     the supervisor into it) when the script is there, else the script's own directory."""
-    path = os.path.realpath(script)
-    return _HERE if path.startswith(_HERE + os.sep) else os.path.dirname(path)
+    path, here = os.path.realpath(script), os.path.realpath(_HERE)
+    return here if path.startswith(here + os.sep) else os.path.dirname(path)
 
 
 def read_stacks(worker_dir: Path, job_dir: str) -> dict[str, Any] | None:

@@ -1,0 +1,114 @@
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a host's ``tf_worker_base_dir`` is, and whether the runbook may make it its own.
+
+The run's directories are private (0700), ``tf_worker_base_dir`` included: tf_run_dir
+makes it 0700 even when it existed with another mode. That is right for a directory that
+holds only the runbook's own files, and wrong for a shared one (a home directory, a
+project directory of a group). The rule, read on the host by the preflight probe
+(:func:`base_dir_state`, standard library only) and decided on the controller
+(:func:`base_dir_problems`) before anything is written:
+
+- a missing directory is created by the runbook, 0700, where its nearest existing parent
+  lets the remote user create it;
+- an existing one must be a directory the remote user owns;
+- one that other users may read or enter (a mode wider than 0700) is made private only
+  when it holds nothing but the runbook's own entries (or nothing); one with other
+  content is refused, never silently chmod-ed. A 0700 directory with other content is
+  accepted: its mode does not change.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any
+
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import RUNS_DIR
+
+# What the runbook itself keeps in a base directory (tf_worker roles and tf_run_dir).
+RUNBOOK_ENTRIES = frozenset({RUNS_DIR, "venv", "job-archives", "wheelhouse", "worker-requirements.txt"})
+# Names of other entries reported, at most.
+FOREIGN_SHOWN = 5
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
+
+
+def _nearest_existing(path: str) -> str:
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def base_dir_state(path: str) -> dict[str, Any]:
+    """What the preflight needs to know of ``path`` (``~`` expanded), read only."""
+    path = os.path.abspath(path)
+    uid = os.geteuid()
+    state: dict[str, Any] = {"path": path, "user": _user(uid), "uid": uid, "exists": os.path.exists(path)}
+    if not state["exists"]:
+        parent = _nearest_existing(os.path.dirname(path))
+        state["parent"] = parent
+        state["parent_writable"] = os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)
+        return state
+    info = os.stat(path)
+    state["is_dir"] = stat.S_ISDIR(info.st_mode)
+    state["owner_uid"] = info.st_uid
+    state["owner"] = _user(info.st_uid)
+    state["mode"] = f"{stat.S_IMODE(info.st_mode):04o}"
+    if state["is_dir"] and info.st_uid == uid:
+        try:
+            names = sorted(os.listdir(path))
+        except OSError as exc:
+            state["error"] = exc.strerror or str(exc)
+            names = []
+        foreign = [name for name in names if name not in RUNBOOK_ENTRIES]
+        state["foreign_count"] = len(foreign)
+        state["foreign"] = foreign[:FOREIGN_SHOWN]
+    return state
+
+
+def base_dir_problems(host: str, state: dict[str, Any] | None) -> list[str]:
+    """Why the runbook may not use the base directory ``state`` describes (see the module)."""
+    if not state:
+        return []
+    path = state.get("path", "tf_worker_base_dir")
+    user = f"{state.get('user')} (uid {state.get('uid')})"
+    own = "pick a directory of its own for the runbook, e.g. ~/tf-runbook"
+    if not state.get("exists"):
+        if state.get("parent_writable", True):
+            return []
+        return [
+            f"host {host}: tf_worker_base_dir {path} does not exist and the remote user {user} cannot create it "
+            f"(nearest existing parent: {state.get('parent')}); {own}"
+        ]
+    if not state.get("is_dir"):
+        return [f"host {host}: tf_worker_base_dir {path} exists and is not a directory; {own}"]
+    if state.get("owner_uid") != state.get("uid"):
+        return [
+            f"host {host}: tf_worker_base_dir {path} belongs to {state.get('owner')} (uid {state.get('owner_uid')}), "
+            f"not to the remote user {user}: the runbook keeps its runs in a private directory (0700) of the "
+            f"user's own; {own}"
+        ]
+    if state.get("error"):
+        return [f"host {host}: tf_worker_base_dir {path} cannot be listed: {state['error']}"]
+    mode = int(str(state.get("mode", "0700")), 8)
+    if mode & 0o077 and state.get("foreign_count"):
+        shown = ", ".join(state.get("foreign", []))
+        more = state["foreign_count"] - len(state.get("foreign", []))
+        listing = shown + (f" and {more} more" if more > 0 else "")
+        return [
+            f"host {host}: tf_worker_base_dir {path} is shared (mode {state['mode']}) and holds files that are not "
+            f"the runbook's ({listing}): the runbook makes its base directory private (0700) and will not change "
+            f"the mode of a directory others use; {own}, or make this one 0700 yourself"
+        ]
+    return []
