@@ -38,7 +38,8 @@ def outcome(*failed: dict[str, Any], **more: Any) -> dict[str, Any]:
 
 
 def test_a_job_error_is_not_restarted_and_the_output_says_why_and_how() -> None:
-    failed = outcome(worker(0, "runbook", stopped_by="runbook", returncode=143), {**worker(1, None), "cause": JOB_ERROR})
+    failed = outcome(worker(0, "runbook", stopped_by="runbook", returncode=143),
+                     {**worker(1, None), "cause": JOB_ERROR})
     decision = decide(failed, 0, 2, 100, 0)
     assert decision == {
         "restart": False, "cause": "job-error", "culprit": 1,
@@ -185,3 +186,18 @@ def test_the_default_of_tf_restart_on_is_the_contracts() -> None:
     option = specs["contract"]["options"]["tf_restart_on"]
     assert option["choices"] == list(CAUSES)
     assert option["default"] == list(RESTARTABLE_CAUSES)
+
+
+def test_the_role_inputs_refuse_an_unknown_cause_naming_host_and_value() -> None:
+    """tf_restart_on is checked against the contract's causes before anything runs."""
+    import yaml
+
+    from helpers import REPO
+    from ansible_collections.tf_runbook.multiworker.plugins.action.tf_role_inputs import input_errors
+
+    options = yaml.safe_load((REPO / "roles/tf/meta/argument_specs.yml").read_text())["argument_specs"]
+    spec = {"tf_restart_on": options["contract"]["options"]["tf_restart_on"]}
+    assert input_errors(spec, "h0", {"tf_restart_on": ["preempted", "job-error"]}, {}) == []
+    errors = input_errors(spec, "h0", {"tf_restart_on": ["preempted"]}, {"h1": {"tf_restart_on": ["flaky"]}})
+    assert len(errors) == 1 and errors[0].startswith("host h1: ") and "tf_restart_on" in errors[0]
+    assert "flaky" in errors[0]
