@@ -493,6 +493,12 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    if module.no_log:
+        # The task hides the whole result already. Masking job_env's values inside it too
+        # would corrupt it: Ansible replaces every occurrence of a no_log value in the
+        # result, and a value such as TF_CPP_MIN_LOG_LEVEL's "2" is part of every TF_CONFIG
+        # read back. job_env is this module's only no_log option.
+        module.no_log_values.clear()
     run_id = module.params["run_id"]
     if not run_id_is_safe(run_id):
         module.fail_json(msg=f"run id {run_id!r} is not safe as a directory name: {RUN_ID_RULE}")

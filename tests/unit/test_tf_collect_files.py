@@ -192,6 +192,19 @@ def test_run_dir_masks_job_env_without_a_task_no_log(tmp_path: Path) -> None:
     assert failed["failed"] and "is not one path component" in failed["msg"] and secret not in json.dumps(failed)
 
 
+def test_run_dir_under_a_task_no_log_returns_its_readbacks_whole(tmp_path: Path) -> None:
+    """Under the role's task-level no_log the result is hidden as a whole; a short env value
+    ("2") must not be masked inside it, where it would corrupt the TF_CONFIGs read back."""
+    config = '{"cluster": {"worker": ["h0:2222", "h1:2222"]}, "task": {"index": 0}}\n'
+    args = run_dir_args(tmp_path, job_env={"TF_CPP_MIN_LOG_LEVEL": "2", "API_TOKEN": "s3cr3t"},
+                        configs=[{"index": 0, "content": config}], _ansible_no_log=True)
+    result = run_module(tf_run_dir.__file__, args)
+    assert not result.get("failed"), result
+    assert result["read_back"] == [{"index": 0, "content": config}]
+    assert "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER" not in json.dumps(result)
+    assert "********" not in json.dumps(result)
+
+
 # -- issue 24, point 6: logs obey tf_collect_max_mb; the controller streams --------------
 
 def numbered_log(path: Path, lines: int) -> list[bytes]:
