@@ -9,12 +9,16 @@ module (plugins/modules/tf_collect_bundle.py).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tarfile
 import tempfile
-from typing import Any
+from typing import Any, BinaryIO
 
 from ansible.plugins.action import ActionBase
+
+# Most bytes of one member held in memory at once while unpacking.
+CHUNK = 1024 * 1024
 
 
 def safe_members(archive: tarfile.TarFile, files: list[str]) -> list[tarfile.TarInfo]:
@@ -42,8 +46,47 @@ def private_dirs(path: str) -> None:
         os.chmod(directory, 0o700)
 
 
+def stream_member(source: BinaryIO, target: str) -> bool:
+    """Copy ``source`` to ``target`` in chunks of `CHUNK` bytes, through a temporary file
+    beside it, and replace ``target`` only when the content differs; True when it did.
+
+    The copy is compared with the file on disk by SHA-256, both read in chunks: a member is
+    never held whole in memory, however large the host's log.
+    """
+    fd, pending = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".tf-collect-")
+    try:
+        os.fchmod(fd, 0o600)
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as handle:
+            for chunk in iter(lambda: source.read(CHUNK), b""):
+                digest.update(chunk)
+                handle.write(chunk)
+        if file_sha256(target) == digest.hexdigest():
+            os.unlink(pending)
+            return False
+        os.replace(pending, target)
+        return True
+    except BaseException:
+        if os.path.exists(pending):
+            os.unlink(pending)
+        raise
+
+
+def file_sha256(path: str) -> str:
+    """SHA-256 of the file at ``path``, read in chunks; '' when there is none."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(CHUNK), b""):
+                digest.update(chunk)
+    except FileNotFoundError:
+        return ""
+    return digest.hexdigest()
+
+
 def unpack(archive_path: str, dest: str, files: list[str]) -> list[str]:
-    """Write the archive's files under ``dest``; return those whose content changed.
+    """Write the archive's files under ``dest``, each streamed to disk; return those whose
+    content changed.
 
     Directories are made 0700 and files written 0600, whatever the umask: a run's logs and
     records (the job's arguments among them) are private on the controller as on the hosts.
@@ -54,20 +97,11 @@ def unpack(archive_path: str, dest: str, files: list[str]) -> list[str]:
             source = archive.extractfile(member)
             if source is None:
                 continue
-            data = source.read()
             target = os.path.join(dest, os.path.normpath(member.name))
             private_dirs(os.path.dirname(target))
-            try:
-                with open(target, "rb") as handle:
-                    if handle.read() == data:
-                        continue
-            except FileNotFoundError:
-                pass
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            changed.append(member.name)
+            with source:
+                if stream_member(source, target):
+                    changed.append(member.name)
     return changed
 
 
@@ -87,18 +121,22 @@ class ActionModule(ActionBase):
             return {**result, **packed}
         files = packed.get("files", [])
         left_out = packed.get("left_out", [])
+        truncated = packed.get("truncated", [])
         if self._task.check_mode:
             # A dry run fetches nothing and writes nothing under dest: it names what it would fetch.
             preview = "".join(f"{os.path.join(dest, name)}\n" for name in files)
-            return {**result, "changed": bool(files), "files": files, "left_out": left_out, "dest": dest,
+            return {**result, "changed": bool(files), "files": files, "left_out": left_out, "truncated": truncated,
+                    "dest": dest,
                     **({"diff": {"before": "", "after": preview, "after_header": dest}} if self._task.diff else {})}
         if not packed.get("bundle"):
-            return {**result, "changed": False, "files": files, "left_out": left_out, "dest": dest}
+            return {**result, "changed": False, "files": files, "left_out": left_out, "truncated": truncated,
+                    "dest": dest}
         with tempfile.TemporaryDirectory(prefix="tf-collect-") as scratch:
             local = os.path.join(scratch, "bundle.tar.gz")
             self._connection.fetch_file(packed["bundle"], local)
             private_dirs(dest)
             changed = unpack(local, dest, files)
         return {
-            **result, "changed": bool(changed), "files": files, "left_out": left_out, "updated": changed, "dest": dest
+            **result, "changed": bool(changed), "files": files, "left_out": left_out, "truncated": truncated,
+            "updated": changed, "dest": dest,
         }

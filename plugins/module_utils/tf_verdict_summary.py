@@ -83,23 +83,34 @@ def finished_at(worker: dict[str, Any]) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("inf")
 
 
-def culprit_of(workers: list[dict[str, Any]], wait_failed: list[Any] | None = None) -> dict[str, Any] | None:
+def culprit_of(
+    workers: list[dict[str, Any]], wait_failed: list[Any] | None = None, lost_hosts: list[Any] | None = None
+) -> dict[str, Any] | None:
     """The culprit of an attempt: the first worker to fail that the runbook or an operator
     did not stop; else the first worker the wait reported failed (``wait_failed``), unless
     the runbook or an operator stopped it. A dict ``{"index", "host", "worker"}``
-    (``worker``: the collected worker, or None when only the wait knew it), or None."""
+    (``worker``: the collected worker, or None when only the wait knew it), or None.
+
+    While a host of the run was lost (``lost_hosts``), a worker that ended because a peer
+    was lost (cause ``peer-lost``) is that loss's victim, never the culprit (issue 24,
+    point 22): with no other culprit, the lost host is to blame."""
+
+    def victim(record: dict[str, Any]) -> bool:
+        return stopped_as_victim(record) or (bool(lost_hosts) and cause_of(record).get("kind") == "peer-lost")
+
     failed = [w for w in workers if isinstance(w.get("exit"), dict) and w["exit"].get("returncode") != 0]
-    culprits = [w for w in failed if not stopped_as_victim(w["exit"])]
+    culprits = [w for w in failed if not victim(w["exit"])]
     if culprits:
         first = min(culprits, key=finished_at)
         return {"index": first["index"], "host": first["host"], "worker": first}
     for entry in wait_failed or []:
         entry = entry if isinstance(entry, dict) else {"index": entry}
-        if stopped_as_victim(entry) or as_dict(entry.get("cause")).get("kind") in ("operator", "runbook"):
+        kind = as_dict(entry.get("cause")).get("kind")
+        if stopped_as_victim(entry) or kind in ("operator", "runbook") or (lost_hosts and kind == "peer-lost"):
             continue
         index = entry.get("index")
         match = next((w for w in workers if w["index"] == index), None)
-        if match is not None and stopped_as_victim(as_dict(match.get("exit"))):
+        if match is not None and victim(as_dict(match.get("exit"))):
             continue
         return {"index": index, "host": entry.get("host"), "worker": None, "entry": entry}
     return None
@@ -166,7 +177,7 @@ def failure_reason(
         return f"restore-mismatch: {mismatch}"
     if stall:
         return f"stalled: {stall['detail']}"
-    culprit = culprit_of(workers, wait.get("failed_workers"))
+    culprit = culprit_of(workers, wait.get("failed_workers"), wait.get("lost_hosts"))
     if culprit and culprit["worker"] is not None:
         first = culprit["worker"]
         exit_ = first["exit"]
@@ -390,11 +401,13 @@ def metric_disagreements(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def attempt_timeline(run_dir: str, attempt: dict[str, Any], failed: list[Any]) -> dict[str, Any]:
+def attempt_timeline(
+    run_dir: str, attempt: dict[str, Any], failed: list[Any], lost_hosts: list[Any] | None = None
+) -> dict[str, Any]:
     """One attempt: its workers, the culprit (``culprit_of``), the epoch it resumed after
     and where its workers' metrics differ."""
     rows = [worker_timeline(run_dir, w, attempt["source"]) for w in attempt["workers"]]
-    culprit = culprit_of(attempt["workers"], failed)
+    culprit = culprit_of(attempt["workers"], failed, lost_hosts)
     index = as_int(culprit["index"]) if culprit else None
     for row in rows:
         row["culprit"] = row["index"] == index
@@ -422,7 +435,9 @@ def timeline_of(summary: dict[str, Any], run_dir: str, attempts: list[dict[str, 
         outcome = as_dict((history.get(attempt["attempt"]) or {}).get("outcome"))
         if attempt is attempts[-1] and not outcome:
             outcome = as_dict(context.get("wait"))
-        timeline.append(attempt_timeline(run_dir, attempt, outcome.get("failed_workers") or []))
+        timeline.append(
+            attempt_timeline(run_dir, attempt, outcome.get("failed_workers") or [], outcome.get("lost_hosts"))
+        )
     return timeline
 
 

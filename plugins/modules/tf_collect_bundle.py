@@ -17,7 +17,8 @@ description:
     C(<run dir>/.collect.tar.gz), replacing an earlier bundle. Nothing else is touched.
   - The action plugin of the same name then fetches that archive in one transfer and
     unpacks it under O(dest) on the controller (directories 0700, files 0600), writing only
-    the files whose content changed.
+    the files whose content changed; each file is streamed to disk, never held whole in
+    the controller's memory.
   - A worker's C(job_env.json) (the environment handed to the job) is never collected.
   - In check mode nothing is packed, fetched or written; the files that would be fetched
     are returned (and shown in diff mode).
@@ -43,8 +44,14 @@ options:
     elements: str
     default: []
   max_mb:
-    description: Most this host sends, in MB; the worker files matching O(patterns) come
-      first, then artifacts in path order while they fit. What does not fit is listed in
+    description: Most this host sends, in MB. The worker files matching O(patterns) come
+      first, then artifacts in path order while they fit. Of the first, a record (any file
+      but a text log) comes whole when it is no larger than the cap (64 KiB at least, so the
+      supervisor's records come even with 0); the text logs (C(*.log), C(*.txt), C(*.out),
+      C(*.err)) share what is left, smallest first, each whole when it fits in an equal
+      share. A log over its share is sent as its head and its tail, cut at line ends, with
+      a marker line between that says how many bytes were cut (64 KiB at least in all); it
+      is listed in RV(truncated). Any other file that does not fit is listed in
       RV(left_out).
     type: int
     default: 500
@@ -89,6 +96,15 @@ left_out:
   type: list
   elements: dict
   returned: always
+truncated:
+  description: Logs sent as their head and tail (over their share of O(max_mb)), each with
+    C(path), C(bytes) (its size on the host), C(sent) (what the bundle holds, marker
+    included), C(head_bytes), C(tail_bytes) and C(cut_bytes); the whole log stays on the host.
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"path": worker-0/worker.log, "bytes": 3221225472, "sent": 524287982,
+            "head_bytes": 262143910, "tail_bytes": 262143941, "cut_bytes": 2696937621}]
 run_dir:
   description: The run's directory on the host.
   type: str
@@ -108,7 +124,7 @@ import fnmatch
 import os
 import re
 import tarfile
-from typing import Any
+from typing import Any, BinaryIO, Iterator, NamedTuple
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
@@ -124,6 +140,14 @@ BUNDLE_NAME = ".collect.tar.gz"
 NEVER_COLLECTED = (JOB_ENV_FILE,)
 WORKER_DIR = re.compile(r"^(retry-[0-9]+/)?worker-[0-9]+$")
 MB = 1024 * 1024
+# Files that may be sent as their head and tail when over their share of max_mb: text logs.
+CUTTABLE = ("*.log", "*.txt", "*.out", "*.err")
+# However small the cap, a cut log keeps this much (head and tail together, with the marker).
+MIN_CUT = 64 * 1024
+# How far back (forward) from the head's end (the tail's start) a cut looks for a line end.
+LINE_SEARCH = 64 * 1024
+# Most bytes of a cut log held in memory at once while packing.
+CHUNK = 64 * 1024
 
 
 def artifact_files(run_dir: str, patterns: list[str]) -> list[str]:
@@ -156,25 +180,144 @@ def artifact_files(run_dir: str, patterns: list[str]) -> list[str]:
     return sorted(found)
 
 
-def within_cap(run_dir: str, first: list[str], rest: list[str], max_mb: int) -> tuple[list[str], list[dict[str, Any]]]:
-    """``first`` (logs and records) always, then ``rest`` in order while the total stays
-    within ``max_mb``; the files left out, with their sizes."""
+def within_cap(
+    run_dir: str, first: list[str], rest: list[str], max_mb: int
+) -> tuple[list[str], list[dict[str, Any]], dict[str, Cut]]:
+    """What this host sends within ``max_mb``: ``first`` (logs and records), then ``rest``
+    (artifacts) in order while the total stays within the cap. Returns the files sent, the
+    files left out with their sizes, and the logs sent cut (path to its `Cut`).
+
+    Records (``first`` files that are not text logs) come whole, as they cannot be cut,
+    each when it is no larger than the cap (at least `MIN_CUT`: the supervisor's records
+    come even with ``max_mb`` 0), else it is left out. The logs share what is left fairly,
+    smallest first, each whole when it fits in an equal share of what is left; a log over
+    its share is cut to its head and tail (at least `MIN_CUT` bytes in all)."""
     budget = max_mb * MB
-    kept, left_out = [], []
-    total = 0
-    for rel in first:
-        total += os.path.getsize(os.path.join(run_dir, rel))
+    sizes = {rel: os.path.getsize(os.path.join(run_dir, rel)) for rel in dict.fromkeys(first)}
+    kept: list[str] = []
+    left_out: list[dict[str, Any]] = []
+    cuts: dict[str, Cut] = {}
+    left = budget
+    logs = sorted((rel for rel in sizes if cuttable(rel)), key=lambda rel: (sizes[rel], rel))
+    for rel in sorted(rel for rel in sizes if not cuttable(rel)):
+        if sizes[rel] <= max(budget, MIN_CUT):
+            left -= sizes[rel]
+            kept.append(rel)
+        else:
+            left_out.append({"path": rel, "bytes": sizes[rel]})
+    for position, rel in enumerate(logs):
+        share = max(left, 0) // (len(logs) - position)
+        size = sizes[rel]
+        if size <= max(share, MIN_CUT):
+            left -= size
+        else:
+            cuts[rel] = plan_cut(os.path.join(run_dir, rel), size, max(share, MIN_CUT), max_mb)
+            left -= cuts[rel].sent
         kept.append(rel)
+    kept.sort()
+    left_out.sort(key=lambda entry: entry["path"])
     for rel in rest:
-        if rel in kept:
+        if rel in sizes:
             continue
         size = os.path.getsize(os.path.join(run_dir, rel))
-        if total + size <= budget:
-            total += size
+        if size <= left:
+            left -= size
             kept.append(rel)
         else:
             left_out.append({"path": rel, "bytes": size})
-    return kept, left_out
+    return kept, left_out, cuts
+
+
+def cuttable(rel: str) -> bool:
+    """Whether a file may be sent as its head and tail: a text log, not a record."""
+    return any(fnmatch.fnmatch(rel.rsplit("/", 1)[-1], pattern) for pattern in CUTTABLE)
+
+
+def cut_marker(cut_bytes: int, max_mb: int) -> bytes:
+    """The line that stands where a log was cut; says how much is missing and why."""
+    return (
+        f"\n[tf-runbook collect: {cut_bytes} bytes of this log cut here to keep within "
+        f"tf_collect_max_mb={max_mb}; the whole log stays on the host]\n"
+    ).encode()
+
+
+def plan_cut(path: str, size: int, keep: int, max_mb: int) -> Cut:
+    """How to send the log at ``path`` (``size`` bytes) in about ``keep`` bytes: its first and
+    last halves of what is left beside the marker, each ending (head) or starting (tail) at
+    a line boundary when one lies within the last (first) `LINE_SEARCH` bytes."""
+    marker_room = len(cut_marker(size, max_mb))
+    half = max(keep - marker_room, 0) // 2
+    head_end, tail_start = half, size - half
+    with open(path, "rb") as handle:
+        handle.seek(max(head_end - LINE_SEARCH, 0))
+        block = handle.read(head_end - max(head_end - LINE_SEARCH, 0))
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            head_end = head_end - len(block) + newline + 1
+        handle.seek(tail_start)
+        block = handle.read(min(LINE_SEARCH, size - tail_start))
+        newline = block.find(b"\n")
+        if newline >= 0 and tail_start + newline + 1 < size:
+            tail_start += newline + 1
+    return Cut(head_end, tail_start, size, cut_marker(tail_start - head_end, max_mb))
+
+
+class Cut(NamedTuple):
+    """A log sent as bytes [0, head_end) and [tail_start, size) with ``marker`` between."""
+
+    head_end: int
+    tail_start: int
+    size: int
+    marker: bytes
+
+    @property
+    def sent(self) -> int:
+        return self.head_end + len(self.marker) + self.size - self.tail_start
+
+    def record(self, rel: str) -> dict[str, Any]:
+        """What RV(truncated) says of this log."""
+        return {
+            "path": rel,
+            "bytes": self.size,
+            "sent": self.sent,
+            "head_bytes": self.head_end,
+            "tail_bytes": self.size - self.tail_start,
+            "cut_bytes": self.tail_start - self.head_end,
+        }
+
+
+class CutReader:
+    """The bytes of a `Cut` log as one stream (its head, the marker, its tail), read in
+    chunks of at most `CHUNK` bytes: no more than that is held in memory."""
+
+    def __init__(self, handle: BinaryIO, cut: Cut) -> None:
+        self._pieces = self._generate(handle, cut)
+        self._pending = b""
+
+    @staticmethod
+    def _generate(handle: BinaryIO, cut: Cut) -> Iterator[bytes]:
+        for span in ((0, cut.head_end), cut.marker, (cut.tail_start, cut.size)):
+            if isinstance(span, bytes):
+                yield span
+                continue
+            start, end = span
+            handle.seek(start)
+            while start < end:
+                want = min(CHUNK, end - start)
+                # A log that shrank meanwhile is padded: the archive promised its size.
+                data = handle.read(want) or b"\n" * want
+                start += len(data)
+                yield data
+
+    def read(self, size: int = -1) -> bytes:
+        while size < 0 or len(self._pending) < size:
+            piece = next(self._pieces, None)
+            if piece is None:
+                break
+            self._pending += piece
+        cut = len(self._pending) if size < 0 else size
+        data, self._pending = self._pending[:cut], self._pending[cut:]
+        return data
 
 
 def run_files(run_dir: str, patterns: list[str]) -> list[str]:
@@ -198,13 +341,23 @@ def run_files(run_dir: str, patterns: list[str]) -> list[str]:
     return sorted(found)
 
 
-def bundle(run_dir: str, files: list[str]) -> str:
+def bundle(run_dir: str, files: list[str], cuts: dict[str, Cut] | None = None) -> str:
+    """Pack ``files`` (paths below ``run_dir``) into the run's bundle, each log of ``cuts``
+    as its head and tail; return the bundle's path."""
+    cuts = cuts or {}
     target = os.path.join(run_dir, BUNDLE_NAME)
     pending = target + ".part"
     with tarfile.open(pending, "w:gz", compresslevel=1) as archive:
         for rel in files:
+            path = os.path.join(run_dir, rel)
             try:
-                archive.add(os.path.join(run_dir, rel), arcname=rel, recursive=False)
+                if rel not in cuts:
+                    archive.add(path, arcname=rel, recursive=False)
+                    continue
+                with open(path, "rb") as handle:
+                    info = archive.gettarinfo(arcname=rel, fileobj=handle)
+                    info.size = cuts[rel].sent
+                    archive.addfile(info, CutReader(handle, cuts[rel]))  # type: ignore[arg-type]
             except FileNotFoundError:
                 continue  # removed meanwhile
     os.chmod(pending, 0o600)
@@ -229,16 +382,18 @@ def main() -> None:
     run_dir = run_dir_of(os.path.abspath(params["base_dir"]), params["run_id"])
     if not os.path.isdir(run_dir):
         module.exit_json(
-            changed=False, bundle="", files=[], left_out=[], run_dir=run_dir, msg="no such run on this host"
+            changed=False, bundle="", files=[], left_out=[], truncated=[], run_dir=run_dir,
+            msg="no such run on this host",
         )
-    files, left_out = within_cap(
+    files, left_out, cuts = within_cap(
         run_dir, run_files(run_dir, params["patterns"]), artifact_files(run_dir, params["artifacts"]), params["max_mb"]
     )
     result: dict[str, Any] = {
-        "changed": False, "files": files, "left_out": left_out, "run_dir": run_dir, "bundle": ""
+        "changed": False, "files": files, "left_out": left_out, "run_dir": run_dir, "bundle": "",
+        "truncated": [cut.record(rel) for rel, cut in sorted(cuts.items())],
     }
     if files and not module.check_mode:
-        result["bundle"] = bundle(run_dir, files)
+        result["bundle"] = bundle(run_dir, files, cuts)
     module.exit_json(**result)
 
 

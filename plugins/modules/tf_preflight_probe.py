@@ -10,8 +10,9 @@ Four modes, all read-only for the host's runs:
   already launched here, and how many GPUs the host shows; with ``listen``, it then
   holds short-lived listeners on the ports from a detached process.
 * ``connect``: from this host, open a connection to every worker endpoint of the cluster,
-  as TensorFlow will, and report those that cannot be reached and why; then wait, for a
-  bounded time, until this host's own listener has heard every peer and ended.
+  as TensorFlow will (up to 32 at once), and report those that cannot be reached and why;
+  then wait, for a bounded time, until this host's own listener has heard every peer and
+  ended.
 * ``stop``: tell this host's listeners to end and wait until the ports are free again
   (after a failed preflight, or for a listener that outlived its host's ``connect``).
 * ``versions``: what the worker interpreter reports of its Python, TensorFlow and numpy
@@ -30,9 +31,13 @@ description:
     already launched, the number of GPUs, and what the cluster's addresses resolve to here.
   - V(host) with O(listen), then V(connect), check that every worker can reach every other
     worker's port, with short-lived listeners in place of TensorFlow. A listener ends by
-    itself once every peer reached every port it holds, or at its O(timeout); V(connect)
-    waits up to O(wait) for this host's own listener to end. V(stop) ends the listeners
-    early, after a failed preflight.
+    itself once every peer reached every port it holds, or at its O(timeout), which no
+    client can extend; V(connect) waits up to O(wait) for this host's own listener to end.
+    V(stop) ends the listeners early, after a failed preflight.
+  - The probe scales with the slowest round trip, not with the number of hosts. A listener
+    serves all its connections at once, each for at most 2 seconds from its accept (a
+    silent or trickling client is cut off then and delays no other). V(connect) tries up to
+    32 endpoints at once.
   - V(versions) mode reports what the worker interpreter O(python) says of its versions.
   - Reads the host's state only; apart from the short-lived listeners, changes nothing.
 options:
@@ -214,11 +219,12 @@ ports_held:
   returned: connect mode
 """
 
+import concurrent.futures
 import errno
 import ipaddress
 import json
 import os
-import select
+import selectors
 import shutil
 import socket
 import threading
@@ -237,6 +243,10 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
 
 STOP = b"stop\n"
 PROBE = "tf-runbook-probe"
+# Seconds one connection to a probe listener may take, from its accept to its close.
+CONNECTION_BUDGET = 2.0
+# Most connections one host's connect mode has open at once.
+CONNECT_PARALLEL = 32
 
 
 def probe_token(run_id: str, host: str) -> str:
@@ -484,7 +494,7 @@ def _open_listeners(ports: list[int]) -> dict[socket.socket, int]:
             address = "0.0.0.0"
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((address, port))
-        sock.listen(64)
+        sock.listen(1024)  # every host of a large cluster connects at once
         listeners[sock] = port
     return listeners
 
@@ -494,43 +504,94 @@ def listen(ports: list[int], peers: list[str], lifetime: float, token: str = "")
     return serve(_open_listeners(ports), peers, lifetime, token)
 
 
-def serve(listeners: dict[socket.socket, int], peers: list[str], lifetime: float, token: str = "") -> dict[str, Any]:
-    """Answer each hello with ``token``; end on a ``stop`` that carries the same token."""
+def serve(
+    listeners: dict[socket.socket, int], peers: list[str], lifetime: float, token: str = "",
+    budget: float = CONNECTION_BUDGET,
+) -> dict[str, Any]:
+    """Answer each hello with ``token``; end on a ``stop`` that carries the same token, once
+    every peer reached every port, or after ``lifetime`` seconds, whichever comes first.
+
+    Every connection is served at once (one selector, no connection waits behind another),
+    and each gets at most ``budget`` seconds from its accept: to send its line, then to close
+    first after the answer (so that TIME_WAIT stays on the peer's side and not on the worker
+    port that TensorFlow binds next). A client that trickles bytes is cut off at its budget,
+    and nothing a client does moves the end of the listener's ``lifetime``.
+    """
     heard: dict[int, set[str]] = {port: set() for port in listeners.values()}
     expected = set(peers)
     deadline = time.monotonic() + lifetime
     stopped = False
-    try:
-        while time.monotonic() < deadline and not stopped:
-            if expected and all(expected <= names for names in heard.values()):
-                break
-            ready, _writable, _errors = select.select(list(listeners), [], [], 0.2)
-            for sock in ready:
-                conn, _peer = sock.accept()
-                with conn:
-                    conn.settimeout(2)
-                    try:
-                        data = conn.recv(256)
-                    except OSError:
-                        continue
-                    if data == stop_message(token):
-                        stopped = True
-                    elif data.startswith(b"hello "):
-                        heard[listeners[sock]].add(data[6:].decode("utf-8", "replace").strip())
-                        try:
-                            conn.sendall(f"{token or PROBE}\n".encode())
-                        except OSError:
-                            continue  # the peer did not wait for the answer
-                    try:
-                        # Let the peer close first, so that TIME_WAIT stays on its side and
-                        # not on the worker port that TensorFlow binds next.
-                        while conn.recv(256):
-                            pass
-                    except OSError:
-                        continue
-    finally:
+    selector = selectors.DefaultSelector()
+    # Each open connection: its port, the bytes of its line so far (None once answered),
+    # and when its budget ends.
+    open_conns: dict[socket.socket, list[Any]] = {}
+
+    def finish(conn: socket.socket) -> None:
+        selector.unregister(conn)
+        del open_conns[conn]
+        conn.close()
+
+    def close_listeners() -> None:
         for sock in listeners:
-            sock.close()
+            if sock.fileno() >= 0:
+                selector.unregister(sock)
+                sock.close()
+
+    for sock in listeners:
+        sock.setblocking(False)
+        selector.register(sock, selectors.EVENT_READ)
+    try:
+        accepting = True
+        while True:
+            now = time.monotonic()
+            for conn in [c for c, (_port, _line, ends) in open_conns.items() if ends <= now]:
+                finish(conn)  # out of budget: silent, trickling, or slow to close
+            if accepting and (stopped or (expected and all(expected <= names for names in heard.values()))):
+                accepting = False
+                close_listeners()  # the ports are free; answered peers may still close first
+            if now >= deadline or (not accepting and not open_conns):
+                break
+            next_end = min([deadline] + [ends for _port, _line, ends in open_conns.values()])
+            for key, _events in selector.select(min(0.2, max(next_end - now, 0.0))):
+                sock = key.fileobj
+                if sock in listeners:
+                    try:
+                        conn, _peer = sock.accept()
+                    except OSError:
+                        continue  # the peer gave up before the accept
+                    conn.setblocking(False)
+                    open_conns[conn] = [listeners[sock], b"", min(time.monotonic() + budget, deadline)]
+                    selector.register(conn, selectors.EVENT_READ)
+                    continue
+                state = open_conns[sock]
+                try:
+                    data = sock.recv(256)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    finish(sock)  # the peer closed: done with it
+                    continue
+                if state[1] is None:
+                    continue  # answered: wait for the peer to close
+                state[1] += data
+                if b"\n" not in state[1] and len(state[1]) < 256:
+                    continue
+                line, state[1] = state[1].split(b"\n", 1)[0] + b"\n", None
+                if line == stop_message(token):
+                    stopped = True
+                elif line.startswith(b"hello "):
+                    heard[state[0]].add(line[6:].decode("utf-8", "replace").strip())
+                    try:
+                        sock.send(f"{token or PROBE}\n".encode())
+                    except OSError:
+                        finish(sock)  # the peer did not wait for the answer
+    finally:
+        for conn in list(open_conns):
+            finish(conn)
+        close_listeners()
+        selector.close()
     return {"heard": {str(port): sorted(names) for port, names in heard.items()}, "stopped": stopped}
 
 
@@ -618,17 +679,25 @@ def reach(endpoint: dict[str, Any], me: str, timeout: float, expect: str | None 
 
 
 def connect_all(
-    endpoints: list[dict[str, Any]], me: str, timeout: float, run_id: str | None = None
+    endpoints: list[dict[str, Any]], me: str, timeout: float, run_id: str | None = None,
+    parallel: int = CONNECT_PARALLEL,
 ) -> list[dict[str, Any]]:
     """Every endpoint that cannot be reached, or (with ``run_id``) that does not answer as
-    the probe of its host for that run."""
-    failures = []
-    for endpoint in endpoints:
+    the probe of its host for that run, in the order of ``endpoints``.
+
+    Up to ``parallel`` endpoints are tried at once, so that the probe takes about the
+    slowest round trip (at most ``timeout`` seconds each), not the sum of them.
+    """
+
+    def attempt(endpoint: dict[str, Any]) -> str:
         expect = None if run_id is None else probe_token(run_id, str(endpoint.get("host")))
-        reason = reach(endpoint, me, timeout, expect)
-        if reason:
-            failures.append({**endpoint, "reason": reason})
-    return failures
+        return reach(endpoint, me, timeout, expect)
+
+    if not endpoints:
+        return []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(parallel, len(endpoints)))) as pool:
+        reasons = list(pool.map(attempt, endpoints))
+    return [{**endpoint, "reason": reason} for endpoint, reason in zip(endpoints, reasons) if reason]
 
 
 def process_gone(pid: int, proc: str = "/proc") -> bool:

@@ -64,13 +64,19 @@ options:
     default: []
   job_archive:
     description: A gzipped tar on this host (the user's project directory) unpacked into
-      the job directory; members must stay inside it. Empty for none.
+      the job directory; members must stay inside it. Refused, before anything is unpacked,
+      are absolute or escaping names, members below a symlink, symlinks that point outside
+      the job directory or through another symlink of the archive, and anything but files,
+      directories and symlinks; each member is checked again on the disk as it is written
+      (tarfile's C(data) filter where the host's Python has it, else its real path). Empty
+      for none.
     type: path
     default: ""
   job_env:
     description: Environment of every worker of this host, written with O(visible_devices)
       and O(pythonpath) to C(job_env.json) (mode 0600) in each worker's directory, for the
-      supervisor. Never returned; run the task with C(no_log) when it holds secrets.
+      supervisor. Never returned; the option is C(no_log), so its values are masked in
+      the module's results and logs even when the task has no C(no_log).
     type: dict
     default: {}
   visible_devices:
@@ -164,7 +170,7 @@ import json
 import os
 import tarfile
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
@@ -208,25 +214,81 @@ def _inside(root: str, path: str) -> bool:
     return path == root or path.startswith(root + os.sep)
 
 
+# tarfile's own guard (Python 3.12+, backported to 3.11.4 and 3.10.12); None on an older
+# host Python, where the real-path check below stands in for it.
+DATA_FILTER: Callable[[tarfile.TarInfo, str], tarfile.TarInfo] | None = getattr(tarfile, "data_filter", None)
+
+
+def archive_problem(member: tarfile.TarInfo, root: str, symlinks: set[str]) -> str:
+    """Why ``member`` may not be unpacked into ``root`` ('' when it may), read from the names
+    alone: an absolute or escaping name, a member below a symlink of the archive, a link
+    whose target is absolute, leaves ``root`` or passes through a symlink of the archive,
+    anything but a file, directory or symlink (devices, fifos, hard links)."""
+    name = os.path.normpath(member.name)
+    target = os.path.normpath(os.path.join(root, name))
+    if os.path.isabs(member.name) or not _inside(root, target) or target == root:
+        return f"archive member {member.name!r} is outside the job directory"
+    parents = name.split(os.sep)[:-1]
+    if any(os.sep.join(parents[: i + 1]) in symlinks for i in range(len(parents))):
+        return f"archive member {member.name!r} lies below a symlink of the archive"
+    if member.issym():
+        pointed = os.path.normpath(os.path.join(os.path.dirname(target), member.linkname))
+        if os.path.isabs(member.linkname) or not _inside(root, pointed):
+            return f"archive symlink {member.name!r} points outside the job directory"
+        steps = os.path.join(os.path.dirname(name), member.linkname).split(os.sep)
+        if any(os.path.normpath(os.sep.join(steps[: i + 1])) in symlinks for i in range(len(steps))):
+            return f"archive symlink {member.name!r} points through another symlink of the archive"
+        return ""
+    if not (member.isfile() or member.isdir()):
+        return f"archive member {member.name!r} is not a file, directory or symlink"
+    return ""
+
+
+def real_path_problem(member: tarfile.TarInfo, root: str) -> str:
+    """Why writing ``member`` now would leave ``root`` ('' when it would not), read from the
+    disk as it is at this moment: the member's directory must be reached through no symlink
+    at all, and a symlink must resolve inside ``root``. The stand-in for tarfile's ``data``
+    filter, and stricter than it."""
+    name = os.path.normpath(member.name)
+    parent = os.path.normpath(os.path.join(root, os.path.dirname(name)))
+    if os.path.realpath(parent) != parent:
+        return f"archive member {member.name!r} would be written through a symlink on the host"
+    if member.issym():
+        pointed = os.path.realpath(os.path.join(parent, member.linkname))
+        if not _inside(root, pointed):
+            return f"archive symlink {member.name!r} points outside the job directory, to {pointed}"
+    return ""
+
+
+def guard_member(member: tarfile.TarInfo, root: str) -> None:
+    """Raise ValueError when ``member``, written now, would land or point outside ``root``:
+    tarfile's ``data`` filter where this Python has it, then the real-path check."""
+    if DATA_FILTER is not None:
+        try:
+            DATA_FILTER(member, root)
+        except tarfile.FilterError as exc:
+            raise ValueError(f"archive member {member.name!r} refused: {exc}") from None
+    problem = real_path_problem(member, root)
+    if problem:
+        raise ValueError(problem)
+
+
 def unpack_job_archive(archive_path: str, job_dir: str, check: bool) -> list[str]:
     """Unpack the project archive into ``job_dir``, writing only what differs; refuse any
-    member that would land (or point) outside it."""
+    member that would land (or point) outside it, checked by name for the whole archive
+    first, then on the disk before each member is written."""
     root = os.path.realpath(job_dir) if os.path.isdir(job_dir) else os.path.abspath(job_dir)
     written = []
     with tarfile.open(archive_path, "r:gz") as archive:
         members = archive.getmembers()
+        symlinks = {os.path.normpath(m.name) for m in members if m.issym()}
         for member in members:
-            target = os.path.normpath(os.path.join(root, member.name))
-            if os.path.isabs(member.name) or not _inside(root, target) or target == root:
-                raise ValueError(f"archive member {member.name!r} is outside the job directory")
-            if member.issym():
-                pointed = os.path.normpath(os.path.join(os.path.dirname(target), member.linkname))
-                if os.path.isabs(member.linkname) or not _inside(root, pointed):
-                    raise ValueError(f"archive symlink {member.name!r} points outside the job directory")
-            elif not (member.isfile() or member.isdir()):
-                raise ValueError(f"archive member {member.name!r} is not a file, directory or symlink")
+            problem = archive_problem(member, root, symlinks)
+            if problem:
+                raise ValueError(problem)
         for member in members:
             target = os.path.join(root, os.path.normpath(member.name))
+            guard_member(member, root)
             if member.isdir():
                 if not os.path.isdir(target):
                     written.append(target)
@@ -423,7 +485,8 @@ def main() -> None:
             "job_files": {"type": "list", "elements": "dict", "default": []},
             "configs": {"type": "list", "elements": "dict", "default": []},
             "job_archive": {"type": "path", "default": ""},
-            "job_env": {"type": "dict", "default": {}},
+            # Secrets, often: masked in every result and log, also without a task-level no_log.
+            "job_env": {"type": "dict", "default": {}, "no_log": True},
             "visible_devices": {"type": "dict", "default": {}},
             "pythonpath": {"type": "bool", "default": False},
             "interpreter": {"type": "path", "default": ""},

@@ -16,7 +16,7 @@ A block holds:
   without a default: facts an earlier phase or a playbook sets;
 - a table ``| set by the runbook | default | what |`` of the role's ``INTERNAL`` defaults.
 
-``python tools/docs_variables.py`` rewrites the file; ``--check`` exits 1 when it is stale.
+``python tests/docs/docs_variables.py`` rewrites the file; ``--check`` exits 1 when it is stale.
 ``tests/unit/test_docs_variables.py`` runs the same check in ``make unit``/``make test``.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
 VARIABLES_MD = REPO / "docs" / "variables.md"
 

@@ -133,3 +133,16 @@ def test_a_host_lost_mid_training_fails_the_run_and_keeps_the_other_logs(
     summary = assert_clean_failure(hosts, out, [0, 1], bound=120)
     logs = {w["host"] for w in summary["workers"]}
     assert {"node0", "node1"} <= logs
+    # Issue 24, point 22: the lost host is blamed, never a survivor that TensorFlow failed
+    # or the runbook stopped because of it.
+    assert_blames_only(summary, "node2", worker=2)
+
+
+def assert_blames_only(summary: dict[str, Any], host: str, worker: int) -> None:
+    """The run's reason and its culprit name ``host`` (worker ``worker``) and no other."""
+    reason = str(summary["reason"])
+    assert host in reason, reason
+    others = {str(w["host"]) for w in summary["workers"]} - {host}
+    assert not any(other in reason for other in others), reason
+    culprits = [row for attempt in summary.get("timeline") or [] for row in attempt.get("workers") or [] if row.get("culprit")]
+    assert all(row["index"] == worker for row in culprits), culprits

@@ -111,6 +111,8 @@ def test_a_project_directory_trains_with_its_env_and_gpus_and_brings_the_model_b
             "tf_train_dir": str(project),
             "tf_train_script": "train.py",
             "tf_collect_artifacts": ["model", "tensorboard"],
+            # The GPUs are a listing only: the CPU TensorFlow that trains here sees none.
+            "tf_worker_gpu_check": False,
         },
     )
     password = tmp_path / "vault-password"

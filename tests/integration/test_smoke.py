@@ -177,6 +177,11 @@ elif mode == "crash" and index == 1:
     sys.exit(3)
 elif mode in ("crash", "sleep"):
     time.sleep(600)
+elif mode == "sleep-with-child":
+    import subprocess
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    open("child.pid", "w").write(str(child.pid))
+    time.sleep(600)
 if index == 0:
     open("multiworker-complete.txt", "w").write("done\\n")
 print(f"worker={index} training_complete", flush=True)
@@ -230,28 +235,44 @@ def test_a_crashed_worker_stops_the_others_and_fails_the_run(dirs: dict[str, Pat
 def test_stop_playbook_ends_a_run_the_controller_abandoned(dirs: dict[str, Path], tmp_path: Path) -> None:
     job = write_fake_job(tmp_path)
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
-    args = extra(dirs, tf_run_id="abandoned", tf_train_script=str(job), tf_train_args=["sleep"])
+    # Each job starts a child, as a data loader or a launcher does (issue 24, point 24): the
+    # stop must end the job's whole process group, not only the job.
+    args = extra(dirs, tf_run_id="abandoned", tf_train_script=str(job), tf_train_args=["sleep-with-child"])
     controller = subprocess.Popen(
         [str(PLAYBOOK_BIN), "train.yml", "--limit", "localhost", *args],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     run = dirs["base"] / "runs" / "abandoned"
     states = [run / f"worker-{i}" / "state.json" for i in (0, 1)]
+    child_pids = [run / f"worker-{i}" / "child.pid" for i in (0, 1)]
     deadline = time.monotonic() + 120
-    while not all(p.exists() for p in states):
-        assert time.monotonic() < deadline, "the workers never started"
+    while not all(p.exists() and p.stat().st_size for p in states + child_pids):
+        assert time.monotonic() < deadline, "the workers never started their children"
         assert controller.poll() is None, "the playbook ended early"
         time.sleep(0.5)
     # The controller dies without cleaning up: the workers go on.
     controller.kill()
     controller.wait()
     pids = [json.loads(p.read_text())[key] for p in states for key in ("pid", "supervisor_pid")]
+    children = [int(p.read_text()) for p in child_pids]
     assert all(pid_alive(pid) for pid in pids)
-
-    stopped = run_playbook("playbooks/stop.yml", *extra(dirs, tf_run_id="abandoned"))
-    assert stopped.returncode == 0, stopped.stdout[-3000:]
-    assert "changed: [localhost]" in stopped.stdout
-    assert not any(pid_alive(pid) for pid in pids)
+    assert all(helpers.pid_running(pid) for pid in children)
+    try:
+        stopped = run_playbook("playbooks/stop.yml", *extra(dirs, tf_run_id="abandoned"))
+        assert stopped.returncode == 0, stopped.stdout[-3000:]
+        assert "changed: [localhost]" in stopped.stdout
+        assert not any(pid_alive(pid) for pid in pids)
+        # A zombie waiting for a slow reaper counts as gone: it runs nothing.
+        left = [pid for pid in children if helpers.pid_running(pid)]
+        assert left == [], f"the jobs' children {left} outlived the stop"
+    finally:
+        for pid in children:  # only the test's own children, should they have outlived it
+            try:
+                ours = b"time.sleep(600)" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                ours = False
+            if ours:
+                helpers.kill_quietly(pid)
     for index in (0, 1):
         record = json.loads((run / f"worker-{index}" / "exit.json").read_text())
         assert record["returncode"] != 0 and "stopped" in record["reason"]

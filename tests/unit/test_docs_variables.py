@@ -1,5 +1,5 @@
 """The variable tables of docs/variables.md are generated (``make docs``, issue 25): the
-committed file is what ``tools/docs_variables.py`` writes from the roles' defaults and
+committed file is what ``tests/docs/docs_variables.py`` writes from the roles' defaults and
 argument specs, and the generator shows every value, type, choice and description."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "tests" / "docs"))
 
 import docs_variables  # noqa: E402
 
@@ -36,7 +36,7 @@ def test_the_check_of_make_docs_fails_on_a_stale_file(tmp_path: Path, monkeypatc
 
 def test_make_docs_check_runs_as_a_script() -> None:
     done = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "docs_variables.py"), "--check"],
+        [sys.executable, str(REPO / "tests" / "docs" / "docs_variables.py"), "--check"],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

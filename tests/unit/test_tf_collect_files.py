@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -173,3 +174,141 @@ def test_unpacked_results_are_private_whatever_the_umask(tmp_path: Path) -> None
             if parent != Path("."):
                 directory = tmp_path / "controller" / parent
                 assert oct(directory.stat().st_mode & 0o777) == "0o700", directory
+
+
+def test_run_dir_masks_job_env_without_a_task_no_log(tmp_path: Path) -> None:
+    """Issue 24, point 19: ``job_env`` is no_log itself; a direct call of the module shows the
+    secret neither in its invocation nor in a failure's message, and still writes it."""
+    secret = "s3cr3t-token-value"
+    # As Ansible calls a module: it returns its invocation (the arguments) with the result.
+    args = run_dir_args(tmp_path, job_env={"API_TOKEN": secret}, _ansible_inject_invocation=True)
+    result = run_module(tf_run_dir.__file__, args)
+    assert not result.get("failed"), result
+    assert secret not in json.dumps(result)
+    assert result["invocation"]["module_args"]["job_env"] == {"API_TOKEN": "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"}
+    env_file = tmp_path / "runs" / "r1" / "worker-0" / "job_env.json"
+    assert json.loads(env_file.read_text()) == {"API_TOKEN": secret}
+    failed = run_module(tf_run_dir.__file__, {**args, "run_id": "r2", "job_files": [{"name": f"{secret}/x"}]})
+    assert failed["failed"] and "is not one path component" in failed["msg"] and secret not in json.dumps(failed)
+
+
+# -- issue 24, point 6: logs obey tf_collect_max_mb; the controller streams --------------
+
+def numbered_log(path: Path, lines: int) -> list[bytes]:
+    """A log of ``lines`` numbered lines of about 100 bytes each; its lines."""
+    content = [f"{i:08d} epoch=1/1 loss=0.5 {'x' * 70}\n".encode() for i in range(lines)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(content))
+    return content
+
+
+def test_a_log_over_the_cap_is_sent_as_its_head_and_tail_with_a_marker(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "r1"
+    original = numbered_log(run / "worker-0" / "worker.log", 40_000)  # about 3.8 MB
+    (run / "worker-0" / "exit.json").write_text('{"returncode": 0}')
+    size = (run / "worker-0" / "worker.log").stat().st_size
+    result = run_module(bundle.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS,
+                                          "max_mb": 1, "dest": str(tmp_path / "c")})
+    assert result["files"] == ["worker-0/exit.json", "worker-0/worker.log"] and result["left_out"] == []
+    [cut] = result["truncated"]
+    assert cut["path"] == "worker-0/worker.log" and cut["bytes"] == size
+    assert cut["head_bytes"] + cut["tail_bytes"] + cut["cut_bytes"] == size
+    # Everything this host sends stays within the cap, the record whole.
+    with tarfile.open(result["bundle"]) as archive:
+        sizes = {m.name: m.size for m in archive.getmembers()}
+    assert sizes["worker-0/exit.json"] == len('{"returncode": 0}') and sizes["worker-0/worker.log"] == cut["sent"]
+    assert sum(sizes.values()) <= 1024 * 1024
+    dest = tmp_path / "controller"
+    unpack.unpack(result["bundle"], str(dest), result["files"])
+    sent = (dest / "worker-0" / "worker.log").read_bytes().splitlines(keepends=True)
+    marker = [i for i, line in enumerate(sent) if line.startswith(b"[tf-runbook collect:")]
+    assert len(marker) == 1, "exactly one marker line"
+    head, tail = sent[: marker[0]], sent[marker[0] + 1:]
+    assert head[-1] == b"\n"  # the marker stands on a line of its own
+    head = head[:-1]
+    # Cut at line ends: the head is the log's first whole lines, the tail its last ones.
+    assert head == original[: len(head)] and tail == original[-len(tail):]
+    assert len(head) > 4000 and len(tail) > 4000
+    assert f"{cut['cut_bytes']} bytes of this log cut here".encode() in sent[marker[0]]
+    assert b"tf_collect_max_mb=1" in sent[marker[0]]
+
+
+def test_logs_share_the_cap_fairly_and_a_record_larger_than_the_cap_is_left_out(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    numbered_log(run / "worker-0" / "worker.log", 300)  # 30 KB: whole
+    numbered_log(run / "worker-1" / "worker.log", 20_000)  # 1.9 MB: cut
+    (run / "worker-1" / "exit.json").write_bytes(b" " * 2 * 1024 * 1024)  # a record larger than the cap
+    first = bundle.run_files(str(run), ["worker.log", "exit.json"])
+    kept, left_out, cuts = bundle.within_cap(str(run), first, [], 1)
+    assert kept == ["worker-0/worker.log", "worker-1/worker.log"]
+    assert left_out == [{"path": "worker-1/exit.json", "bytes": 2 * 1024 * 1024}]
+    assert list(cuts) == ["worker-1/worker.log"]
+    whole = (run / "worker-0" / "worker.log").stat().st_size
+    assert whole + cuts["worker-1/worker.log"].sent <= 1024 * 1024
+    # The cut log got what the small one left (the record left out takes nothing).
+    assert cuts["worker-1/worker.log"].sent > 1024 * 1024 - whole - 64 * 1024
+
+
+def test_a_log_under_the_cap_is_sent_whole(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    numbered_log(run / "worker-0" / "worker.log", 5000)
+    kept, left_out, cuts = bundle.within_cap(str(run), ["worker-0/worker.log"], [], 1)
+    assert kept == ["worker-0/worker.log"] and left_out == [] and cuts == {}
+
+
+def test_packing_and_unpacking_a_large_log_hold_little_of_it_in_memory(tmp_path: Path) -> None:
+    """A 48 MB log (compressible, so that the test is quick): the host packs it cut to 4 MB,
+    and the controller unpacks a 48 MB member, each with far less than the log in memory."""
+    import tracemalloc
+
+    run = tmp_path / "runs" / "r1"
+    log = run / "worker-0" / "worker.log"
+    log.parent.mkdir(parents=True)
+    line = b"epoch=1/1 loss=0.5 " + b"y" * 80 + b"\n"
+    with log.open("wb") as handle:
+        for _ in range(48):
+            handle.write(line * (1024 * 1024 // len(line) + 1))
+    files = ["worker-0/worker.log"]
+    tracemalloc.start()
+    try:
+        kept, _left_out, cuts = bundle.within_cap(str(run), files, [], 4)
+        archive = bundle.bundle(str(run), kept, cuts)
+        _size, packing_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        whole = bundle.bundle(str(run), kept)  # uncut: a 48 MB member for the controller
+        tracemalloc.reset_peak()
+        changed = unpack.unpack(whole, str(tmp_path / "controller"), files)
+        _size, unpacking_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert archive == whole  # the same path, packed again
+    assert changed == files and (tmp_path / "controller" / "worker-0" / "worker.log").stat().st_size == log.stat().st_size
+    assert packing_peak < 8 * 1024 * 1024, packing_peak
+    assert unpacking_peak < 8 * 1024 * 1024, unpacking_peak
+    # Unpacking again compares in chunks too, and changes nothing.
+    assert unpack.unpack(whole, str(tmp_path / "controller"), files) == []
+
+
+def test_check_mode_says_which_logs_would_be_cut_and_packs_nothing(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "r1"
+    numbered_log(run / "worker-0" / "worker.log", 20_000)  # 1.9 MB
+    result = run_module(bundle.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS,
+                                          "max_mb": 1, "dest": str(tmp_path / "c")}, check_mode=True)
+    assert result["bundle"] == "" and not (run / ".collect.tar.gz").exists()
+    assert [cut["path"] for cut in result["truncated"]] == ["worker-0/worker.log"]
+    assert result["truncated"][0]["sent"] <= 1024 * 1024
+
+
+def test_with_no_room_the_records_and_short_logs_still_come_and_long_logs_keep_their_ends(tmp_path: Path) -> None:
+    """``tf_collect_max_mb: 0``: the supervisor's records and short logs come whole (the
+    verdict needs them), a long log comes as 64 KiB of head and tail, artifacts stay."""
+    run = tmp_path / "run"
+    numbered_log(run / "worker-0" / "worker.log", 100)
+    numbered_log(run / "worker-1" / "worker.log", 20_000)
+    (run / "worker-0" / "exit.json").write_text('{"returncode": 0}')
+    (run / "worker-0" / "model.keras").write_bytes(b"m" * 10)
+    first = bundle.run_files(str(run), ["worker.log", "exit.json"])
+    kept, left_out, cuts = bundle.within_cap(str(run), first, ["worker-0/model.keras"], 0)
+    assert kept == ["worker-0/exit.json", "worker-0/worker.log", "worker-1/worker.log"]
+    assert left_out == [{"path": "worker-0/model.keras", "bytes": 10}]
+    assert list(cuts) == ["worker-1/worker.log"] and 60 * 1024 < cuts["worker-1/worker.log"].sent <= 64 * 1024

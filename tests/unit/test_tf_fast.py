@@ -3,6 +3,7 @@ task per host)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -24,8 +25,18 @@ def written(index: int, cluster: dict | None = None) -> dict:
 
 def test_every_hosts_readback_becomes_check_entries_named_by_host() -> None:
     entries = tf_config_readbacks({"a": [written(0), written(1)], "b": [written(2)]})
-    assert [(e["host"], e["index"]) for e in entries] == [("a", 0), ("a", 1), ("b", 2)]
-    assert tf_worker_config.tf_config_check(entries, SPEC)
+    assert entries == [
+        {"host": "a", "index": 0, "content": written(0)["content"]},
+        {"host": "a", "index": 1, "content": written(1)["content"]},
+        {"host": "b", "index": 2, "content": written(2)["content"]},
+    ]
+    # Issue 24, point 25: the check's report itself, not a dict that is always truthy. The
+    # checksum is the SHA-256 of the cluster in canonical JSON, computed here on its own.
+    canonical = json.dumps(SPEC["cluster"], sort_keys=True, separators=(",", ":")).encode()
+    assert tf_worker_config.tf_config_check(entries, SPEC) == {
+        "checksum": hashlib.sha256(canonical).hexdigest(),
+        "workers": 3,
+    }
 
 
 def test_a_wrong_file_on_one_host_is_named_by_the_check() -> None:

@@ -273,14 +273,14 @@ def test_the_cap_keeps_the_logs_and_lists_what_was_left_out(tmp_path: Path) -> N
     make_artifacts(tmp_path)
     bundle.MB = 1000  # max_mb=1 is 1000 bytes here
     try:
-        kept, left_out = bundle.within_cap(
+        kept, left_out, cuts = bundle.within_cap(
             str(tmp_path), ["worker-0/worker.log"], bundle.artifact_files(str(tmp_path), ["model", "tb", "*.bin"]), 1
         )
     finally:
         bundle.MB = 1024 * 1024
     assert kept == ["worker-0/worker.log", "retry-1/worker-0/model/model.keras", "worker-0/model/model.keras",
                     "worker-0/other.bin", "worker-0/tb/train/events.1"]
-    assert left_out == [{"path": "worker-1/model/model.keras", "bytes": 400}]
+    assert left_out == [{"path": "worker-1/model/model.keras", "bytes": 400}] and cuts == {}
     assert tf_verdict.left_out_lines({"node1": left_out}) == [
         "not collected (over tf_collect_max_mb): node1: worker-1/model/model.keras (400 bytes)"
     ]
