@@ -52,7 +52,7 @@ smoke: setup
 # defaults/main.yml. `make unit` (so `make test`) fails when the committed file is stale
 # (tests/unit/test_docs_variables.py), or when a link of README.md or docs/ is broken.
 docs: setup
-	$(VENV)/bin/python tools/docs_variables.py
+	$(VENV)/bin/python tests/docs/docs_variables.py
 
 lint: setup
 	yamllint --strict .
