@@ -80,7 +80,8 @@ def failure(outcome: dict[str, Any]) -> dict[str, Any]:
     An operator's stop first (a decision, never a failure); then a lost host (its peers
     fail only because it went away), a stall (every worker is alive), a passed deadline
     (no time is left), a host whose status the wait could not read (what runs there is
-    unknown), and last the first failed worker that is no victim (its own cause)."""
+    unknown), and last the first failed worker that is no victim (its own cause), one
+    that failed first-hand before one that only lost its peer."""
     failed = [w for w in outcome.get("failed_workers") or [] if isinstance(w, dict)]
     if outcome.get("stopped_by_operator") or any(worker_cause(w)["kind"] == "operator" for w in failed):
         return {"kind": "operator", "who": "the run", "text": "operator", "culprit": None}
@@ -102,7 +103,9 @@ def failure(outcome: dict[str, Any]) -> dict[str, Any]:
         return {"kind": "unknown", "who": "the wait", "text": f"unknown ({problems})", "culprit": None,
                 "unread": True}
     culprits = [w for w in failed if not is_victim(w)]
-    worker = (culprits or failed)[0]
+    # A worker that lost its peer failed because of another: the other's cause decides.
+    first_hand = [w for w in culprits if worker_cause(w)["kind"] != "peer-lost"]
+    worker = (first_hand or culprits or failed)[0]
     # Only victims: stopped because of a failure no status shows (a peer's, heard by
     # them): what a restart fixes when a peer went away.
     cause = worker_cause(worker) if culprits else {
@@ -153,6 +156,11 @@ def tf_attempts_decision(
     elif kind not in kinds:
         reason = NOT_RESTARTED.get(kind, "tf_restart_on does not list it")
         why = f"{said}: {reason}; to restart it anyway add {kind} to tf_restart_on"
+    elif kind == "host-lost":
+        # The wait's lost hosts have left the play: a restart in this playbook would start
+        # a cluster without them. Once they answer again, a resume restarts the run.
+        why = (f"{said}: a host that stopped answering cannot rejoin this playbook's cluster; once it answers "
+               "again, continue the run with -e tf_run_id=<id> -e tf_resume=true")
     elif int(attempt) >= int(attempts):
         why = (f"{said}, which tf_restart_on restarts, but no restart is left "
                f"(tf_restart_attempts={int(attempts)}); raise tf_restart_attempts to allow more")

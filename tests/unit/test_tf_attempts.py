@@ -38,7 +38,8 @@ def outcome(*failed: dict[str, Any], **more: Any) -> dict[str, Any]:
 
 
 def test_a_job_error_is_not_restarted_and_the_output_says_why_and_how() -> None:
-    failed = outcome(worker(0, "runbook", stopped_by="runbook", returncode=143), {**worker(1, None), "cause": JOB_ERROR})
+    failed = outcome(worker(0, "runbook", stopped_by="runbook", returncode=143),
+                     {**worker(1, None), "cause": JOB_ERROR})
     decision = decide(failed, 0, 2, 100, 0)
     assert decision == {
         "restart": False, "cause": "job-error", "culprit": 1,
@@ -53,7 +54,7 @@ def test_a_job_error_listed_in_tf_restart_on_is_restarted() -> None:
     assert decision["why"].endswith("restarting it, attempt 1 of at most 2 restarts")
 
 
-@pytest.mark.parametrize("kind", RESTARTABLE_CAUSES)
+@pytest.mark.parametrize("kind", sorted(set(RESTARTABLE_CAUSES) - {"host-lost"}))
 def test_every_default_restartable_cause_of_a_worker_is_restarted(kind: str) -> None:
     decision = decide(outcome(worker(1, kind)), 0, 1, 100, 200)
     assert (decision["restart"], decision["cause"]) == (True, kind)
@@ -71,6 +72,16 @@ def test_the_victim_is_never_the_cause_whatever_its_index() -> None:
     failed = outcome(worker(0, "job-error", stopped_by="runbook", returncode=143), worker(1, "killed", returncode=137))
     decision = decide(failed, 0, 1, 100, 0)
     assert (decision["restart"], decision["cause"], decision["culprit"]) == (True, "killed", 1)
+
+
+def test_a_worker_that_only_lost_its_peer_is_not_the_cause() -> None:
+    """Worker 0's TensorFlow failed (peer-lost) because worker 1 was killed: killed decides,
+    whatever their order."""
+    failed = outcome(worker(0, "peer-lost", returncode=1), worker(1, "job-error", **{"exception": "ValueError"}))
+    decision = decide(failed, 0, 1, 100, 0)
+    assert (decision["cause"], decision["culprit"], decision["restart"]) == ("job-error", 1, False)
+    only_peers = decide(outcome(worker(0, "peer-lost"), worker(1, "peer-lost")), 0, 1, 100, 0)
+    assert (only_peers["cause"], only_peers["culprit"], only_peers["restart"]) == ("peer-lost", 0, True)
 
 
 @pytest.mark.parametrize(
@@ -106,6 +117,15 @@ def test_a_stall_left_out_of_tf_restart_on_says_so() -> None:
     decision = decide(outcome(stalled={"seconds": 20, "detail": "no progress"}), 0, 1, 100, 0, ["preempted"])
     assert decision["restart"] is False
     assert "add stalled to tf_restart_on" in decision["why"]
+
+
+def test_a_lost_host_is_resumed_later_not_restarted_without_it() -> None:
+    """The lost host left the play: no restart here, and the output says how to go on."""
+    decision = decide(outcome(worker(0, "peer-lost"), lost_hosts=["h1"]), 0, 1, 100, 0)
+    assert (decision["restart"], decision["cause"]) == (False, "host-lost")
+    assert decision["why"] == (
+        "host h1 failed with host-lost (it stopped answering): a host that stopped answering cannot rejoin this "
+        "playbook's cluster; once it answers again, continue the run with -e tf_run_id=<id> -e tf_resume=true")
 
 
 def test_a_lost_host_decides_over_its_peers_peer_lost() -> None:
@@ -166,3 +186,18 @@ def test_the_default_of_tf_restart_on_is_the_contracts() -> None:
     option = specs["contract"]["options"]["tf_restart_on"]
     assert option["choices"] == list(CAUSES)
     assert option["default"] == list(RESTARTABLE_CAUSES)
+
+
+def test_the_role_inputs_refuse_an_unknown_cause_naming_host_and_value() -> None:
+    """tf_restart_on is checked against the contract's causes before anything runs."""
+    import yaml
+
+    from helpers import REPO
+    from ansible_collections.tf_runbook.multiworker.plugins.action.tf_role_inputs import input_errors
+
+    options = yaml.safe_load((REPO / "roles/tf/meta/argument_specs.yml").read_text())["argument_specs"]
+    spec = {"tf_restart_on": options["contract"]["options"]["tf_restart_on"]}
+    assert input_errors(spec, "h0", {"tf_restart_on": ["preempted", "job-error"]}, {}) == []
+    errors = input_errors(spec, "h0", {"tf_restart_on": ["preempted"]}, {"h1": {"tf_restart_on": ["flaky"]}})
+    assert len(errors) == 1 and errors[0].startswith("host h1: ") and "tf_restart_on" in errors[0]
+    assert "flaky" in errors[0]

@@ -122,7 +122,8 @@ def test_a_stopped_run_is_resumed_as_its_next_attempt_once(tmp_path: Path) -> No
          r"host h1: worker 0 of run 'r1' is still running \(its supervisor works in /b/runs/r1/retry-1/worker-0\)"),
         ({"h0": host(), "h1": host(exists=False, last=-1)}, r"host h1: run 'r1' was never launched there"),
         ({"h0": host(), "h1": host(checksum="b" * 64)},
-         r"host h1: worker 0 ran in another cluster \(TF_CONFIG checksum bbbbbbbbbbbb, this inventory's aaaaaaaaaaaa\)"),
+         r"host h1: worker 0 ran in another cluster "
+         r"\(TF_CONFIG checksum bbbbbbbbbbbb, this inventory's aaaaaaaaaaaa\)"),
         ({"h0": host(returncode=0), "h1": host(returncode=0)}, r"run 'r1' succeeded: there is nothing to resume"),
         ({"h0": host(), "h1": {"failed": True, "msg": "permission denied"}},
          r"host h1: could not read the run there \(permission denied\)"),

@@ -435,8 +435,7 @@ def failed_outcome(**more: Any) -> dict[str, Any]:
         (failed_outcome(), 0, 1, 100, 0, True),  # no deadline
         (failed_outcome(), 1, 1, 100, 200, False),  # none left
         (failed_outcome(), 0, 1, 200, 200, False),  # deadline passed
-        # A lost connection is what a restart can fix (tf_restart_on's default, issue 23).
-        (failed_outcome(lost_hosts=["h"]), 0, 1, 100, 200, True),
+        (failed_outcome(lost_hosts=["h"]), 0, 1, 100, 200, False),
         (failed_outcome(deadline_hosts=["h"]), 0, 1, 100, 200, False),
         (failed_outcome(stopped_by_operator=True), 0, 3, 100, 200, False),
         (failed_outcome(failed_workers=[{"stopped_by": "operator", "returncode": 143}]), 0, 3, 100, 200, False),

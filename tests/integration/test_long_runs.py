@@ -1,0 +1,283 @@
+"""Long runs that go wrong (issue 23, "Done when" b, c, d), on namespace hosts that share no
+filesystem: restarts by cause, preemption saved and restored on every host, a stopped run
+resumed later.
+
+(b) a job error on worker 1 is not restarted and is named, a worker killed by SIGKILL is;
+(c) a job built on PreemptionCheckpointHandler whose host gets SIGTERM mid-run saves,
+    restarts, every worker restores the chief's step (copied to the host that had none),
+    and the run succeeds, judged over both attempts;
+(d) a run stopped with stop.yml after epoch 2 and resumed with tf_resume succeeds, every
+    epoch judged once.
+
+(c) and (d) time the signal or the resume command to the first epoch line of the new
+attempt and print it (pytest -s), for docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from faults import play, remote_pid, run_processes, start_playbook, wait_for_log, wait_until
+from nshosts import NamespaceHosts
+from test_multihost import Runbook
+
+JOBS = Path(__file__).resolve().parent / "jobs"
+PREEMPTION_JOB = JOBS / "preemption_job.py"
+IMPORT_ERROR_JOB = JOBS / "import_error_job.py"
+RUN = "~/tf-runbook/runs"
+# Six epochs of 20 steps, a tenth of a second each: long enough to signal mid-run.
+PREEMPTION_ARGS = ["--epochs=6", "--steps-per-epoch=20", "--step-seconds=0.1"]
+
+
+def settings(worker_python: str, **more: Any) -> dict[str, Any]:
+    return {
+        "tf_worker_python": worker_python,
+        "tf_startup_timeout": 120,
+        "tf_job_timeout": 600,
+        "tf_wait_poll_interval": 2,
+        **more,
+    }
+
+
+def log_of(book: Runbook, host: int, path: str) -> str:
+    rc, out, _ = book.hosts.run(host, f"cat {path} 2>/dev/null")
+    return out if rc == 0 else ""
+
+
+def first_line_after(book: Runbook, host: int, path: str, pattern: str, start: float, timeout: float) -> float:
+    """Seconds from ``start`` (time.monotonic) until ``pattern`` shows in ``path`` on ``host``."""
+    wait_until(lambda: re.search(pattern, log_of(book, host, path), re.M), timeout, f"{pattern} in {path}")
+    return time.monotonic() - start
+
+
+def said(out: str, run_id: str) -> str:
+    """The runbook's own messages about the run (decisions, copies), for a failure's text."""
+    return "\n".join(re.findall(rf'"msg": "(Run {run_id}[:,][^"]*)"', out)) or out[-3000:]
+
+
+def no_process_left(book: Runbook, run_id: str) -> None:
+    for host in range(len(book.hosts.hosts)):
+        assert book.run_processes(host, run_id) == [], f"processes of {run_id} left on node{host}"
+
+
+# -- (b) restarts by cause ---------------------------------------------------------------
+
+
+def test_a_job_error_is_named_and_not_restarted(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    """Worker 1 fails at import with ModuleNotFoundError, tf_restart_attempts 2: one attempt,
+    the output names the exception and says how to restart it anyway."""
+    hosts = make_ns_hosts(count=2)
+    book = Runbook(hosts, tmp_path, port=2460, groupvars=settings(worker_python, tf_restart_attempts=2))
+    result = book.play("train.yml", extra={"tf_run_id": "joberror", "tf_train_script": str(IMPORT_ERROR_JOB)})
+    assert result.returncode != 0, result.stdout[-4000:]
+    assert (
+        "worker 1 on node1 failed with job-error (ModuleNotFoundError: No module named "
+        "'tf_runbook_no_such_module'): a restart cannot fix the job's own error; to restart it anyway add "
+        "job-error to tf_restart_on"
+    ) in result.stdout, result.stdout[-4000:]
+    for host in (0, 1):
+        assert not book.exists(host, f"{RUN}/joberror/retry-1"), "a job error was restarted"
+    summary = book.summary("joberror")
+    assert summary["status"] == "failed"
+    no_process_left(book, "joberror")
+
+
+def test_a_worker_killed_by_sigkill_is_restarted(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    """SIGKILL of worker 1's job (its pid from state.json) after epoch 2: cause killed,
+    restarted, and the run succeeds."""
+    hosts = make_ns_hosts(count=2)
+    extra = settings(worker_python, tf_restart_attempts=2,
+                     tf_train_args=["--epochs=4", "--steps-per-epoch=40"])
+    inventory = hosts.write_inventory(tmp_path / "inventory" / "hosts.yml", port=2462, groupvars=extra)
+    proc = start_playbook(inventory, tmp_path / "runs", {"tf_run_id": "killed"})
+    try:
+        wait_for_log(hosts, 1, f"{RUN}/killed/worker-1/worker.log", "epoch=2 ")
+        assert hosts.run(1, f"kill -9 {remote_pid(hosts, 1, f'{RUN}/killed/worker-1')}")[0] == 0
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (tmp_path / "train.out").write_text(out)
+    assert proc.returncode == 0, out[-5000:]
+    assert re.search(r"worker 1 on node1 failed with killed[^\n]*: restarting it, attempt 1 of at most 2", out), said(
+        out, "killed")
+    assert hosts.run(0, f"test -e {RUN}/killed/retry-1/worker-0/exit.json")[0] == 0
+    assert hosts.run(0, f"test -e {RUN}/killed/retry-2")[0] != 0
+
+
+def test_a_host_lost_and_back_is_resumed(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    """node1's network cut after epoch 2 and plugged back in 20 s later: the culprit is the
+    lost host (not worker 0, which only lost its peer); it left the play, so there is no
+    restart without it, and the output says to resume; the resume succeeds."""
+    hosts = make_ns_hosts(count=2)
+    extra = settings(worker_python, tf_restart_attempts=1, tf_peer_timeout=10, tf_controller_timeout=20,
+                     tf_train_args=["--epochs=4", "--steps-per-epoch=40"])
+    book = Runbook(hosts, tmp_path, port=2470, groupvars=extra)
+    proc = start_playbook(book.inventory, book.runs, {"tf_run_id": "lostback"})
+    try:
+        wait_for_log(hosts, 1, f"{RUN}/lostback/worker-1/worker.log", "epoch=2 ")
+        hosts.cut_network(1)
+        time.sleep(20)
+        hosts.restore_network(1)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (tmp_path / "train.out").write_text(out)
+    assert proc.returncode != 0
+    assert ("host node1 failed with host-lost (it stopped answering): a host that stopped answering cannot rejoin "
+            "this playbook's cluster; once it answers again, continue the run with -e tf_run_id=<id> "
+            "-e tf_resume=true") in out, said(out, "lostback")
+    assert hosts.run(1, f"test -e {RUN}/lostback/retry-1")[0] != 0
+    # node1's worker stops by itself (its peer and the controller went quiet).
+    wait_until(lambda: book.run_processes(1, "lostback") == [], 120, "node1's worker of the lost attempt ending")
+    resumed = book.play("train.yml", extra={"tf_run_id": "lostback", "tf_resume": True})
+    assert resumed.returncode == 0, said(resumed.stdout, "lostback")
+    assert book.summary("lostback")["status"] == "succeeded"
+    no_process_left(book, "lostback")
+
+
+# -- (c) preemption ----------------------------------------------------------------------
+
+
+def test_a_preempted_host_saves_restarts_and_every_worker_restores_the_chiefs_step(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    """SIGTERM to every process of the run on node1 after epoch 2: the handler saves on
+    every worker and exits 42 (preempted, restarted by default); the chief's checkpoint
+    is copied through the controller to node1, whose own directory never held it; both
+    workers restore the same step; the run succeeds."""
+    hosts = make_ns_hosts(count=2)
+    extra = settings(worker_python, tf_restart_attempts=1, tf_launch_stop_grace=30,
+                     tf_train_script=str(PREEMPTION_JOB), tf_train_args=PREEMPTION_ARGS)
+    book = Runbook(hosts, tmp_path, port=2464, groupvars=extra)
+    proc = start_playbook(book.inventory, book.runs, {"tf_run_id": "preempt"})
+    try:
+        wait_for_log(hosts, 1, f"{RUN}/preempt/worker-1/worker.log", "epoch=2/")
+        pids = [line.split()[0] for line in run_processes(hosts, 1, "preempt")]
+        assert pids, "no process of the run on node1"
+        signalled = time.monotonic()
+        hosts.run(1, f"kill -TERM {' '.join(pids)}")
+        retrained = first_line_after(book, 0, f"{RUN}/preempt/retry-1/worker-0/worker.log", r"^worker=0 epoch=\d+/",
+                                     signalled, 400)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    print(f"\n[bench] preemption: SIGTERM to the first epoch line of the restarted attempt: {retrained:.1f} s")
+    assert proc.returncode == 0, out[-6000:]
+    assert re.search(r"failed with preempted[^\n]*: restarting it", out), said(out, "preempt")
+    assert re.search(r"Copied the chief's checkpoint \(node0: \d+ files, [\d.]+ MB\) through the controller to node1",
+                     out), out[-6000:]
+    first = {i: log_of(book, i, f"{RUN}/preempt/worker-{i}/exit.json") for i in (0, 1)}
+    assert '"returncode": 42' in first[0], first
+    steps = {}
+    for index in (0, 1):
+        log = log_of(book, index, f"{RUN}/preempt/retry-1/worker-{index}/worker.log")
+        found = re.search(r"^restored step (\d+) from ", log, re.M)
+        assert found, log[-3000:]
+        steps[index] = int(found.group(1))
+        assert re.search(rf"^worker={index} resumed_from_epoch=[2-5]$", log, re.M), log[-3000:]
+    assert steps[0] == steps[1] and steps[0] >= 40, steps
+    summary = book.summary("preempt")
+    assert summary["status"] == "succeeded", summary["checks"]
+    assert sorted(summary["metrics"], key=int) == [str(e) for e in range(1, 7)]
+    no_process_left(book, "preempt")
+
+
+# -- (d) resume later ---------------------------------------------------------------------
+
+
+def test_a_stopped_run_resumes_later_and_is_judged_whole(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    """A detached run stopped with stop.yml after epoch 2; a resume while it runs is refused;
+    resumed with tf_resume it continues as retry-1 from the chief's checkpoint and succeeds
+    with every epoch judged once. A second resume of the succeeded run is refused."""
+    hosts = make_ns_hosts(count=2)
+    extra = settings(worker_python, tf_train_script=str(PREEMPTION_JOB), tf_train_args=PREEMPTION_ARGS,
+                     tf_stop_grace=30)
+    book = Runbook(hosts, tmp_path, port=2466, groupvars=extra)
+    result = book.play("train.yml", extra={"tf_run_id": "later", "tf_detach": True})
+    assert result.returncode == 0, result.stdout[-4000:]
+    wait_for_log(hosts, 0, f"{RUN}/later/worker-0/worker.log", "epoch=2/")
+
+    running = book.play("train.yml", extra={"tf_run_id": "later", "tf_resume": True})
+    assert running.returncode != 0
+    assert re.search(r"Preflight refused the resume: host node\d: worker \d of run 'later' is still running",
+                     running.stdout), running.stdout[-3000:]
+
+    stopped = book.play("playbooks/stop.yml", extra={"tf_run_id": "later"})
+    assert stopped.returncode == 0, stopped.stdout[-3000:]
+    no_process_left(book, "later")
+
+    started = time.monotonic()
+    timing: dict[str, float] = {}
+
+    def watch() -> None:
+        timing["first_epoch"] = first_line_after(book, 0, f"{RUN}/later/retry-1/worker-0/worker.log",
+                                                 r"^worker=0 epoch=\d+/", started, 400)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    code, out = play(book.inventory, book.runs, "train.yml", {"tf_run_id": "later", "tf_resume": True}, timeout=600)
+    watcher.join(timeout=30)
+    print(f"\n[bench] resume: resume command to the first epoch line of the new attempt: "
+          f"{timing.get('first_epoch', float('nan')):.1f} s")
+    assert code == 0, out[-6000:]
+    assert "resumed as attempt 1 (retry-1)" in out
+    assert re.search(r"Copied the chief's checkpoint \(node0: \d+ files", out), out[-4000:]
+    log = log_of(book, 1, f"{RUN}/later/retry-1/worker-1/worker.log")
+    assert re.search(r"^worker=1 resumed_from_epoch=[2-5]$", log, re.M), log[-3000:]
+    summary = book.summary("later")
+    assert summary["status"] == "succeeded", summary["checks"]
+    assert sorted(summary["metrics"], key=int) == [str(e) for e in range(1, 7)]
+    no_process_left(book, "later")
+
+    again = book.play("train.yml", extra={"tf_run_id": "later", "tf_resume": True})
+    assert again.returncode != 0
+    assert "run 'later' succeeded: there is nothing to resume" in again.stdout, again.stdout[-3000:]
+
+
+def test_a_checkpoint_directory_every_host_shares_is_not_copied(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    """tf_checkpoint_dir on a directory both namespace hosts see (outside their private
+    /home and /tmp): a restart copies nothing and says so; the directory records its owner."""
+    hosts = make_ns_hosts(count=2)
+    shared = Path("/var/tmp") / f"tf-runbook-shared-{tmp_path.name}"
+    shared.mkdir(mode=0o700)
+    shutil.chown(shared, hosts.user, hosts.user)
+    try:
+        extra = settings(worker_python, tf_restart_attempts=1, tf_checkpoint_dir=str(shared),
+                         tf_train_args=["--epochs=3", "--steps-per-epoch=40"])
+        inventory = hosts.write_inventory(tmp_path / "inventory" / "hosts.yml", port=2468, groupvars=extra)
+        proc = start_playbook(inventory, tmp_path / "runs", {"tf_run_id": "shared"})
+        try:
+            wait_for_log(hosts, 1, f"{RUN}/shared/worker-1/worker.log", "epoch=1 ")
+            assert hosts.run(1, f"kill -9 {remote_pid(hosts, 1, f'{RUN}/shared/worker-1')}")[0] == 0
+            out, _ = proc.communicate(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, out[-5000:]
+        assert "Every host shares the chief's checkpoint directory (node0): nothing to copy" in out, out[-5000:]
+        assert (shared / "shared" / ".tf-runbook-owner.json").is_file()
+        assert (tmp_path / "runs" / "shared" / "checkpoint-sync-1.json").is_file()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
