@@ -12,11 +12,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: help setup smoke test lint unit sanity molecule integration multihost bench bench-controller bench-mitogen clean
+.PHONY: help setup smoke test docs lint unit sanity molecule integration multihost bench bench-controller bench-mitogen clean
 
 help:
 	@echo "make smoke  - set up and run the two-worker smoke training on localhost"
 	@echo "make test   - set up and run every test (lint, unit, molecule, integration)"
+	@echo "make docs   - regenerate the variable tables of docs/variables.md (checked by make unit)"
 	@echo "make lint | unit | sanity | molecule | integration | multihost | bench | bench-controller | bench-mitogen"
 
 # The controller needs Python >= 3.12 (ansible-core 2.21). Look on PATH, then in pyenv and
@@ -46,6 +47,12 @@ setup: $(STAMP)
 
 smoke: setup
 	ansible-playbook train.yml --limit localhost
+
+# The variable tables of docs/variables.md, from every role's meta/argument_specs.yml and
+# defaults/main.yml. `make unit` (so `make test`) fails when the committed file is stale
+# (tests/unit/test_docs_variables.py), or when a link of README.md or docs/ is broken.
+docs: setup
+	$(VENV)/bin/python tests/docs/docs_variables.py
 
 lint: setup
 	yamllint --strict .
