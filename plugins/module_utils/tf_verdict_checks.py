@@ -452,6 +452,13 @@ def judge_run(attempts: list[dict[str, Any]], size: int, marker_name: str) -> di
         for epoch, (number, metrics) in done.items():
             if epoch < begun:
                 epochs[epoch], sources[epoch] = metrics, number
+        earlier = sum(1 for attempt in sources.values() if attempt != final["attempt"])
+        if agree["ok"] and earlier:
+            # The run is judged whole: the epochs an earlier attempt completed count too.
+            agree["detail"] = (
+                f"{len(epochs)} epoch(s), identical on every worker: {earlier} agreed in earlier attempt(s), "
+                f"{len(epochs) - earlier} in attempt {final['attempt']}" + (f" ({final['label']})" if final["source"] != "contract" else "")
+            )
         checks += [agree, check_metrics_finite(workers), once, check_restore_agree(attempts),
                    check_epochs_complete(workers, stopped)]  # fmt: skip
     checks.append(check_training_complete(workers, contract))

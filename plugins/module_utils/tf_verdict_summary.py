@@ -145,9 +145,12 @@ def stall_of(workers: list[dict[str, Any]], wait: dict[str, Any]) -> dict[str, A
     return {"culprits": sorted(w["index"] for w, _where in culprits), "detail": printable(detail)}
 
 
-def with_status(cause: dict[str, Any], returncode: Any, reason: Any) -> str:
+def with_status(cause: dict[str, Any], returncode: Any, reason: Any, signal: Any = None) -> str:
     """A cause, then the exit status it came with: ``job-error: ModuleNotFoundError: No
-    module named 'x'; exit status 1 (exited)`` (printable: it reaches a terminal)."""
+    module named 'x'; exit status 1 (exited)``, or ``(killed by SIGKILL)`` for a job that
+    a signal ended on its own (printable: it reaches a terminal)."""
+    if signal and reason == "exited":
+        reason = f"killed by {signal}"
     status = f"exit status {returncode} ({reason})"
     if cause.get("detail") == f"exit status {returncode}" and not cause.get("exception"):
         return printable(f"{cause.get('kind')}: {status}")
@@ -186,7 +189,7 @@ def failure_reason(
         tail = " | ".join(log_tail(first.get("log")))
         return (
             f"worker {first['index']} on host {first['host']} failed first: "
-            f"{with_status(cause_of(exit_), exit_.get('returncode'), exit_.get('reason'))}{stuck}; last log lines: {tail}"
+            f"{with_status(cause_of(exit_), exit_.get('returncode'), exit_.get('reason'), exit_.get('signal'))}{stuck}; last log lines: {tail}"
         )
     if culprit:
         entry = culprit["entry"]
@@ -194,7 +197,7 @@ def failure_reason(
         tail = " | ".join(printable(line) for line in entry.get("log_tail") or [])
         return (
             f"worker {entry.get('index')} on host {entry.get('host')} failed: "
-            f"{with_status(cause, entry.get('returncode'), entry.get('reason'))}; last log lines: {tail}"
+            f"{with_status(cause, entry.get('returncode'), entry.get('reason'), entry.get('signal'))}; last log lines: {tail}"
         )
     if wait.get("lost_hosts"):
         return f"host(s) {', '.join(str(h) for h in wait['lost_hosts'])} became unreachable during the run"

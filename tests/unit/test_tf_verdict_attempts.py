@@ -55,6 +55,8 @@ def test_a_resume_backed_by_the_earlier_attempt_is_judged_as_one_run(tmp_path: P
     assert summary["status"] == "succeeded", summary["reason"]
     assert summary["epoch_sources"] == {"1": 0, "2": 1, "3": 1}
     assert summary["metrics"] == {str(e): metrics_of(e) for e in (1, 2, 3)}
+    agree = next(c for c in summary["checks"] if c["name"] == "metrics_agree")
+    assert agree["detail"] == "3 epoch(s), identical on every worker: 1 agreed in earlier attempt(s), 2 in attempt 1"
     assert summary["attempt"] == 1 and [a["attempt"] for a in summary["attempts"]] == [0, 1]
     assert [a["attempt"] for a in summary["timeline"]] == [0, 1]
 

@@ -212,3 +212,13 @@ def test_a_deadline_stop_says_where_the_culprit_was_stuck(tmp_path: Path) -> Non
         "stuck in load_batch (train.py:41); last log lines: "
     )
     assert summary["stall"] is None
+
+
+def test_a_job_a_signal_ended_on_its_own_says_so_in_the_failure_message(tmp_path: Path) -> None:
+    """A SIGKILL nobody in the runbook sent: the status reads "killed by SIGKILL", not "exited"."""
+    run = tmp_path / "killed"
+    pair(run, w0={"exit_status": 143, "stopped_by": "runbook", "complete": False},
+         w1={"epochs": [1], "exit_status": 137, "signal": "SIGKILL", "complete": False})  # fmt: skip
+    summary = build(run, 2)
+    assert "worker 1 on host node1 failed first: killed: " in summary["reason"]
+    assert "exit status 137 (killed by SIGKILL)" in summary["reason"]
