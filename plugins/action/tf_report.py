@@ -42,6 +42,10 @@ LOG_TAIL_LINES = 20
 LOG_TAIL_BYTES = 64 * 1024
 
 
+# How the fallback page shows a check's result.
+RESULT_TEXT = {True: "ok", False: "FAIL"}
+
+
 def log_tail(path: str, lines: int = LOG_TAIL_LINES, limit: int = LOG_TAIL_BYTES) -> list[str]:
     """The last non-blank lines of a log (read from its last ``limit`` bytes, so a log of
     any size costs the same), control characters shown as escapes; [] when unreadable."""
@@ -93,7 +97,7 @@ def fallback_page(summary: Any, error: str) -> str:
     reason = f'<div class="reason" id="reason">{text(record["reason"])}</div>\n' if record.get("reason") else ""
     checks = [c for c in record.get("checks") or [] if isinstance(c, dict)]
     rows = "".join(
-        f'<tr class="check"><td>{ {True: "ok", False: "FAIL"}.get(c.get("ok"), "--") }</td>'
+        f'<tr class="check"><td>{RESULT_TEXT.get(c.get("ok"), "--")}</td>'
         f"<td><code>{text(c.get('name'))}</code></td><td>{text(c.get('detail'))}</td></tr>\n"
         for c in checks
     )

@@ -329,7 +329,7 @@ def input_problems(values: dict[str, Any], cluster_size: int = 0) -> list[str]:
     would fail later, each message without its host."""
     problems = []
     checks = {
-        "tf_startup_pattern": lambda v: _pattern_problem(v),
+        "tf_startup_pattern": _pattern_problem,
         "tf_worker_base_dir": lambda v: _remote_path_problem("tf_worker_base_dir", v),
         "tf_worker_venv_dir": lambda v: _remote_path_problem("tf_worker_venv_dir", v, "venv under tf_worker_base_dir"),
         "tf_verdict_report_template": lambda v: _template_problem(v, values.get("tf_verdict_report")),

@@ -148,8 +148,12 @@ def classify(record: dict[str, Any], log_tail: list[str], oom_kills: int | None 
     peer_line = _peer_lost_line(log_tail)
     if peer_line is not None:
         return {"kind": "peer-lost", "detail": _short(peer_line)}
-    ended = f"signal {sig}" if sig else f"exit status {returncode}"
-    return {"kind": "unknown", "detail": f"the job ended with {ended} and no traceback in its log"}
+    if sig:
+        return {"kind": "unknown", "detail": f"the job ended with signal {sig} and no traceback in its log"}
+    if isinstance(returncode, int) and not isinstance(returncode, bool) and returncode > 0:
+        # The job chose its own exit status (sys.exit(1), a shell's exit): its own error.
+        return {"kind": "job-error", "detail": f"the job exited with status {returncode} and no traceback in its log"}
+    return {"kind": "unknown", "detail": f"the job ended with exit status {returncode} and no traceback in its log"}
 
 
 def _thread_blocks(text: str) -> list[tuple[str, list[tuple[str, str, str]]]]:

@@ -185,7 +185,7 @@ def contract_clock(timed: list[tuple[float, str]]) -> Clock:
         if not match:
             continue
         rest = match.group("rest").strip()
-        pairs, _ = pairs_of(rest)
+        pairs = pairs_of(rest)[0]
         if rest == "training_complete":
             clock["completed_at"] = clock["completed_at"] or at
         elif "epoch" in pairs:

@@ -134,7 +134,7 @@ def _counter(path: str, name: str) -> int | None:
     try:
         with open(path, encoding="utf-8") as handle:
             for line in handle:
-                key, _, value = line.partition(" ")
+                key, value = line.partition(" ")[::2]
                 if key == name and value.strip().isdigit():
                     return int(value)
     except OSError:

@@ -15,6 +15,7 @@ import os
 import re
 from typing import Any
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import classify
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import (
     empty_series,
     format_named,
@@ -27,7 +28,6 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     CONFIG_FILE,
     EXIT_FILE,
     LOG_FILE,
-    PREEMPTION_EXIT,
     RETRY_PREFIX,
     WORKER_PREFIX,
     attempt_dir_of,
@@ -165,40 +165,13 @@ def port_of(endpoint: str) -> int | None:
 
 # --- Why a worker ended -----------------------------------------------------------------
 
-# exit.json's stopped_by to the cause of a stop, for a record that carries no cause.
-STOP_CAUSES = {
-    "operator": "operator",
-    "runbook": "runbook",
-    "peer": "runbook",
-    "job-deadline": "deadline",
-    "startup-deadline": "startup",
-    "controller": "controller-lost",
-}
-
-
 def derived_cause(exit_: dict[str, Any] | None) -> dict[str, Any]:
-    """The cause of an exit record that carries none (an older supervisor): from its
-    structured ``returncode``, ``signal`` and ``stopped_by``, never its free text."""
+    """The cause of an exit record that carries none (an older supervisor, a record written
+    for a lost worker): tf_causes' rules over its structured fields, the one place they are
+    written."""
     if not isinstance(exit_, dict):
         return {"kind": "unknown", "detail": "no exit record (still running or lost)"}
-    code = exit_.get("returncode")
-    by = exit_.get("stopped_by")
-    signal = exit_.get("signal")
-    if by in STOP_CAUSES:
-        return {"kind": STOP_CAUSES[by], "detail": f"stopped by {by} ({exit_.get('reason')})"}
-    if by == "signal":
-        kind = "preempted" if signal == "SIGTERM" else "killed"
-        return {"kind": kind, "detail": f"{signal or 'a signal'} from outside the runbook", "signal": signal}
-    if code == 0 and not by:
-        return {"kind": "completed", "detail": "exited 0"}
-    if code == PREEMPTION_EXIT:
-        return {"kind": "preempted", "detail": f"exit status {PREEMPTION_EXIT} (PreemptionCheckpointHandler)"}
-    if signal == "SIGKILL" or code in (137, -9):
-        return {"kind": "killed", "detail": "SIGKILL that nobody in the runbook sent", "signal": "SIGKILL",
-                "oom_kills": None}  # fmt: skip
-    if by:
-        return {"kind": "unknown", "detail": f"stopped by {by}"}
-    return {"kind": "job-error", "detail": f"exit status {code}"}
+    return classify(exit_, [])
 
 
 def cause_of(exit_: dict[str, Any] | None) -> dict[str, Any]:

@@ -70,7 +70,6 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 }
 
 
-
 def now_text() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -152,7 +151,7 @@ def with_status(cause: dict[str, Any], returncode: Any, reason: Any, signal: Any
     if signal and reason == "exited":
         reason = f"killed by {signal}"
     status = f"exit status {returncode} ({reason})"
-    if cause.get("detail") == f"exit status {returncode}" and not cause.get("exception"):
+    if not cause.get("exception") and f"status {returncode}" in str(cause.get("detail")):
         return printable(f"{cause.get('kind')}: {status}")
     return printable(f"{cause_text(cause)}; {status}")
 

@@ -125,7 +125,7 @@ def test_the_exception_line_is_found_without_the_traceback_start() -> None:
         (record(137, "SIGKILL"), 0, "killed"),
         (record(137, "SIGKILL"), None, "killed"),
         (record(139, "SIGSEGV"), None, "unknown"),
-        (record(3), None, "unknown"),
+        (record(3), None, "job-error"),  # sys.exit(3): the job chose its own status
         (record(137, "SIGKILL", "supervisor", "supervisor error: OSError: x"), None, "unknown"),
     ],
 )  # fmt: skip

@@ -349,7 +349,7 @@ sys.exit(int(sys.argv[3]))
         exit1 = read_json(tmp_path / "w1" / "runs" / "r1" / "worker-1" / "exit.json")
         assert (exit1["returncode"], exit1["stopped_by"]) == (9, None)
         assert exit0["stopped_by"] == "peer" and exit0["cause"]["kind"] == "runbook"
-        assert exit1["cause"]["kind"] == "unknown" and "exit status 9" in exit1["cause"]["detail"]
+        assert exit1["cause"]["kind"] == "job-error" and "status 9" in exit1["cause"]["detail"]
         assert exit0["reason"] == f"stopped by the supervisor: worker 1 at {workers[1]} failed (worker exit status 9)"
         assert exit0["finished_at"] - exit1["finished_at"] < 8
         # The announcer ends once the peer's port refuses.

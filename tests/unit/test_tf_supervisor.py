@@ -262,7 +262,7 @@ def test_job_gets_tf_config_cwd_log_and_records(runs: dict[str, Run]) -> None:
 
 @pytest.mark.parametrize(
     ("name", "returncode", "signame", "kind"),
-    [("exit-3", 3, None, "unknown"), ("exit-exception", 1, None, "unknown"), ("exit-sigkill", 137, "SIGKILL", "killed"),
+    [("exit-3", 3, None, "job-error"), ("exit-exception", 1, None, "job-error"), ("exit-sigkill", 137, "SIGKILL", "killed"),
      ("module-not-found", 1, None, "job-error")],
 )  # fmt: skip
 def test_exit_status_of_the_job(runs: dict[str, Run], name: str, returncode: int, signame: str | None, kind: str) -> None:

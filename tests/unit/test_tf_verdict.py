@@ -372,7 +372,7 @@ def test_summarize_good_run_succeeds_and_writes_nothing(good_run: Path) -> None:
             "port": 2222,
             "exit_status": 0,
             "exit_reason": "exited",
-            "cause": {"kind": "completed", "detail": "exited 0"},
+            "cause": {"kind": "completed", "detail": "the job exited 0"},
             "stacks": None,
             "log": str(good_run / HOSTS[i] / f"worker-{i}" / "worker.log"),
         }
