@@ -88,6 +88,16 @@ SCENARIOS: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
     "leaves-child": (LEAVES_CHILD, ("--grace", "1"), {}),
     "no-interpreter": ("print('never')\n", (), {"python": "missing"}),
     "module-not-found": ("import json\nimport nonexistent_pkg_xyz\n", (), {}),
+    # Issue 24, point 10: a job that writes a record's name in its working directory.
+    "writes-state": (
+        "import json, time\njson.dump({'epoch': 3}, open('state.json', 'w'))\ntime.sleep(30)\n", ("--grace", "1"), {}
+    ),
+    "writes-exit": (
+        "import json, time\njson.dump({'returncode': 0}, open('exit.json', 'w'))\ntime.sleep(30)\n", ("--grace", "1"), {}
+    ),
+    "writes-stop": (
+        "import json, time\njson.dump({'by': 'operator'}, open('stop.json', 'w'))\ntime.sleep(30)\n", ("--grace", "1"), {}
+    ),
 }
 
 
@@ -274,6 +284,21 @@ def test_exit_status_of_the_job(runs: dict[str, Run], name: str, returncode: int
     assert exit_["reason"] == "exited"
     assert exit_["cause"]["kind"] == kind, exit_["cause"]
     assert "stacks" not in exit_
+
+
+@pytest.mark.parametrize(
+    ("name", "record"),
+    [("writes-state", "state.json"), ("writes-exit", "exit.json"), ("writes-stop", "stop.json")],
+)
+def test_a_job_that_writes_a_records_name_fails_with_that_reason(runs: dict[str, Run], name: str, record: str) -> None:
+    """Issue 24, point 10: the job's own state.json or exit.json would fake an exit or hide
+    the process group from a stop; the supervisor stops the job and says why."""
+    run = runs[name].finish()
+    exit_ = run.json("exit.json")
+    assert exit_["stopped_by"] == "supervisor" and exit_["returncode"] != 0, exit_
+    assert exit_["reason"].startswith(f"the job wrote {record} into its working directory"), exit_["reason"]
+    assert exit_["cause"]["kind"] == "job-error"
+    assert run.ended - run.started < 25  # stopped at once, not at the end of its 30 s sleep
 
 
 def test_a_job_error_is_named_by_its_exception(runs: dict[str, Run]) -> None:

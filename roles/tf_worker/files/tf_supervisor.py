@@ -769,6 +769,47 @@ def read_stacks(worker_dir: Path, job_dir: str) -> dict[str, Any] | None:
     return {"file": STACKS_FILE, "captured_at": captured_at, **parse_stacks(text, job_dir)}
 
 
+class RecordGuard:
+    """The job runs in its worker directory, where the supervisor keeps its records: a job
+    or a library that writes a file of the same name (its own ``state.json``, say) would
+    fake an exit or hide the process group from a stop. The guard notes each record the
+    supervisor writes and tells, at every poll, which one someone else wrote: the run then
+    fails with that reason instead of going wrong in silence."""
+
+    # A stop request is written just before its signal: only one that no signal follows
+    # within this long is someone else's.
+    STOP_REQUEST_SECONDS = 5.0
+
+    def __init__(self, worker_dir: Path) -> None:
+        self.worker_dir = worker_dir
+        self.written: dict[str, tuple[int, int, int] | None] = {}
+        self.stop_seen: float | None = None
+
+    def _stat(self, name: str) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.worker_dir / name)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def wrote(self, name: str) -> None:
+        """The supervisor has just written ``name``."""
+        self.written[name] = self._stat(name)
+
+    def foreign(self, now: float, signalled: bool) -> str | None:
+        """The record someone else wrote since the supervisor last did, or None."""
+        for name, seen in self.written.items():
+            if self._stat(name) != seen:
+                return name
+        if self._stat(EXIT_FILE) is not None:
+            return EXIT_FILE
+        if self._stat(STOP_FILE) is None or signalled:
+            self.stop_seen = None
+            return None
+        self.stop_seen = self.stop_seen if self.stop_seen is not None else now
+        return STOP_FILE if now - self.stop_seen > self.STOP_REQUEST_SECONDS else None
+
+
 def finish(
     worker_dir: Path,
     result: dict[str, Any],
@@ -944,6 +985,8 @@ def supervise(args: argparse.Namespace) -> int:
         "started_at": started,
     }
     write_json_atomic(worker_dir / STATE_FILE, state)
+    guard = RecordGuard(worker_dir)
+    guard.wrote(STATE_FILE)
     if go_conn is not None:
         answer_go(go_conn, GO_STARTED + str(child.pid).encode())
 
@@ -988,7 +1031,15 @@ def supervise(args: argparse.Namespace) -> int:
             if joined and state["joined_at"] is None:
                 state["joined_at"] = time.time()
                 write_json_atomic(worker_dir / STATE_FILE, state)
-            if args.startup_timeout and not joined and elapsed > args.startup_timeout:
+                guard.wrote(STATE_FILE)
+            collided = guard.foreign(now, bool(stop_reason))
+            if collided is not None:
+                stopped_by, stop_cause = "supervisor", "job-error"
+                reason = (
+                    f"the job wrote {collided} into its working directory, where the runbook keeps this "
+                    f"worker's records: write it under another name or in a subdirectory"
+                )
+            elif args.startup_timeout and not joined and elapsed > args.startup_timeout:
                 stopped_by = "startup-deadline"
                 reason = f"startup deadline of {args.startup_timeout:g} s passed before the worker joined the cluster"
             elif job_timeout and elapsed > job_timeout:
