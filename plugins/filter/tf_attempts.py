@@ -204,6 +204,11 @@ def tf_attempts_sync_record(
         message = f"Every host shares the chief's checkpoint directory ({chief}): nothing to copy"
     if shared and copied:
         message += f"; {', '.join(shared)} share it"
+    links = [str(link) for link in pack.get("links_left_out") or []]
+    if links:
+        record["links_left_out"] = links
+        shown = ", ".join(links[:5]) + (f" and {len(links) - 5} more" if len(links) > 5 else "")
+        message += f"; symbolic links are not copied: {shown}"
     path = os.path.join(str(run_dir), f"{CHECKPOINT_SYNC_PREFIX}{int(attempt)}.json")
     return {"path": path, "record": {**record, "message": message}, "message": message}
 

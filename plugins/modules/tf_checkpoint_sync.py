@@ -97,6 +97,12 @@ removed:
   type: list
   elements: str
   returned: mode unpack
+links_left_out:
+  description: With O(mode=pack), the symbolic links under the chief's directory that were not packed (a
+    link may point anywhere), relative to it.
+  type: list
+  elements: str
+  returned: mode pack, when something was packed
 archive:
   description: With O(mode=pack), the archive on the host (removed by the action plugin once fetched); empty when
     nothing was packed.
@@ -132,33 +138,41 @@ def marker_path(directory: str, marker: str) -> str:
     return os.path.join(directory, CHECKPOINT_MARKER_PREFIX + marker)
 
 
-def chief_files(directory: str) -> list[str]:
+def chief_files(directory: str, links: list[str] | None = None) -> list[str]:
     """Every plain file under ``directory``, relative, sorted; the runbook's own files and
-    symbolic links are left out (a link may point anywhere)."""
+    symbolic links are left out (a link may point anywhere): each link left out is added
+    to ``links``, so that the copy can say what it did not carry."""
     found = []
     for root, dirs, files in os.walk(directory):
+        for name in sorted(dirs):
+            if os.path.islink(os.path.join(root, name)) and links is not None:
+                links.append(os.path.relpath(os.path.join(root, name), directory))
         dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
         for name in sorted(files):
             path = os.path.join(root, name)
             relative = os.path.relpath(path, directory)
             if root == directory and is_own_file(name):
                 continue
-            if stat.S_ISREG(os.lstat(path).st_mode):
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode):
                 found.append(relative)
+            elif stat.S_ISLNK(mode) and links is not None:
+                links.append(relative)
     return found
 
 
 def pack(directory: str, archive: str) -> dict[str, Any]:
     """An uncompressed tar of the chief's files (checkpoints hardly compress; gzip would
     cost more time than it saves)."""
-    names = chief_files(directory) if os.path.isdir(directory) else []
+    links: list[str] = []
+    names = chief_files(directory, links) if os.path.isdir(directory) else []
     size = 0
     with tarfile.open(archive, "w") as tar:
         for name in names:
             path = os.path.join(directory, name)
             size += os.lstat(path).st_size
             tar.add(path, arcname=name, recursive=False)
-    return {"files": len(names), "bytes": size}
+    return {"files": len(names), "bytes": size, "links_left_out": sorted(links)}
 
 
 def member_name(name: str) -> str:
@@ -186,6 +200,20 @@ def real_parent(directory: str, relative: str, check: bool) -> str:
         if not stat.S_ISDIR(info.st_mode):
             raise ValueError(f"{path} is in the way of the chief's file {relative} (not a directory)")
     return path
+
+
+def under_real_directories(directory: str, relative: str) -> bool:
+    """Whether every directory on the way from ``directory`` to ``relative`` is a real
+    directory (no link): only then does ``relative`` name a file inside ``directory``."""
+    path = directory
+    for part in relative.split(os.sep)[:-1]:
+        path = os.path.join(path, part)
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def unpack(directory: str, archive: str, check: bool) -> dict[str, Any]:
@@ -231,8 +259,10 @@ def unpack(directory: str, archive: str, check: bool) -> dict[str, Any]:
                     os.unlink(pending)
                 raise
     for name in stale:
+        if not under_real_directories(directory, name):
+            continue  # a part of its way became a link: whatever it names is not the chief's copy
         path = os.path.join(directory, name)
-        if os.path.islink(path) or os.path.isfile(path):
+        if stat.S_ISREG(os.lstat(path).st_mode) if os.path.lexists(path) else False:
             os.unlink(path)
     write_synced(directory, names)
     return {"files": len(plan), "bytes": size, "removed": stale}

@@ -58,6 +58,7 @@ def test_the_chiefs_files_replace_the_hosts_and_nothing_else(tmp_path: Path) -> 
     archive = tmp_path / "a.tar"
     packed = sync.run(params("pack", chief, archive=str(archive)), False)
     assert (packed["files"], packed["bytes"]) == (4, 4096 + 7 + 1 + len('model_checkpoint_path: "ckpt-2"\n'))
+    assert packed["links_left_out"] == ["link"]
     result = sync.run(params("unpack", other, archive=str(archive)), False)
     assert result["files"] == 4
     sent = {k: v for k, v in tree_digest(chief).items() if k not in (CHECKPOINT_OWNER_FILE, "link")}
@@ -81,6 +82,33 @@ def test_a_later_copy_removes_the_chiefs_files_the_chief_no_longer_has(tmp_path:
     result = sync.run(params("unpack", other, archive=str(archive)), False)
     assert result["removed"] == ["ckpt-2.index"]
     assert not (other / "ckpt-2.index").exists() and (other / "ckpt-3.index").read_bytes() == b"3"
+
+
+def test_removing_a_stale_file_never_follows_a_directory_that_became_a_link(tmp_path: Path) -> None:
+    """The chief dropped sub/extra; on this host sub/ is now a link to a directory outside:
+    the stale name is not removed through it."""
+    chief, other = chief_dir(tmp_path), tmp_path / "other"
+    archive = tmp_path / "a.tar"
+    sync.run(params("pack", chief, archive=str(archive)), False)
+    sync.run(params("unpack", other, archive=str(archive)), False)
+    (chief / "sub" / "extra").unlink()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "extra").write_text("not the chief's")
+    (other / "sub" / "extra").unlink()
+    (other / "sub").rmdir()
+    os.symlink(outside, other / "sub")
+    sync.run(params("pack", chief, archive=str(archive)), False)
+    sync.run(params("unpack", other, archive=str(archive)), False)
+    assert (outside / "extra").read_text() == "not the chief's"
+
+
+def test_the_record_says_which_links_were_not_copied() -> None:
+    looks = {"node1": {"shared": False}}
+    packed = {"files": 2, "bytes": 10, "links_left_out": ["latest", "sub/link"]}
+    out = tf_attempts.tf_attempts_sync_record(looks, packed, {"node1": {"files": 2}}, "node0", 1, 0.5, "/runs/r")
+    assert out["message"].endswith("; symbolic links are not copied: latest, sub/link")
+    assert out["record"]["links_left_out"] == ["latest", "sub/link"]
 
 
 def tar_with(tmp_path: Path, *members: tuple[str, bytes, bytes | None]) -> Path:
