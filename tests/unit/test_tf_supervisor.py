@@ -90,7 +90,8 @@ SCENARIOS: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
     "module-not-found": ("import json\nimport nonexistent_pkg_xyz\n", (), {}),
     # Issue 24, point 10: a job that writes a record's name in its working directory.
     "writes-state": (
-        "import json, time\njson.dump({'epoch': 3}, open('state.json', 'w'))\ntime.sleep(30)\n", ("--grace", "1"), {}
+        "import json, time\ntime.sleep(0.5)\njson.dump({'epoch': 3}, open('state.json', 'w'))\ntime.sleep(30)\n",
+        ("--grace", "1"), {},
     ),
     "writes-exit": (
         "import json, time\njson.dump({'returncode': 0}, open('exit.json', 'w'))\ntime.sleep(30)\n", ("--grace", "1"), {}

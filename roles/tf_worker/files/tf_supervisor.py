@@ -1028,11 +1028,13 @@ def supervise(args: argparse.Namespace) -> int:
             elapsed = now - t0
             joined = watcher.poll()
             clock.poll()
-            if joined and state["joined_at"] is None:
+            # Looked at before the supervisor writes a record again: a rewrite would hide
+            # a record the job wrote in between.
+            collided = guard.foreign(now, bool(stop_reason))
+            if joined and state["joined_at"] is None and collided is None:
                 state["joined_at"] = time.time()
                 write_json_atomic(worker_dir / STATE_FILE, state)
                 guard.wrote(STATE_FILE)
-            collided = guard.foreign(now, bool(stop_reason))
             if collided is not None:
                 stopped_by, stop_cause = "supervisor", "job-error"
                 reason = (
