@@ -83,6 +83,10 @@ def host_problems(run_id: str, checksum: str, hosts: dict[str, Any]) -> list[str
             problems.append(f"host {host}: run {run_id!r} was never launched there ({found.get('run_dir')} "
                             "holds no worker directory); resume it with the inventory it ran on")
             continue
+        for worker in found.get("earlier_alive") or []:
+            problems.append(f"host {host}: worker {worker.get('index')} of attempt {worker.get('attempt')} of run "
+                            f"{run_id!r} is still running (supervisor pid {worker.get('supervisor_pid')} works in "
+                            f"{worker.get('dir')}); stop it (kill {worker.get('supervisor_pid')}) before resuming")
         for worker in found.get("workers") or []:
             if worker.get("alive"):
                 problems.append(f"host {host}: worker {worker.get('index')} of run {run_id!r} is still running "

@@ -55,6 +55,12 @@ last_attempt:
   description: The latest attempt found (0 the first launch); -1 when none was launched here.
   type: int
   returned: always
+earlier_alive:
+  description: Workers of earlier attempts whose supervisor still runs, each with C(attempt), C(index),
+    C(dir) and C(supervisor_pid).
+  type: list
+  elements: dict
+  returned: always
 workers:
   description: Each worker directory of the latest attempt, with C(index), C(dir), C(alive) (its supervisor
     still runs), C(returncode) (null without an exit record) and C(checksum) (of its TF_CONFIG's cluster, null
@@ -138,7 +144,20 @@ def read_run(base_dir: str, run_id: str) -> dict[str, Any]:
         "run_dir": run_dir,
         "last_attempt": last,
         "workers": [worker_entry(index, dirs[index]) for index in sorted(dirs)],
+        "earlier_alive": earlier_alive(run_dir, attempts[:-1]),
     }
+
+
+def earlier_alive(run_dir: str, attempts: list[int]) -> list[dict[str, Any]]:
+    """Supervisors of earlier attempts that still run (an orphan on a host that was lost and
+    came back): a resume beside them would share their ports."""
+    alive = []
+    for attempt in attempts:
+        for index, directory in sorted(worker_dirs(attempt_dir_of(run_dir, attempt)).items()):
+            pid = (read_json(os.path.join(directory, STATE_FILE)) or {}).get("supervisor_pid")
+            if isinstance(pid, int) and not isinstance(pid, bool) and works_in(pid, directory):
+                alive.append({"attempt": attempt, "index": index, "dir": directory, "supervisor_pid": pid})
+    return alive
 
 
 def main() -> None:

@@ -212,7 +212,31 @@ def test_a_hosts_run_is_read_from_its_latest_attempt(tmp_path: Path) -> None:
     finally:
         os.chdir(original)
     assert tf_run_resume.read_run(str(tmp_path), "r2") == {
-        "changed": False, "exists": False, "run_dir": str(tmp_path / "runs" / "r2"), "last_attempt": -1, "workers": []}
+        "changed": False, "exists": False, "run_dir": str(tmp_path / "runs" / "r2"), "last_attempt": -1, "workers": [],
+        "earlier_alive": []}
+
+
+def test_a_supervisor_of_an_earlier_attempt_that_still_runs_refuses_the_resume(tmp_path: Path) -> None:
+    """An orphan of attempt 0 (its host was lost and came back) would share the ports of the
+    resumed attempt: the resume is refused, naming its pid."""
+    from ansible_collections.tf_runbook.multiworker.plugins.action.tf_run_claim import host_problems
+    from ansible_collections.tf_runbook.multiworker.plugins.modules import tf_run_resume
+
+    run = tmp_path / "runs" / "r1"
+    for attempt_dir in (run, run / "retry-1"):
+        (attempt_dir / "worker-0").mkdir(parents=True)
+        (attempt_dir / "worker-0" / "state.json").write_text(json.dumps({"supervisor_pid": os.getpid()}))
+    original = os.getcwd()
+    os.chdir(run / "worker-0")  # this test's process plays attempt 0's supervisor
+    try:
+        found = tf_run_resume.read_run(str(tmp_path), "r1")
+    finally:
+        os.chdir(original)
+    assert found["earlier_alive"] == [{"attempt": 0, "index": 0, "dir": str(run / "worker-0"),
+                                       "supervisor_pid": os.getpid()}]  # fmt: skip
+    assert [w["alive"] for w in found["workers"]] == [False]
+    [problem] = host_problems("r1", "", {"h0": found})
+    assert problem.startswith("host h0: worker 0 of attempt 0 of run 'r1' is still running (supervisor pid ")
 
 
 # --- a shared tf_checkpoint_dir records its owner (tf_run_dir, issue 24 point 13) --------
