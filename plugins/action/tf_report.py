@@ -25,7 +25,7 @@ from typing import Any
 import jinja2
 from ansible.errors import AnsibleActionFail
 
-from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_report import tf_report_view
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_report_view import tf_report_view
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import printable
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 

@@ -23,9 +23,13 @@ from typing import Any, Iterator
 import pytest
 from ansible.errors import AnsibleActionFail, AnsibleFilterError
 
-import tf_report
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils import tf_report_view as tf_report
 from report_runs import TEMPLATE, T0, build, endpoints, metrics_of, render, write_worker
-from tf_report import fmt_seconds, nice_ticks, tf_report_view
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_report_view import (
+    fmt_seconds,
+    nice_ticks,
+    tf_report_view,
+)
 from tf_report_action import ActionModule, culprit_log_tails, draw, log_tail, write_report
 from tf_verdict import summarize
 
