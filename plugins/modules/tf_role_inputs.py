@@ -24,6 +24,8 @@ description:
   - Each error names its host. The task fails when there is any.
   - The roles of this collection name their entry points after what they do (not
     C(main)), so that Ansible does not check them a second time per host.
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   role_path:
     description: The role's directory (C(role_path) in its tasks).
@@ -38,6 +40,14 @@ options:
       (C(ansible_play_hosts)).
     type: list
     elements: str
+attributes:
+  check_mode:
+    support: full
+    details: It only reads and checks.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""
