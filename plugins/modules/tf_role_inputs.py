@@ -21,6 +21,9 @@ description:
     host it checks the options that host sets itself (inventory and group variables,
     facts, C(set_fact)), which are the only ones that can differ. A host variable that a
     play or role variable overrides is checked too, though its value is not used.
+  - Whole numbers are also checked against the ranges the role declares in
+    C(meta/ranges.yml), beside its argument spec (a low, a high, what 0 means); an
+    argument spec checks types only.
   - Each error names its host. The task fails when there is any.
   - The roles of this collection name their entry points after what they do (not
     C(main)), so that Ansible does not check them a second time per host.
