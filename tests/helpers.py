@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 # The clone as the collection tf_runbook.multiworker, as ansible.cfg's collections_path
@@ -56,9 +56,11 @@ def playbook_env(**more: str) -> dict[str, str]:
 
 
 def playbook_argv(
-    playbook: str, *args: str, inventory: Path | None = None, extra: dict[str, Any] | None = None
+    playbook: str | Sequence[str], *args: str, inventory: Path | None = None, extra: dict[str, Any] | None = None
 ) -> list[str]:
-    argv = [str(PLAYBOOK_BIN), playbook]
+    """``ansible-playbook`` with one playbook or several in a row (given together: the
+    command takes its playbooks as one run of positional arguments)."""
+    argv = [str(PLAYBOOK_BIN), *([playbook] if isinstance(playbook, str) else playbook)]
     if inventory is not None:
         argv += ["-i", str(inventory)]
     if extra is not None:
@@ -67,7 +69,7 @@ def playbook_argv(
 
 
 def run_playbook(
-    playbook: str,
+    playbook: str | Sequence[str],
     *args: str,
     inventory: Path | None = None,
     extra: dict[str, Any] | None = None,
@@ -86,14 +88,20 @@ def run_playbook(
 
 
 def start_playbook(
-    playbook: str, *args: str, inventory: Path | None = None, extra: dict[str, Any] | None = None
+    playbook: str | Sequence[str],
+    *args: str,
+    inventory: Path | None = None,
+    extra: dict[str, Any] | None = None,
+    quiet: bool = False,
 ) -> subprocess.Popen[str]:
-    """Start ``ansible-playbook`` in the background, stdout and stderr together."""
+    """Start ``ansible-playbook`` in the background, stdout and stderr together; ``quiet``
+    throws its output away (a controller the test kills and never reads must not block on a
+    full pipe)."""
     return subprocess.Popen(
         playbook_argv(playbook, *args, inventory=inventory, extra=extra),
         cwd=REPO,
         env=playbook_env(),
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL if quiet else subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )

@@ -6,8 +6,10 @@ each task on each host costs the controller a forked worker process: at 32 hosts
 same on every host. This action checks them once: the values as this task's host sees
 them (role defaults, play and role variables, extra vars), and for every other host of
 the play the values it sets itself (inventory, facts, set_fact), each against the same
-entry point of ``meta/argument_specs.yml``. Its options and results are documented in
-plugins/modules/tf_role_inputs.py (a documentation-only module).
+entry point of ``meta/argument_specs.yml``, and the whole numbers among them against the
+ranges the role declares beside it in ``meta/ranges.yml`` (argument specs check types
+only). Its options and results are documented in plugins/modules/tf_role_inputs.py (a
+documentation-only module).
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges import (
+    RangesError,
+    range_problems,
+    role_ranges,
+)
 
 # The options (documented in plugins/modules/tf_role_inputs.py, the documentation-only module).
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
@@ -42,8 +49,15 @@ def entry_point_options(role_path: str, entry_point: str) -> dict[str, Any]:
     return (specs[entry_point] or {}).get("options") or {}
 
 
+def _typed(result: Any, values: dict[str, Any], ranges: dict[str, Any]) -> dict[str, Any]:
+    """The range-checked values that passed the type check, as given (so that a message
+    quotes what the user wrote); a value of the wrong type is named once, by its type error."""
+    return {name: values[name] for name in ranges
+            if name in values and not any(f"'{name}'" in message for message in result.error_messages)}
+
+
 def input_errors(options: dict[str, Any], own_host: str, own: dict[str, Any],
-                 others: dict[str, dict[str, Any]]) -> list[str]:
+                 others: dict[str, dict[str, Any]], ranges: dict[str, Any] | None = None) -> list[str]:
     """Every error of ``options`` over the play's hosts, each prefixed with its host.
 
     ``own`` is every option's value on ``own_host`` (all of them, so that a missing
@@ -51,9 +65,12 @@ def input_errors(options: dict[str, Any], own_host: str, own: dict[str, Any],
     itself, which are all that can differ from ``own_host``'s values. On another host only
     the values that differ from ``own_host``'s are checked: a value every host inherits
     (a group variable of all hosts, an extra var) is named once, on ``own_host``.
+    ``ranges`` (the role's meta/ranges.yml) bounds the options of this entry point it names.
     """
-    errors = [f"host {own_host}: {message}"
-              for message in ArgumentSpecValidator(options).validate(own, validate_role_argument_spec=True).error_messages]
+    ranges = {name: entry for name, entry in (ranges or {}).items() if name in options}
+    result = ArgumentSpecValidator(options).validate(own, validate_role_argument_spec=True)
+    errors = [f"host {own_host}: {message}" for message in result.error_messages]
+    errors.extend(range_problems(_typed(result, own, ranges), own_host, ranges))
     for host, values in others.items():
         differing = {name: value for name, value in values.items()
                      if name in options and (name not in own or own[name] != value)}
@@ -61,6 +78,7 @@ def input_errors(options: dict[str, Any], own_host: str, own: dict[str, Any],
             subset = {name: options[name] for name in differing}
             result = ArgumentSpecValidator(subset).validate(differing, validate_role_argument_spec=True)
             errors.extend(f"host {host}: {message}" for message in result.error_messages)
+            errors.extend(range_problems(_typed(result, differing, ranges), host, ranges))
     return errors
 
 
@@ -81,7 +99,11 @@ class ActionModule(ControllerAction):
                 continue
             variables = hostvars[host]
             others[host] = {name: variables[name] for name in options if name in variables}
-        errors = input_errors(options, own_host, own, others)
+        try:
+            ranges = role_ranges(args["role_path"])
+        except RangesError as exc:
+            raise AnsibleActionFail(f"tf_role_inputs: {exc}") from exc
+        errors = input_errors(options, own_host, own, others, ranges)
         result["validate_args_context"] = {"type": "role", "name": role, "argument_spec_name": args["entry_point"],
                                            "path": args["role_path"]}
         result["changed"] = False

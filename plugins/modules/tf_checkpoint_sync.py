@@ -28,6 +28,8 @@ description:
     O(dir), and no symbolic link on the way is followed.
   - O(dir) is one run's own directory (C(<run>/checkpoints), or C(<tf_checkpoint_dir>/<run_id>)); another run's
     files are never reached.
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   mode:
     description: The step (see above).
@@ -62,6 +64,10 @@ attributes:
     description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: In check mode nothing is written, packed or unpacked; O(mode=look) still looks.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -22,6 +22,8 @@ description:
   - A worker's C(job_env.json) (the environment handed to the job) is never collected.
   - In check mode nothing is packed, fetched or written; the files that would be fetched
     are returned (and shown in diff mode).
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   base_dir:
     description: Where the host keeps its runs (C(~) is the remote user's home).
@@ -60,6 +62,15 @@ options:
       read by the action plugin, the module on the host ignores it.
     type: path
     required: true
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is packed, fetched or written.
+  diff_mode:
+    support: partial
+    details: In check mode, the files that would be fetched are shown as the archive's listing.
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -31,6 +31,8 @@ description:
   - Supports check mode and diff mode (the table's rules before and after).
 requirements:
   - nftables (the C(nft) command) on the host
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   state:
     description: V(present) creates or replaces the run's table, V(absent) deletes it,
@@ -58,6 +60,14 @@ options:
       must be positive.
     type: int
     default: 0
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: The table's rules before and after.
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

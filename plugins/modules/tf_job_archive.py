@@ -26,6 +26,8 @@ description:
     mode). The archive is deterministic (sorted entries, no times, no owners), so its
     SHA-256 names its content.
   - Meant to run on the controller (delegated to C(localhost)) during the preflight.
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   train_dir:
     description: The project directory to pack.
@@ -48,6 +50,14 @@ options:
     description: Controller directory that keeps the archives.
     type: path
     required: true
+attributes:
+  check_mode:
+    support: full
+    details: In check mode no archive is written.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

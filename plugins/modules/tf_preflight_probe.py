@@ -40,6 +40,8 @@ description:
     32 endpoints at once.
   - V(versions) mode reports what the worker interpreter O(python) says of its versions.
   - Reads the host's state only; apart from the short-lived listeners, changes nothing.
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   mode:
     description: What to probe (see the description).
@@ -110,6 +112,14 @@ options:
       O(timeout) passes.
     type: bool
     default: false
+attributes:
+  check_mode:
+    support: full
+    details: In check mode it only reads; nothing listens on the ports.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

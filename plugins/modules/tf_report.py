@@ -27,6 +27,8 @@ description:
     that says why (the verdict and summary.json stand), RV(error) says it and the task
     warns. A summary or a template that cannot be read fails the task.
   - In check mode nothing is written.
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   summary:
     description: Path of the run's summary.json on the controller.
@@ -42,6 +44,14 @@ options:
     description: Path of the report to write on the controller.
     type: path
     required: true
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is written.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

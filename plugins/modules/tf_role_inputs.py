@@ -21,9 +21,14 @@ description:
     host it checks the options that host sets itself (inventory and group variables,
     facts, C(set_fact)), which are the only ones that can differ. A host variable that a
     play or role variable overrides is checked too, though its value is not used.
+  - Whole numbers are also checked against the ranges the role declares in
+    C(meta/ranges.yml), beside its argument spec (a low, a high, what 0 means); an
+    argument spec checks types only.
   - Each error names its host. The task fails when there is any.
   - The roles of this collection name their entry points after what they do (not
     C(main)), so that Ansible does not check them a second time per host.
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   role_path:
     description: The role's directory (C(role_path) in its tasks).
@@ -38,6 +43,14 @@ options:
       (C(ansible_play_hosts)).
     type: list
     elements: str
+attributes:
+  check_mode:
+    support: full
+    details: It only reads and checks.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -24,6 +24,8 @@ description:
     The next attempt is the latest attempt found on any host plus one; a file made with O_EXCL in the run's
     directory (C(.resume-<attempt>.claim)) lets only one playbook take it.
   - Runs on the controller only (an action plugin); the hosts are not contacted. In check mode nothing is created.
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   runs_dir:
     description: The directory of every run's files on the controller (C(tf_runs_dir)).
@@ -46,6 +48,14 @@ options:
     description: With O(resume), every host of the play to what tf_run_resume read there.
     type: dict
     default: {}
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is created.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

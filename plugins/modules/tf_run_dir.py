@@ -27,6 +27,8 @@ description:
   - Supports check mode and diff mode. The diff lists what the run would have on this
     host; the TF_CONFIG cluster list (once), every directory, each job file with its
     sha256, each worker's TF_CONFIG index and port, and the interpreter that trains.
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   base_dir:
     description: Where this host keeps its runs.
@@ -91,6 +93,14 @@ options:
     description: The interpreter that will run the job; only shown in the diff (C(~) allowed).
     type: path
     default: ""
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: What the run would have on this host, one line per item.
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

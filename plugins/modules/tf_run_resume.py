@@ -18,6 +18,8 @@ description:
     and, for each worker directory of the latest one, whether its supervisor is alive (the pid of its
     C(state.json), still working in that directory), how it exited (C(exit.json)) and the checksum of the cluster
     in its C(tf_config.json).
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   base_dir:
     description: Where this host keeps its runs (C(tf_worker_base_dir)).
@@ -32,6 +34,10 @@ attributes:
     description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: It only reads.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -37,6 +37,8 @@ description:
     directory holds, a summary.json is written.
   - An action plugin of the same name runs the judgement in the task's own process on the
     controller, without starting a module; the code is in C(module_utils/tf_verdict_*.py).
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   run_dir:
     description: The run's directory on the controller.
@@ -94,6 +96,14 @@ options:
         C(attempts), C(devices) and C(left_out).
     type: dict
     default: {}
+attributes:
+  check_mode:
+    support: full
+    details: In check mode no summary.json is written.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

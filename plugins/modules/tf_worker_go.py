@@ -26,6 +26,8 @@ description:
     shown as a warning and listed in C(failed_workers). The task itself does not fail;
     the wait reports those workers as failed and stops the rest.
   - In check mode, reports what it would send and sends nothing.
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   workers:
     description: The workers to start, each with its C(index), C(address), C(port) and
@@ -43,8 +45,12 @@ options:
     default: 10
 attributes:
   check_mode:
-    description: Reports what would be sent; sends nothing.
     support: full
+    details: Reports what would be sent; sends nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -45,6 +45,8 @@ description:
     through their environment (C(TF_RUNBOOK_ANNOUNCE_KEY)), never a command line, and
     never reaches the job.
   - In check mode, reports what it would start and starts nothing.
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   workers:
     description: This host's workers, each with its C(index) (other keys are ignored).
@@ -91,8 +93,12 @@ options:
     default: ""
 attributes:
   check_mode:
-    description: Reports what would be started; starts nothing.
     support: full
+    details: Reports what would be started; starts nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

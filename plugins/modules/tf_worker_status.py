@@ -46,6 +46,8 @@ description:
     O(stall_timeout) seconds it writes O(flag_file) with C(cause) C(stalled) and returns
     C(stalled).
   - Read-only apart from the heartbeat; supports check mode (no heartbeat then).
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   workers:
     description: Worker entries with C(index) and C(dir), and optionally C(supervisor_pid),
@@ -129,8 +131,12 @@ attributes:
       on the host.
     support: full
   check_mode:
-    description: Reads only; the heartbeat is not renewed.
     support: full
+    details: Reads only; the heartbeat is not renewed.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -32,6 +32,8 @@ description:
     refused (the module fails naming the file) and nothing of that worker is signalled;
     the other workers are still stopped.
   - Safe to run twice; a run with nothing alive reports no change. Supports check mode.
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 options:
   run_dir:
     description: The run's directory on this host (C(~) allowed).
@@ -72,6 +74,14 @@ options:
       stacks.
     type: bool
     default: true
+attributes:
+  check_mode:
+    support: full
+    details: Reports which workers it would stop; signals none.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

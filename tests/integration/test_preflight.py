@@ -23,11 +23,10 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from helpers import port_held, run_playbook, tree_digest
+from helpers import port_held, run_playbook, start_playbook, tree_digest
 from nshosts import NamespaceHosts
 
 REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
 EARLIER = "earlier-run"
 
 
@@ -446,12 +445,8 @@ def ensure_tool(path: str, package: str) -> None:
 def ns_play(hosts: NamespaceHosts, tmp: Path, *args: str, inventory: dict[str, Any] | None = None,
             **extra: Any) -> subprocess.CompletedProcess[str]:
     path = hosts.write_inventory(tmp / "inventory" / "hosts.yml", **(inventory or {}))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     data = {"tf_runs_dir": str(tmp / "runs"), **extra}
-    return subprocess.run(
-        [str(PLAYBOOK_BIN), "train.yml", "-i", str(path), "-e", json.dumps(data), *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False,
-    )
+    return run_playbook("train.yml", *args, inventory=path, extra=data, timeout=900)
 
 
 def user_processes(hosts: NamespaceHosts, index: int, needle: str) -> list[str]:
@@ -572,14 +567,10 @@ def test_the_firewall_keeps_worker_ports_to_the_cluster_while_it_trains(
     sudo_for(hosts.user)
     node0 = hosts.host(0)
     path = hosts.write_inventory(tmp_path / "inventory" / "hosts.yml", groupvars={"tf_worker_python": worker_python})
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     data = {"tf_runs_dir": str(tmp_path / "runs"), "tf_run_id": "walled", "tf_firewall_enabled": True,
             "tf_train_args": ["--epochs=3", "--steps-per-epoch=1500"]}
     # node2 is in the inventory but not in the cluster: it stands for any other machine.
-    controller = subprocess.Popen(
-        [str(PLAYBOOK_BIN), "train.yml", "-i", str(path), "-e", json.dumps(data), "--limit", "node0,node1"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    controller = start_playbook("train.yml", "--limit", "node0,node1", inventory=path, extra=data)
     try:
         deadline = time.monotonic() + 300
         while hosts.run(0, "grep -q cluster_workers= ~/tf-runbook/runs/walled/worker-0/worker.log")[0] != 0:

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+import helpers
 from nshosts import NamespaceHosts
 from test_multihost import Runbook
 
@@ -185,12 +186,9 @@ def test_a_project_directory_trains_with_its_env_and_gpus_and_brings_the_model_b
     rc, first_archive, _ = hosts.run(0, "stat -c '%n %i %Y' ~/tf-runbook/job-archives/*.tar.gz")
 
     # Second run, same directory: the archive is not sent again (deploy only, no training).
-    again = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "playbooks/preflight.yml", "playbooks/deploy.yml",
-         "-i", str(book.inventory), *vault,
-         "-e", json.dumps({"tf_runs_dir": str(book.runs), "tf_run_id": "project-2"})],
-        cwd=REPO, env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1"),
-        capture_output=True, text=True, timeout=600, check=False,
+    again = helpers.run_playbook(
+        ["playbooks/preflight.yml", "playbooks/deploy.yml"], *vault,
+        inventory=book.inventory, extra={"tf_runs_dir": str(book.runs), "tf_run_id": "project-2"},
     )
     assert again.returncode == 0, again.stdout[-4000:]
     copy_task = again.stdout.split("Copy the project archive", 1)[1].split("TASK [", 1)[0]

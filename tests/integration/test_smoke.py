@@ -25,7 +25,6 @@ import browser  # noqa: E402
 import helpers
 
 REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
 
 
 def run_playbook(playbook: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
@@ -234,14 +233,10 @@ def test_a_crashed_worker_stops_the_others_and_fails_the_run(dirs: dict[str, Pat
 
 def test_stop_playbook_ends_a_run_the_controller_abandoned(dirs: dict[str, Path], tmp_path: Path) -> None:
     job = write_fake_job(tmp_path)
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
     # Each job starts a child, as a data loader or a launcher does (issue 24, point 24): the
     # stop must end the job's whole process group, not only the job.
     args = extra(dirs, tf_run_id="abandoned", tf_train_script=str(job), tf_train_args=["sleep-with-child"])
-    controller = subprocess.Popen(
-        [str(PLAYBOOK_BIN), "train.yml", "--limit", "localhost", *args],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    controller = helpers.start_playbook("train.yml", "--limit", "localhost", *args, quiet=True)
     run = dirs["base"] / "runs" / "abandoned"
     states = [run / f"worker-{i}" / "state.json" for i in (0, 1)]
     child_pids = [run / f"worker-{i}" / "child.pid" for i in (0, 1)]
@@ -309,11 +304,7 @@ def test_a_restart_resumes_from_the_last_completed_epoch(dirs: dict[str, Path], 
     and the resumed epochs are exactly those of an uninterrupted run."""
     train_args = ["--epochs=4", "--steps-per-epoch=400"]
     args = extra(dirs, tf_run_id="resume", tf_restart_attempts=1, tf_train_args=train_args)
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    controller = subprocess.Popen(
-        [str(PLAYBOOK_BIN), "train.yml", "--limit", "localhost", *args],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    controller = helpers.start_playbook("train.yml", "--limit", "localhost", *args)
     first = dirs["base"] / "runs" / "resume" / "worker-1"
     deadline = time.monotonic() + 300
     # Killed once its backup of epoch 1 is complete, that is during epoch 2.

@@ -7,6 +7,8 @@ import socket
 import sys
 from pathlib import Path
 
+import pytest
+
 import helpers
 
 
@@ -49,3 +51,19 @@ def test_the_playbook_argv_names_inventory_and_extra_vars() -> None:
     assert argv == [str(Path(sys.executable).with_name("ansible-playbook")), "train.yml", "-i", "/i",
                     "-e", '{"tf_run_id": "r"}', "--check"]  # fmt: skip
     assert helpers.playbook_env()["ANSIBLE_CONFIG"] == str(helpers.REPO / "ansible.cfg")
+
+
+def test_the_playbook_argv_takes_several_playbooks_as_one_run_of_arguments() -> None:
+    # ansible-playbook takes its playbooks as one run of positional arguments: a second
+    # playbook after the options would be refused.
+    argv = helpers.playbook_argv(["a.yml", "b.yml"], "--check", inventory=Path("/i"))
+    assert argv[1:] == ["a.yml", "b.yml", "-i", "/i", "--check"]
+
+
+@pytest.mark.parametrize("path", sorted((helpers.REPO / "tests" / "integration").glob("*.py")), ids=lambda p: p.name)
+def test_integration_tests_run_the_runbook_through_the_helpers(path: Path) -> None:
+    # One playbook runner (helpers.run_playbook, start_playbook, playbook_argv): a test that
+    # builds its own ansible-playbook command line or the clone's environment drifts from it.
+    text = path.read_text()
+    assert 'with_name("ansible-playbook")' not in text, path.name
+    assert 'ANSIBLE_CONFIG=str(REPO / "ansible.cfg")' not in text, path.name

@@ -1,25 +1,40 @@
-"""Ranges of the timeouts and counts: a sane upper bound for each timeout, and a
-controller timeout that cannot fire between the launch and the wait's first poll."""
+"""Ranges of the timeouts and counts: a sane upper bound for each timeout, a controller
+timeout that cannot fire between the launch and the wait's first poll, and each range
+declared by the role whose argument spec has the input (roles/<role>/meta/ranges.yml)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_ranges import (
-    CONTROLLER_TIMEOUT_MIN,
-    HOUR,
-    MONTH,
-    RANGES,
+    collection_ranges,
+    tf_range_names,
     tf_range_problems,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges import (
+    HOUR,
+    MONTH,
+    RangesError,
+    all_ranges,
+    parse_ranges,
+    role_ranges,
+)
 
+REPO = Path(__file__).resolve().parents[2]
+ROLES = REPO / "roles"
+RANGES = collection_ranges()
+CONTROLLER_TIMEOUT_MIN = 10
 TIMEOUTS = sorted(name for name in RANGES if name.endswith(("_timeout", "_grace", "_margin", "_interval", "_lifetime")))
+# Computed by the runbook, never set by a user: no range.
+COMPUTED = {"tf_launch_deadline"}
 
 
 @pytest.mark.parametrize("name", TIMEOUTS)
 def test_every_timeout_has_an_upper_bound_of_at_most_30_days(name: str) -> None:
-    high = RANGES[name][1]
+    high = RANGES[name]["high"]
     assert high is not None and high <= MONTH
     assert tf_range_problems({name: high}, "w0") == []
     [problem] = tf_range_problems({name: high + 1}, "w0")
@@ -61,3 +76,52 @@ def test_every_timeout_has_an_upper_bound_of_at_most_30_days(name: str) -> None:
 )
 def test_ranges(values: dict[str, Any], problems: list[str]) -> None:
     assert tf_range_problems(values, "w1") == problems
+
+
+def spec_options(role: Path) -> dict[str, dict[str, Any]]:
+    """Every option of every entry point of the role's argument spec."""
+    options: dict[str, dict[str, Any]] = {}
+    for entry in yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"].values():
+        options.update(entry.get("options") or {})
+    return options
+
+
+@pytest.mark.parametrize("role", sorted(p for p in ROLES.iterdir() if (p / "meta" / "argument_specs.yml").is_file()),
+                         ids=lambda p: p.name)
+def test_each_role_declares_the_ranges_of_its_own_whole_number_inputs(role: Path) -> None:
+    options = spec_options(role)
+    ranges = role_ranges(str(role))
+    # A range sits with the argument spec that has the input, and bounds a whole number.
+    assert {name: options.get(name, {}).get("type") for name in ranges} == {name: "int" for name in ranges}
+    ints = {name for name, option in options.items() if option.get("type") == "int" and name.startswith("tf_")}
+    # Every whole-number input the role owns is bounded by it (or by the role that owns it).
+    assert ints - COMPUTED - set(RANGES) == set()
+
+
+def test_the_contract_check_reads_every_roles_ranges_and_the_controller_timeout_minimum() -> None:
+    assert tf_range_names() == sorted(all_ranges(str(ROLES)))
+    assert RANGES["tf_controller_timeout"]["low"] == CONTROLLER_TIMEOUT_MIN
+    assert {"tf_worker_port", "tf_collect_max_mb", "tf_stop_grace", "tf_logs_lines"} <= set(RANGES)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (["tf_x"], "must map each input to its range"),
+        ({"tf_x": {"high": 3}}, "tf_x needs an integer low"),
+        ({"tf_x": {"low": 0, "hi": 3}}, "tf_x needs an integer low, and only high, low, span, zero"),
+        ({"tf_x": {"low": 5, "high": 3}}, "tf_x's high must be null or an integer of at least low, got 3"),
+    ],
+)
+def test_a_malformed_ranges_file_is_refused_naming_file_and_input(data: Any, message: str) -> None:
+    with pytest.raises(RangesError, match=f"^roles/r/meta/ranges.yml: {message}"):
+        parse_ranges(data, "roles/r/meta/ranges.yml")
+
+
+def test_an_input_two_roles_declare_is_refused(tmp_path: Path) -> None:
+    for role in ("a", "b"):
+        (tmp_path / role / "meta").mkdir(parents=True)
+        (tmp_path / role / "meta" / "ranges.yml").write_text("tf_x: {low: 0}\n")
+    (tmp_path / "c").mkdir()  # a role without ranges
+    with pytest.raises(RangesError, match="^tf_x has a range in roles a and b: one role declares it$"):
+        all_ranges(str(tmp_path))

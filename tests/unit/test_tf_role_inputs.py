@@ -53,6 +53,42 @@ def test_the_same_bad_value_on_two_other_hosts_is_named_on_each() -> None:
     assert [error.split(":")[0] for error in errors] == ["host w2", "host w3"]
 
 
+RANGES = {"tf_x_timeout": {"low": 10, "high": 3600, "zero": "no deadline", "span": False},
+          "tf_y_count": {"low": 1, "high": None, "zero": None, "span": False}}
+
+
+def test_a_value_out_of_the_roles_range_names_host_and_value() -> None:
+    errors = action.input_errors(OPTIONS, "w1", {"tf_x_timeout": 5}, {"w2": {"tf_x_timeout": "7200"}}, RANGES)
+    assert errors == [
+        "host w1: tf_x_timeout must be 0 (no deadline) or 10 or more, got 5",
+        # The value as the host gave it, as the contract check quotes it.
+        "host w2: tf_x_timeout must be at most 3600 (1 hour), got '7200'",
+    ]
+
+
+def test_values_in_range_and_ranges_of_other_entry_points_give_no_error() -> None:
+    # tf_y_count has a range but is no option of this entry point: another host's value of
+    # it is not looked at.
+    others = {"w2": {"tf_x_timeout": 3600, "tf_y_count": 0}}
+    assert action.input_errors(OPTIONS, "w1", {"tf_x_timeout": 0}, others, RANGES) == []
+
+
+def test_a_value_of_the_wrong_type_is_named_once_by_its_type_error() -> None:
+    errors = action.input_errors(OPTIONS, "w1", {"tf_x_timeout": "soon"}, {}, RANGES)
+    assert len(errors) == 1 and "is of type str" in errors[0]
+
+
+def test_every_role_entry_point_that_checks_an_input_with_a_range_reads_that_range(tmp_path: Path) -> None:
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta" / "argument_specs.yml").write_text(
+        "argument_specs:\n  go:\n    options:\n      tf_x_timeout: {type: int, required: true}\n")
+    (tmp_path / "meta" / "ranges.yml").write_text("tf_x_timeout: {low: 1, high: 5}\n")
+    options = action.entry_point_options(str(tmp_path), "go")
+    ranges = action.role_ranges(str(tmp_path))
+    assert action.input_errors(options, "w1", {"tf_x_timeout": 6}, {}, ranges) == [
+        "host w1: tf_x_timeout must be at most 5, got 6"]
+
+
 def test_a_value_every_host_inherits_is_named_once() -> None:
     own = {"tf_x_timeout": "never"}
     errors = action.input_errors(OPTIONS, "w1", own, {"w2": {"tf_x_timeout": "never"}, "w3": {"tf_x_timeout": "never"}})
