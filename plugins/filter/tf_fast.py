@@ -11,8 +11,9 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_ranges import tf_range_problems
-from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_worker_config import tf_config_readback
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges import (
+    collection_range_problems as tf_range_problems,
+)
 
 
 def tf_config_readbacks(by_host: dict[str, Any]) -> list[dict[str, Any]]:
@@ -21,7 +22,7 @@ def tf_config_readbacks(by_host: dict[str, Any]) -> list[dict[str, Any]]:
     for host, read_back in by_host.items():
         if not isinstance(read_back, list):
             raise AnsibleFilterError(f"host {host}: no TF_CONFIG was read back (got {read_back!r})")
-        entries.extend(tf_config_readback(read_back, host))
+        entries.extend({"host": host, "index": int(item["index"]), "content": item["content"]} for item in read_back)
     return entries
 
 

@@ -8,29 +8,12 @@ check refuses a value out of range before a run does anything. The rules are in
 
 from __future__ import annotations
 
-import functools
-import os
 from typing import Any
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges import (
-    RangesError,
-    all_ranges,
-    range_problems,
+    collection_range_problems,
+    collection_ranges,
 )
-
-# The collection's roles, beside plugins/ (in a clone and in an installed collection).
-ROLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "roles")
-
-
-@functools.lru_cache(maxsize=None)
-def collection_ranges() -> dict[str, dict[str, Any]]:
-    """Every role's ranges, read once per controller process."""
-    try:
-        return all_ranges(os.path.normpath(ROLES_DIR))
-    except (RangesError, OSError) as exc:
-        raise AnsibleFilterError(f"tf_ranges: {exc}") from exc
 
 
 def tf_range_names(_value: Any = None) -> list[str]:
@@ -40,7 +23,7 @@ def tf_range_names(_value: Any = None) -> list[str]:
 
 def tf_range_problems(values: dict[str, Any], host: str) -> list[str]:
     """One message per value outside its range."""
-    return range_problems(values, host, collection_ranges())
+    return collection_range_problems(values, host)
 
 
 class FilterModule:

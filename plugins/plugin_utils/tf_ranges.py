@@ -18,11 +18,13 @@ TCP port).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Any
 
 import yaml
+from ansible.errors import AnsibleFilterError
 
 RANGES_FILE = os.path.join("meta", "ranges.yml")
 # Upper bounds of sanity, named in messages: a value past them is a typo (milliseconds,
@@ -132,3 +134,20 @@ def range_problems(values: dict[str, Any], host: str, ranges: dict[str, dict[str
             problems.append(f"host {host}: {problem}")
     return problems
 
+
+# The collection's roles, beside plugins/ (in a clone and in an installed collection).
+ROLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "roles")
+
+
+@functools.lru_cache(maxsize=None)
+def collection_ranges() -> dict[str, dict[str, Any]]:
+    """Every role's ranges, read once per controller process."""
+    try:
+        return all_ranges(os.path.normpath(ROLES_DIR))
+    except (RangesError, OSError) as exc:
+        raise AnsibleFilterError(f"tf_ranges: {exc}") from exc
+
+
+def collection_range_problems(values: dict[str, Any], host: str) -> list[str]:
+    """One message per value outside the range its role declares."""
+    return range_problems(values, host, collection_ranges())
