@@ -176,10 +176,10 @@ def test_a_worker_hung_in_its_own_code_is_a_stall_named_with_its_culprit(
     pids: dict[int, list[int]] = {}
     try:
         wait_for_log(hosts, 1, f"{REMOTE_RUN}/worker-1/worker.log", "worker=1 epoch=1/3")
-        wait_until(lambda: book.exists(1, f"{REMOTE_RUN}/worker-1/hang-started"), 60, "worker 1 reached its hang")
-        rc, hung_at, _ = hosts.run(
-            1, f"python3 -c 'import os; print(os.stat(os.path.expanduser(\"{REMOTE_RUN}/worker-1/hang-started\")).st_mtime)'"
-        )  # fmt: skip
+        marker = f"{REMOTE_RUN}/worker-1/hang-started"
+        wait_until(lambda: book.exists(1, marker), 60, "worker 1 reached its hang")
+        mtime = f"import os; print(os.stat(os.path.expanduser('{marker}')).st_mtime)"
+        rc, hung_at, _ = hosts.run(1, f'python3 -c "{mtime}"')
         assert rc == 0, hung_at
         pids = run_pids(hosts)
         assert all(pids.values()), pids
