@@ -150,7 +150,7 @@ def alive(hosts: NamespaceHosts, host: int, pid: int) -> bool:
     return rc == 0 and out.strip() not in ("", "Z")
 
 
-def run_pids(hosts: NamespaceHosts) -> dict[int, list[int]]:
+def host_pids(hosts: NamespaceHosts) -> dict[int, list[int]]:
     """The job's, the supervisor's and the keeper's pid of each host's worker (host i runs
     worker i), from its state.json."""
     pids: dict[int, list[int]] = {}
@@ -181,7 +181,7 @@ def test_a_worker_hung_in_its_own_code_is_a_stall_named_with_its_culprit(
         mtime = f"import os; print(os.stat(os.path.expanduser('{marker}')).st_mtime)"
         rc, hung_at, _ = hosts.run(1, f'python3 -c "{mtime}"')
         assert rc == 0, hung_at
-        pids = run_pids(hosts)
+        pids = host_pids(hosts)
         assert all(pids.values()), pids
         out, _ = proc.communicate(timeout=300)
         ended = time.time()
@@ -192,9 +192,9 @@ def test_a_worker_hung_in_its_own_code_is_a_stall_named_with_its_culprit(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for host, host_pids in pids.items():  # safety net only: the hosts go when the test ends
-            if host_pids:
-                hosts.run(host, f"kill -9 {' '.join(map(str, host_pids))} 2>/dev/null")
+        for host, numbers in pids.items():  # safety net only: the hosts go when the test ends
+            if numbers:
+                hosts.run(host, f"kill -9 {' '.join(map(str, numbers))} 2>/dev/null")
     (tmp_path / "train.out").write_text(out)
     hang_to_exit = ended - float(hung_at)
     print(f"\nTIMING stall: the run ended {hang_to_exit:.1f} s after worker 1 hung (tf_stall_timeout 20 s)")
