@@ -61,7 +61,6 @@ options:
     type: path
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: In check mode nothing is written, packed or unpacked; O(mode=look) still looks.
   diff_mode:

@@ -31,7 +31,6 @@ options:
     required: true
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: It only reads.
   diff_mode:

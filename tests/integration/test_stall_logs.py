@@ -1,24 +1,30 @@
-"""logs.yml, status.yml and stop.yml on a run, and the stall watchdog (issue 23 points 1
-and 8, issue 25's output points), on localhost (inventory/local: two workers).
+"""logs.yml, status.yml and stop.yml on a run, on localhost (inventory/local: two workers),
+and the stall watchdog (issue 23 points 1 and 8, issue 25's output points).
 
 - A detached run whose jobs print a few lines, then sleep: logs.yml shows each worker's
   last lines with its prefix, escaped, while it runs (changing no file's modification
   time on the host, the heartbeat's included) and after stop.yml ended it; status.yml
   shows a Keras epoch header as progress; stop.yml says which workers it stopped.
-- A TensorFlow job whose worker 1 hangs in its own function after epoch 1, with
-  tf_stall_timeout 20: the run ends within 120 s of the hang, names the stall, keeps the
-  stuck function's name in worker 1's collected files, and leaves no process.
+- On two namespace hosts (node0, node1), a TensorFlow job whose worker 1 hangs in its own
+  function after epoch 1 while worker 0 waits in TensorFlow's all-reduce, with
+  tf_stall_timeout 20: the run ends within 120 s of the hang, names the stall with worker 1
+  (and not worker 0) as its culprit, collects each worker's stacks (worker 1's name the
+  stuck function, worker 0's show TensorFlow's frames), and leaves no process. The test
+  prints the hang-to-exit time (pytest -s: the TIMING line), for docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import helpers
+from faults import remote_json, run_processes, start_playbook, wait_for_log, wait_until
+from nshosts import NamespaceHosts
+from test_multihost import Runbook
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,44 +42,6 @@ print(f"Epoch 2/3 of worker {index}", flush=True)
 open("chatty-ready", "w").close()
 time.sleep(600)
 """
-
-# Worker 1 hangs in its own function after epoch 1 (a data loader that deadlocks);
-# worker 0 then blocks in TensorFlow's all-reduce of epoch 2.
-HANGING_JOB = r"""
-import json, os, threading
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-import tensorflow as tf
-
-index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-print(f"worker={index} cluster_workers={strategy.num_replicas_in_sync} replicas={strategy.num_replicas_in_sync}",
-      flush=True)
-
-
-def load_batch_that_deadlocks():
-    threading.Event().wait()
-
-
-with strategy.scope():
-    v = tf.Variable(0.0)
-
-
-@tf.function
-def step():
-    def replica():
-        return tf.distribute.get_replica_context().all_reduce("sum", tf.constant(1.0))
-    return strategy.run(replica)
-
-
-for epoch in range(1, 4):
-    if epoch == 2 and index == 1:
-        open("hang-started", "w").close()
-        load_batch_that_deadlocks()
-    total = step()
-    print(f"worker={index} epoch={epoch}/3 loss={1.0 / epoch:.4f}", flush=True)
-print(f"worker={index} training_complete", flush=True)
-"""
-
 
 def settings(tmp_path: Path, **more: Any) -> dict[str, Any]:
     return {"tf_worker_base_dir": str(tmp_path / "host"), "tf_runs_dir": str(tmp_path / "runs"), **more}
@@ -167,39 +135,90 @@ def test_logs_status_and_stop_of_a_running_and_an_ended_run(tmp_path: Path) -> N
     assert mtimes(run) == ended
 
 
-def test_a_worker_hung_in_its_own_code_is_a_stall(tmp_path: Path) -> None:
-    """Issue 23 (a): ends within 120 s of the hang, names the stall, keeps worker 1's
-    stack (the stuck function's name in its collected files), leaves no process."""
-    job = tmp_path / "hanging.py"
-    job.write_text(HANGING_JOB)
-    base = settings(tmp_path, tf_run_id="hang")
-    proc = helpers.start_playbook(
-        "train.yml", "--limit", "localhost",
-        extra={**base, "tf_train_script": str(job), "tf_stall_timeout": 20, "tf_job_timeout": 900},
-    )  # fmt: skip
-    run = tmp_path / "host" / "runs" / "hang"
-    hang = run / "worker-1" / "hang-started"
+
+# -- the stall watchdog, on two namespace hosts that share no filesystem -------------------
+
+HANG_JOB = Path(__file__).resolve().parent / "jobs" / "hang_job.py"
+REMOTE_RUN = "~/tf-runbook/runs/hang"
+# A frame of TensorFlow's Python code as faulthandler writes it.
+TENSORFLOW_FRAME = re.compile(r'^\s+File "[^"]*/tensorflow/[^"]*", line \d+ in ', re.M)
+
+
+def alive(hosts: NamespaceHosts, host: int, pid: int) -> bool:
+    """Whether ``pid`` runs on ``host`` (a zombie does not count: nothing reaps in there)."""
+    rc, out, _ = hosts.run(host, f"awk '/^State:/ {{print $2}}' /proc/{pid}/status 2>/dev/null")
+    return rc == 0 and out.strip() not in ("", "Z")
+
+
+def host_pids(hosts: NamespaceHosts) -> dict[int, list[int]]:
+    """The job's, the supervisor's and the keeper's pid of each host's worker (host i runs
+    worker i), from its state.json."""
+    pids: dict[int, list[int]] = {}
+    for host in (0, 1):
+        state = remote_json(hosts, host, f"{REMOTE_RUN}/worker-{host}/state.json") or {}
+        pids[host] = [state[key] for key in ("pid", "supervisor_pid", "keeper_pid") if state.get(key)]
+    return pids
+
+
+def test_a_worker_hung_in_its_own_code_is_a_stall_named_with_its_culprit(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    """Issue 23 (a), on node0 and node1: worker 1 hangs in its own function after epoch 1,
+    worker 0 waits in TensorFlow's all-reduce, tf_stall_timeout 20. The run ends within
+    120 s of the hang, names the stall with worker 1 as its culprit (stuck in its own
+    function) and never worker 0; each worker's stacks.txt is collected (worker 1's names
+    the stuck function, worker 0's shows TensorFlow's frames); no process is left."""
+    hosts = make_ns_hosts(count=2)
+    groupvars = {"tf_worker_python": worker_python, "tf_startup_timeout": 120, "tf_job_timeout": 900,
+                 "tf_wait_poll_interval": 2, "tf_stall_timeout": 20, "tf_train_script": str(HANG_JOB)}
+    book = Runbook(hosts, tmp_path, port=2472, groupvars=groupvars)
+    proc = start_playbook(book.inventory, book.runs, {"tf_run_id": "hang"})
+    pids: dict[int, list[int]] = {}
     try:
-        wait_for(lambda: hang.exists() or proc.poll() is not None, 300, "worker 1 reached its hang")
-        assert hang.exists(), (proc.communicate()[0] or "")[-4000:]
-        hung_at = hang.stat().st_mtime
+        wait_for_log(hosts, 1, f"{REMOTE_RUN}/worker-1/worker.log", "worker=1 epoch=1/3")
+        marker = f"{REMOTE_RUN}/worker-1/hang-started"
+        wait_until(lambda: book.exists(1, marker), 60, "worker 1 reached its hang")
+        mtime = f"import os; print(os.stat(os.path.expanduser('{marker}')).st_mtime)"
+        rc, hung_at, _ = hosts.run(1, f'python3 -c "{mtime}"')
+        assert rc == 0, hung_at
+        pids = host_pids(hosts)
+        assert all(pids.values()), pids
         out, _ = proc.communicate(timeout=300)
         ended = time.time()
+        # Checked before any kill of ours: the runbook itself left nothing running.
+        left = {host: [pid for pid in pids[host] if alive(hosts, host, pid)] for host in (0, 1)}
+        strays = {host: run_processes(hosts, host, "hang") for host in (0, 1)}
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        pids = run_pids(run)
-        for pid in pids:
-            helpers.kill_quietly(pid)
-    print(f"\nTIMING stall: the run ended {ended - hung_at:.1f} s after worker 1 hung (tf_stall_timeout 20 s)")
-    assert ended - hung_at < 120, f"the run ended {ended - hung_at:.0f} s after the hang"
+        for host, numbers in pids.items():  # safety net only: the hosts go when the test ends
+            if numbers:
+                hosts.run(host, f"kill -9 {' '.join(map(str, numbers))} 2>/dev/null")
+    (tmp_path / "train.out").write_text(out)
+    hang_to_exit = ended - float(hung_at)
+    print(f"\nTIMING stall: the run ended {hang_to_exit:.1f} s after worker 1 hung (tf_stall_timeout 20 s)")
+    assert left == {0: [], 1: []}, f"processes of the run left (host: pids): {left}"
+    assert strays == {0: [], 1: []}, strays
+    assert hang_to_exit < 120, f"the run ended {hang_to_exit:.0f} s after the hang"
     assert proc.returncode != 0
     assert "the run is stalled: no worker printed a progress line for" in out, out[-5000:]
-    assert not any(helpers.pid_running(pid) for pid in pids), "a process of the run is left"
-    summary = json.loads((tmp_path / "runs" / "hang" / "summary.json").read_text())
+
+    summary = book.summary("hang")
     assert summary["status"] == "failed"
-    assert "stall" in json.dumps(summary), summary.get("reason")
-    collected = tmp_path / "runs" / "hang" / "localhost" / "worker-1"
-    texts = [p.read_text(errors="replace") for p in collected.rglob("*") if p.is_file()]
-    assert any("load_batch_that_deadlocks" in text for text in texts), sorted(os.listdir(collected))
+    # The culprit: worker 1, in its own function; worker 0 only waited in TensorFlow.
+    assert summary["stall"]["culprits"] == [1], summary["stall"]
+    reason = summary["reason"]
+    assert re.match(r"stalled: worker 1 on host node1 stuck in load_batch_that_deadlocks \(hang_job\.py:\d+\)",
+                    reason), reason
+    assert "worker 0" not in reason, reason
+    assert f"reason: {reason}" in out, out[-5000:]
+    stacks = {w["index"]: w["stacks"] for w in summary["workers"]}
+    assert stacks[1]["where"] == "own-code", stacks
+    assert re.match(r"hang_job\.py:\d+ in load_batch_that_deadlocks$", stacks[1]["frames"][-1]), stacks
+    assert stacks[0]["where"] == "tensorflow", stacks
+
+    # Each worker's stacks, collected from its own host.
+    texts = {i: (book.runs / "hang" / f"node{i}" / f"worker-{i}" / "stacks.txt").read_text() for i in (0, 1)}
+    assert "load_batch_that_deadlocks" in texts[1], texts[1][-3000:]
+    assert TENSORFLOW_FRAME.search(texts[0]), texts[0][-3000:]
