@@ -29,7 +29,7 @@ CONTROLLER_ACTIONS = frozenset(
                  "pause", "validate_argument_spec")
 ) | frozenset(f"tf_runbook.multiworker.{name}" for name in ("tf_role_inputs", "tf_report"))
 
-_FILE_PHASE = {"preflight": "preflight", "deploy": "deploy", "launch": "launch", "wait": "wait",
+_FILE_PHASE = {"preflight": "preflight", "deploy": "deploy", "launch": "launch", "wait": "wait", "attempts": "wait",
                "collect": "collect", "verdict": "verdict", "stop": "stop", "status": "status"}
 _VERDICT_NAME = re.compile(r"\b(judge|verdict)", re.IGNORECASE)
 _NAME_PHASE = (

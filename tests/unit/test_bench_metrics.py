@@ -35,6 +35,7 @@ callback = _load("tf_bench_callback", BENCH / "callback" / "tf_bench.py")
     ("/r/playbooks/deploy.yml", "Deploy the interpreter", "deploy"),
     ("/r/playbooks/launch.yml", "Start every worker in the background", "launch"),
     ("/r/playbooks/wait.yml", "Wait for every worker", "wait"),
+    ("/r/playbooks/attempts.yml", "Restart the run while attempts remain", "wait"),
     ("/r/playbooks/collect.yml", "Fetch every worker's log and records", "collect"),
     ("/r/playbooks/collect.yml", "Bring back the hosts that failed earlier", "collect"),
     ("/r/playbooks/collect.yml", "Judge the run and write summary.json", "verdict"),
