@@ -17,6 +17,8 @@ from typing import Any, BinaryIO
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import make_private_dirs
+
 # Most bytes of one member held in memory at once while unpacking.
 CHUNK = 1024 * 1024
 
@@ -30,20 +32,6 @@ def safe_members(archive: tarfile.TarFile, files: list[str]) -> list[tarfile.Tar
         if member.isfile() and name in wanted and not os.path.isabs(name) and not name.startswith(".."):
             members.append(member)
     return members
-
-
-def private_dirs(path: str) -> None:
-    """Make ``path`` and every missing parent 0700 (makedirs gives the mode to the last only)."""
-    missing = []
-    while path and not os.path.isdir(path):
-        missing.append(path)
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    for directory in reversed(missing):
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)
 
 
 def stream_member(source: BinaryIO, target: str) -> bool:
@@ -98,7 +86,7 @@ def unpack(archive_path: str, dest: str, files: list[str]) -> list[str]:
             if source is None:
                 continue
             target = os.path.join(dest, os.path.normpath(member.name))
-            private_dirs(os.path.dirname(target))
+            make_private_dirs(os.path.dirname(target))
             with source:
                 if stream_member(source, target):
                     changed.append(member.name)
@@ -134,7 +122,7 @@ class ActionModule(ActionBase):
         with tempfile.TemporaryDirectory(prefix="tf-collect-") as scratch:
             local = os.path.join(scratch, "bundle.tar.gz")
             self._connection.fetch_file(packed["bundle"], local)
-            private_dirs(dest)
+            make_private_dirs(dest)
             changed = unpack(local, dest, files)
         return {
             **result, "changed": bool(changed), "files": files, "left_out": left_out, "truncated": truncated,

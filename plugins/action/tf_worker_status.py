@@ -40,7 +40,7 @@ from typing import Any
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import printable, read_json
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import make_private_dirs, printable, read_json
 
 display = Display()
 
@@ -106,24 +106,6 @@ def log_lines(host: str, result: dict[str, Any], indices: list[int] | None) -> l
         lines.append(f"{prefix} ({worker_state_text(worker)}; {len(tail)} last line(s) of its log)")
         lines.extend(f"{prefix} {printable(line)}" for line in tail)
     return lines
-
-
-def make_private_dirs(path: str) -> None:
-    """``path`` and its missing parents, each one created here 0700 whatever the umask;
-    directories that exist are left as they are."""
-    missing = []
-    while path and not os.path.isdir(path):
-        missing.append(path)
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(directory, 0o700)
 
 
 def read_flag(path: str) -> dict[str, Any] | None:

@@ -180,6 +180,24 @@ def write_json_atomic(path: str, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def make_private_dirs(path: str) -> None:
+    """``path`` and its missing parents, each one created here 0700 whatever the umask;
+    directories that exist are left as they are."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(directory, 0o700)
+
+
 def cluster_checksum(cluster: Any) -> str:
     """Checksum of a cluster dict in canonical JSON form (the same on every host)."""
     canonical = json.dumps(cluster, sort_keys=True, separators=(",", ":"))

@@ -208,3 +208,16 @@ def test_the_stop_roles_and_modules_cause_choices_are_the_contracts() -> None:
     source = (REPO / "plugins" / "modules" / "tf_worker_stop.py").read_text(encoding="utf-8")
     documentation = yaml.safe_load(ast.literal_eval(source.split("DOCUMENTATION = ", 1)[1].split('\n"""', 1)[0] + '\n"""'))
     assert documentation["options"]["cause"]["choices"] == ["", *tf_run.CAUSES]
+
+
+def test_private_dirs_are_made_0700_whatever_the_umask_and_existing_ones_are_left(tmp_path: Path) -> None:
+    (tmp_path / "kept").mkdir(mode=0o755)
+    os.chmod(tmp_path / "kept", 0o755)
+    old = os.umask(0o022)
+    try:
+        tf_run.make_private_dirs(str(tmp_path / "kept" / "a" / "b"))
+    finally:
+        os.umask(old)
+    assert oct((tmp_path / "kept").stat().st_mode & 0o777) == "0o755"
+    for path in (tmp_path / "kept" / "a", tmp_path / "kept" / "a" / "b"):
+        assert oct(path.stat().st_mode & 0o777) == "0o700", path
