@@ -352,7 +352,7 @@ def last_common_epoch(workers: list[Worker]) -> int:
     return max(common or [0])
 
 
-def check_epochs_complete(workers: list[Worker], stopped: dict[str, Any] | None) -> Check:
+def check_epochs_complete(workers: list[Worker], stopped: dict[str, Any] | None, attempt: int = 0) -> Check:
     totals: dict[int, list[int]] = {}
     for w in workers:
         for total in w["series"]["totals"]:
@@ -372,7 +372,9 @@ def check_epochs_complete(workers: list[Worker], stopped: dict[str, Any] | None)
         problems.append(f"workers announce different epoch totals: {spread}")
     total = max(totals)
     for w in workers:
-        last = max(w["series"]["counts"], default=0)
+        # A worker that resumed after the last epoch (it was stopped between its last
+        # epoch and its exit) has nothing left to print: its last epoch is the resumed one.
+        last = max(w["series"]["counts"], default=begin_of(w, attempt)[0] - 1)
         if last < total:
             problems.append(f"{who(w)}: last epoch printed is {last} of {total}")
         elif last > total:
@@ -437,7 +439,18 @@ def judge_run(attempts: list[dict[str, Any]], size: int, marker_name: str) -> di
     ]
     epochs: dict[int, dict[str, str]] = {}
     sources: dict[int, int] = {}
-    if final["source"] is None:
+    if final["source"] is None and done and final["attempt"]:
+        # The final attempt only restored and finished (its workers resumed after the last
+        # epoch): the run's epochs are those the attempts before it completed and agreed on.
+        once, _last = check_epochs_once(final, done)
+        for epoch, (number, metrics) in done.items():
+            epochs[epoch], sources[epoch] = metrics, number
+        agree = check("metrics_agree", [], f"{len(epochs)} epoch(s), identical on every worker: all agreed in earlier attempt(s)")
+        # Their epoch total is the contract header's (epochs=N): no epoch line printed one.
+        headed = [{**w, "series": w["parsed"]["series"].get("contract") or w["series"]} for w in workers]
+        checks += [agree, check_metrics_finite(workers), once, check_restore_agree(attempts),
+                   check_epochs_complete(headed, stopped, final["attempt"])]  # fmt: skip
+    elif final["source"] is None:
         if contract:
             checks.append(check("metrics_agree", ["no worker printed any epoch metrics"], ""))
         else:
@@ -460,7 +473,7 @@ def judge_run(attempts: list[dict[str, Any]], size: int, marker_name: str) -> di
                 f"{len(epochs) - earlier} in attempt {final['attempt']}" + (f" ({final['label']})" if final["source"] != "contract" else "")
             )
         checks += [agree, check_metrics_finite(workers), once, check_restore_agree(attempts),
-                   check_epochs_complete(workers, stopped)]  # fmt: skip
+                   check_epochs_complete(workers, stopped, final["attempt"])]  # fmt: skip
     checks.append(check_training_complete(workers, contract))
     checks.append(check_chief_marker(workers, marker_name, contract))
     return {

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from faults import play, remote_pid, run_processes, start_playbook, wait_for_log, wait_until
+from faults import play, remote_pid, run_processes, run_with_fault, start_playbook, wait_for_log, wait_until
 from nshosts import NamespaceHosts
 from test_multihost import Runbook
 
@@ -32,6 +32,15 @@ IMPORT_ERROR_JOB = JOBS / "import_error_job.py"
 RUN = "~/tf-runbook/runs"
 # Six epochs of 20 steps, a tenth of a second each: long enough to signal mid-run.
 PREEMPTION_ARGS = ["--epochs=6", "--steps-per-epoch=20", "--step-seconds=0.1"]
+
+
+def kill_worker_1_after(hosts: NamespaceHosts, run_id: str, needle: str) -> Callable[[], None]:
+    """The fault: SIGKILL of worker 1's job (its pid from state.json) once its log shows
+    ``needle``."""
+    def inject() -> None:
+        wait_for_log(hosts, 1, f"{RUN}/{run_id}/worker-1/worker.log", needle)
+        assert hosts.run(1, f"kill -9 {remote_pid(hosts, 1, f'{RUN}/{run_id}/worker-1')}")[0] == 0
+    return inject
 
 
 def settings(worker_python: str, **more: Any) -> dict[str, Any]:
@@ -97,18 +106,10 @@ def test_a_worker_killed_by_sigkill_is_restarted(
     hosts = make_ns_hosts(count=2)
     extra = settings(worker_python, tf_restart_attempts=2,
                      tf_train_args=["--epochs=4", "--steps-per-epoch=40"])
-    inventory = hosts.write_inventory(tmp_path / "inventory" / "hosts.yml", port=2462, groupvars=extra)
-    proc = start_playbook(inventory, tmp_path / "runs", {"tf_run_id": "killed"})
-    try:
-        wait_for_log(hosts, 1, f"{RUN}/killed/worker-1/worker.log", "epoch=2 ")
-        assert hosts.run(1, f"kill -9 {remote_pid(hosts, 1, f'{RUN}/killed/worker-1')}")[0] == 0
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    outcome = run_with_fault(hosts, tmp_path, "killed", extra, kill_worker_1_after(hosts, "killed", "epoch=2 "))
+    out = outcome.stdout
     (tmp_path / "train.out").write_text(out)
-    assert proc.returncode == 0, out[-5000:]
+    assert outcome.returncode == 0, out[-5000:]
     assert re.search(r"worker 1 on node1 failed with killed[^\n]*: restarting it, attempt 1 of at most 2", out), said(
         out, "killed")
     assert hosts.run(0, f"test -e {RUN}/killed/retry-1/worker-0/exit.json")[0] == 0
@@ -265,17 +266,9 @@ def test_a_checkpoint_directory_every_host_shares_is_not_copied(
     try:
         extra = settings(worker_python, tf_restart_attempts=1, tf_checkpoint_dir=str(shared),
                          tf_train_args=["--epochs=3", "--steps-per-epoch=40"])
-        inventory = hosts.write_inventory(tmp_path / "inventory" / "hosts.yml", port=2468, groupvars=extra)
-        proc = start_playbook(inventory, tmp_path / "runs", {"tf_run_id": "shared"})
-        try:
-            wait_for_log(hosts, 1, f"{RUN}/shared/worker-1/worker.log", "epoch=1 ")
-            assert hosts.run(1, f"kill -9 {remote_pid(hosts, 1, f'{RUN}/shared/worker-1')}")[0] == 0
-            out, _ = proc.communicate(timeout=600)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        assert proc.returncode == 0, out[-5000:]
+        outcome = run_with_fault(hosts, tmp_path, "shared", extra, kill_worker_1_after(hosts, "shared", "epoch=1 "))
+        out = outcome.stdout
+        assert outcome.returncode == 0, out[-5000:]
         assert "Every host shares the chief's checkpoint directory (node0): nothing to copy" in out, out[-5000:]
         assert (shared / "shared" / ".tf-runbook-owner.json").is_file()
         assert (tmp_path / "runs" / "shared" / "checkpoint-sync-1.json").is_file()

@@ -61,6 +61,31 @@ def test_a_resume_backed_by_the_earlier_attempt_is_judged_as_one_run(tmp_path: P
     assert [a["attempt"] for a in summary["timeline"]] == [0, 1]
 
 
+def test_a_last_attempt_that_only_restored_after_the_last_epoch_is_judged_from_the_earlier_one(tmp_path: Path) -> None:
+    """Worker 1 killed between its last epoch and its exit: the restart resumes after epoch
+    3 of 3 and prints no epoch at all. The run is the epochs attempt 0 completed and agreed
+    on, not "no worker printed any epoch metrics"."""
+    run = tmp_path / "resumed-at-end"
+    pair(run, w0={"epochs": [1, 2, 3], "total": 3}, w1={"epochs": [1, 2, 3], "total": 3, **KILLED})
+    pair(run, attempt=1, w0={"epochs": [], "total": 3, "resumed_from": 3},
+         w1={"epochs": [], "total": 3, "resumed_from": 3})  # fmt: skip
+    summary = build(run, 2)
+    assert summary["status"] == "succeeded", summary["reason"]
+    assert summary["epoch_sources"] == {"1": 0, "2": 0, "3": 0}
+    assert checks(summary)["epochs_complete"]["ok"] is True
+    agree = checks(summary)["metrics_agree"]
+    assert agree["detail"] == "3 epoch(s), identical on every worker: all agreed in earlier attempt(s)"
+
+
+def test_a_last_attempt_that_printed_nothing_and_claims_no_resume_is_not_complete(tmp_path: Path) -> None:
+    run = tmp_path / "silent-end"
+    pair(run, w0={"epochs": [1, 2, 3], "total": 3}, w1={"epochs": [1, 2, 3], "total": 3, **KILLED})
+    pair(run, attempt=1, w0={"epochs": [], "total": 3}, w1={"epochs": [], "total": 3})
+    summary = build(run, 2)
+    assert summary["status"] == "failed"
+    assert "worker 0 (node0): last epoch printed is 0 of 3" in checks(summary)["epochs_complete"]["detail"]
+
+
 def test_an_attempt_that_begins_at_its_first_epoch_needs_no_resume_line(tmp_path: Path) -> None:
     """A job restored by TensorFlow's own handler prints no resumed_from_epoch: its first
     epoch (2) says where it began."""
