@@ -19,6 +19,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     RUN_RECORD,
+    SUMMARY_FILE,
     read_json,
     write_json_atomic,
 )
@@ -34,7 +35,6 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 }
 # The verdict's summary.json status of a run that needs nothing more.
 SUCCEEDED = "succeeded"
-SUMMARY_FILE = "summary.json"
 # Made O_EXCL in the run's directory by the resume that takes attempt n.
 RESUME_CLAIM = ".resume-{attempt}.claim"
 

@@ -108,6 +108,35 @@ CHECKPOINT_MARKER_PREFIX = ".tf-runbook-share-"
 CHECKPOINT_SYNC_PREFIX = "checkpoint-sync-"
 RUN_RECORD = "run.json"
 
+# On the controller, in <tf_runs_dir>/<run_id>/: the verdict's summary and the report, a
+# flag file per attempt that a failing host's wait raises for every other host's wait,
+# and the stall watchdog's per-host progress records of each attempt.
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.html"
+ATTEMPT_FAILED_FLAG = ".attempt-{attempt}.failed"
+ATTEMPT_PROGRESS_DIR = ".attempt-{attempt}.progress"
+# On every host, in <base>/runs/<run_id>/: the heartbeat the wait renews; a supervisor
+# whose heartbeat is older than --controller-timeout stops its job (controller-lost).
+HEARTBEAT_FILE = "controller.heartbeat"
+
+# A worker's state as the wait sees it (tf_worker_status): launched but not yet running
+# the job (armed, or before its state record), running, or exited (exit.json written, or
+# found gone).
+WORKER_STARTING = "starting"
+WORKER_RUNNING = "running"
+WORKER_EXITED = "exited"
+WORKER_STATES = (WORKER_STARTING, WORKER_RUNNING, WORKER_EXITED)
+
+
+def attempt_failed_flag(attempt: int) -> str:
+    """The name of attempt ``attempt``'s failure flag in the run's controller directory."""
+    return ATTEMPT_FAILED_FLAG.format(attempt=int(attempt))
+
+
+def attempt_progress_dir(attempt: int) -> str:
+    """The name of attempt ``attempt``'s stall records directory on the controller."""
+    return ATTEMPT_PROGRESS_DIR.format(attempt=int(attempt))
+
 
 def stacks_signal() -> int:
     """The signal that makes a job dump its stacks: SIGRTMIN + STACKS_SIGNAL_OFFSET, a

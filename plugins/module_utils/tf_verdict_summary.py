@@ -23,6 +23,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     LOG_FILE,
     STATE_FILE,
+    SUMMARY_FILE,
     printable,
     read_json,
     stopped_as_victim,
@@ -48,7 +49,6 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_
     stuck_in,
 )
 
-SUMMARY_FILE = "summary.json"
 # The inputs recorded in summary.json's context, under these keys (the report reads them).
 INPUTS = {"wait_outcome": "wait", "attempts": "attempts", "devices": "devices", "left_out": "left_out"}
 # The console table shows the first and last epochs of a longer run (all are in summary.json).
