@@ -43,9 +43,9 @@ options:
     elements: str
     default: []
   max_mb:
-    description: Most the packed files may hold, in MB, after O(exclude).
+    description: Most the packed files may hold, in MB, after O(exclude) (the role passes C(tf_train_dir_max_mb)).
     type: int
-    default: 200
+    required: true
   dest:
     description: Controller directory that keeps the archives.
     type: path
@@ -283,7 +283,7 @@ def main() -> None:
             "train_dir": {"type": "path", "required": True},
             "script": {"type": "str", "required": True},
             "exclude": {"type": "list", "elements": "str", "default": []},
-            "max_mb": {"type": "int", "default": 200},
+            "max_mb": {"type": "int", "required": True},
             "dest": {"type": "path", "required": True},
         },
         supports_check_mode=True,

@@ -40,9 +40,10 @@ options:
     type: path
     required: true
   grace:
-    description: Seconds between SIGTERM and SIGKILL.
+    description:
+      - Seconds between SIGTERM and SIGKILL (the role passes C(tf_stop_grace)).
+      - Required when O(stop) is true.
     type: float
-    default: 5
   reason:
     description: Why the run is stopped; recorded in C(exit.json).
     type: str
@@ -341,7 +342,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "run_dir": {"type": "path", "required": True},
-            "grace": {"type": "float", "default": 5},
+            "grace": {"type": "float"},
             "reason": {"type": "str", "default": "stopped by the runbook"},
             "stopped_by": {"type": "str", "default": "runbook", "choices": list(STOP_REQUESTERS)},
             "cause": {"type": "str", "default": "", "choices": ["", *CAUSES]},
@@ -349,6 +350,7 @@ def main() -> None:
             "stacks_timeout": {"type": "float", "default": 5},
             "stop": {"type": "bool", "default": True},
         },
+        required_if=[("stop", True, ("grace",))],
         supports_check_mode=True,
     )
     params = module.params
