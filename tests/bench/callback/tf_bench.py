@@ -1,6 +1,6 @@
 # The bench's callback: enabled only by tests/bench/bench.py (ANSIBLE_CALLBACK_PLUGINS,
 # ANSIBLE_CALLBACKS_ENABLED), never by the runbook's configuration.
-"""Notes the controller's CPU at each play start and every task result per host."""
+"""Notes the controller's CPU at each play start, every task result and every module run per host."""
 
 from __future__ import annotations
 
@@ -34,6 +34,39 @@ def _usage_usec(path: str) -> int | None:
     return None
 
 
+def _count_module_runs(path: str) -> None:
+    """Note every module an action plugin sends to a host (`ActionBase._execute_module`).
+
+    A task's action may run no module (set_fact, a controller-only action), one, or several
+    (an action plugin that polls or fetches): this counts what the hosts ran. The strategy's
+    worker processes are forked after the callback loads, so they inherit the wrapper; each
+    writes its record with one O_APPEND write, no buffer shared with the parent.
+    """
+    from ansible.plugins.action import ActionBase
+
+    if getattr(ActionBase._execute_module, "_tf_bench", False):
+        return
+    original = ActionBase._execute_module
+
+    def execute_module(self: Any, module_name: str | None = None, module_args: Any = None, tmp: Any = None,
+                       task_vars: Any = None, *args: Any, **kwargs: Any) -> Any:
+        host = (task_vars or {}).get("inventory_hostname") or getattr(self._play_context, "remote_addr", "?")
+        record = {"event": "module", "host": host, "module": module_name or self._task.action,
+                  "task_action": self._task.action, "t": time.time()}
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (json.dumps(record) + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+        return original(self, module_name, module_args, tmp, task_vars, *args, **kwargs)
+
+    execute_module._tf_bench = True  # type: ignore[attr-defined]
+    ActionBase._execute_module = execute_module  # type: ignore[method-assign]
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -45,6 +78,8 @@ class CallbackModule(CallbackBase):
         self._stat = os.environ.get("TF_BENCH_CPU_STAT", "")
         path = os.environ.get("TF_BENCH_EVENTS")
         self._out = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115 - open for the run
+        if path:
+            _count_module_runs(path)
 
     def _emit(self, record: dict[str, Any], flush: bool = False) -> None:
         if self._out is None:
