@@ -1,21 +1,31 @@
 #!/usr/bin/env python3
 """Benchmark of the runbook's overhead, written to docs/BENCHMARKS.md.
 
-    make bench                       # everything, medians of 5
+    make bench                       # everything
+    make bench-issue26               # issue 26's figures alone (--parts issue26), about 25 min
     .venv/bin/python tests/bench/bench.py --parts smoke --reps 5
+    .venv/bin/python tests/bench/bench.py --parts issue26 --estimate-only   # the plan and its time
 
-Parts (each measured side by side in one run, so that ratios compare like with like):
-  smoke   the smoke playbook end to end vs the same two workers launched by hand as the
-          seed does; the ratio of the medians
+Parts (each measured side by side in one run, so that ratios compare like with like; the
+script prints the plan and its expected time, from the last run's figures, before it starts):
+  smoke   the smoke playbook end to end, this tree and a checkout of --baseline-ref, each
+          rep paired with the same two workers launched by hand as the seed does; the
+          ratio of the medians and the median of the paired ratios; wall, CPU and module
+          runs by phase
   hosts   namespace hosts N = 2, 4, 8 training the default job: end to end, time to the
           first worker start, skew between first and last start, last exit to verdict
-  orch    orchestration alone at N = 2, 8, 32 with a trivial job in place of TensorFlow:
+  orch    orchestration alone at N = 2, 8, 16, 32, 64 with a trivial job in place of
+          TensorFlow (--orch-reps runs at each N, fewer at the largest: --orch-reps-at):
           overhead = end to end minus the job's own time; and the controller's cost per
-          host (CPU per phase, module runs, SSH operations), this tree side by side with
-          a checkout of --baseline-ref (interleaved runs, each tree with its own
-          ansible.cfg and playbooks, measured by this tree's instruments)
+          host (CPU per phase, CPU per extra host from 2 to 16, 16 to 64 and 2 to 32,
+          task results and module runs per host and phase, SSH operations, first worker
+          start, last exit to verdict), this tree side by side with a checkout of
+          --baseline-ref (interleaved runs, each tree with its own ansible.cfg and
+          playbooks, measured by this tree's instruments); --forks-at 64 adds this tree
+          with --forks 64 at 64 hosts
   mitogen the smoke and N = 8, 32 under Mitogen's mitogen_linear strategy (installed
-          into .cache/mitogen) side by side with the default strategy
+          into .cache/mitogen) side by side with the default strategy, and a one-line
+          recommendation computed from the figures
   faults  time from a fault to the playbook's exit (tests/integration/faults.py), and the
           supervision timings: SIGINT to no process of the run left, a killed worker of a
           detached run to every other worker stopped
@@ -1000,7 +1010,11 @@ def provenance(data: dict[str, Any]) -> list[str]:
 
 
 def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> None:
-    lines = ["# Benchmarks", "", f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
+    now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    # When the figures were measured: the run's end, or for an older JSON its last part's.
+    written = data.get("written") or max(data.get("measured", {}).values(), default=now)
+    rendered = f" (this page rendered again on {now} by `--report-only`)" if written != now else ""
+    lines = ["# Benchmarks", "", f"Written by `{command}` on {written}{rendered}.", ""]
     for key, value in data["versions"].items():
         lines.append(f"- {key}: {value}")
     lines.append(f"- medians of {reps} runs each (this run)")
@@ -1295,6 +1309,7 @@ def main() -> int:
             print("faults ...", flush=True)
             data["faults"] = part_faults(tmp)
             save()
+    data["written"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     save()
     write_report(args.out, data, args.reps, command)
     print(f"wrote {args.out}")
