@@ -987,7 +987,8 @@ def targets(data: dict[str, Any]) -> list[list[Any]]:
     if "new" in big and "baseline" in big:
         r = ratio_rows({32: big}, "new", "baseline")
         cpu_ratio = r[0][3] if r else nan
-    rows.append(["controller CPU per host at N = 32, this tree / baseline", cpu_ratio, 1.0, "<= 0.5 (half)",
+    rows.append(["controller CPU per host at N = 32, this tree / baseline", cpu_ratio,
+                 1.0 if cpu_ratio == cpu_ratio else nan, "<= 0.5 (half)",
                  metrics.verdict(cpu_ratio, 0.5)])
     return rows
 
@@ -1245,9 +1246,11 @@ def main() -> int:
     for part in parts:  # measured again below
         data.get("measured", {}).pop(part, None)
 
+    # When this run began: every part it measures carries the same stamp, so that a report
+    # merged from several runs tells them apart (and the parts of one run stay together).
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
     def save() -> None:
-        # When each part was measured, so that a report merged from several runs says so.
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         for part in parts:
             if part in PART_KEYS and PART_KEYS[part] in data:
                 data.setdefault("measured", {}).setdefault(part, stamp)
@@ -1287,9 +1290,8 @@ def main() -> int:
             data["orch"] = {str(n): row for n, v in table.items() if (row := wall_rows(v["new"]))}
             data["orch_plan"] = {"reps": args.orch_reps, "reps_at": {str(k): v for k, v in reps_at.items()},
                                  "settings": {v.label: v.describe() for v in variants if v.describe()}}
-            for label, (low, high, apart) in ((label, marginal_spread(table, label)) for label in ("new", "baseline")):
-                print(f"  {label}: {low:.2f} s per extra host from 2 to 16, {high:.2f} from 16 to 64 ({apart:.2f}x apart)",
-                      flush=True)
+            for label, low, high, per_host in marginal_rows(table):
+                print(f"  {label}: {per_host:.2f} s of controller CPU per extra host from {low} to {high}", flush=True)
             save()
         if "mitogen" in parts:
             print("mitogen vs the default strategy ...", flush=True)
