@@ -250,6 +250,9 @@ def test_report_ratios_and_targets(tmp_path: Path) -> None:
     assert "| preflight: Probe | 18.00 | 50% |" in text  # new tree, median of the good runs
     assert "| preflight: Probe | 49.00 | 50% |" in text  # baseline
     json.dumps(data)  # the data the report was written from stays JSON
+    # What the integration tests measured (tests/bench/ELSEWHERE.md) and the notes stay in the page.
+    assert "## Long runs: preemption and resume to training again" in text
+    assert "## How the controller's cost is measured (and checked)" in text
 
 
 def test_launch_spread_splits_dispatch_from_results() -> None:
