@@ -1026,7 +1026,8 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
     lines = ["# Benchmarks", "", f"Written by `{command}` on {written}{rendered}.", ""]
     for key, value in data["versions"].items():
         lines.append(f"- {key}: {value}")
-    lines.append(f"- medians of {reps} runs each (this run)")
+    lines.append(f"- medians of {reps} runs each in the smoke, hosts and mitogen parts (this run); the orch part's "
+                 "runs per N are listed in its section")
     lines += provenance(data)
     if "baseline" in data:
         lines.append(f"- baseline: commit {data['baseline']} (`--baseline-ref`), its own ansible.cfg and playbooks, "

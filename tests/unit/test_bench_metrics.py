@@ -554,3 +554,29 @@ def test_mitogen_advice_from_the_largest_n_and_the_smoke() -> None:
     assert line.startswith("Mitogen: keep it opt-in (not enough of a gain): at N = 32 it took 0.90x")
     assert "1.34x its wall time on the smoke" in line
     assert bench.mitogen_advice({"hosts": {}}).startswith("Mitogen: no recommendation")
+
+
+def test_the_callback_also_counts_a_class_that_overrides_the_method(tmp_path: Path) -> None:
+    """Mitogen mixes its own _execute_module into every action: the callback wraps that too, once."""
+    events = tmp_path / "events.jsonl"
+    code = (
+        "import importlib.util, json, types\n"
+        "from ansible.plugins.action import ActionBase\n"
+        "class Mixin(ActionBase):\n"
+        "    def run(self, tmp=None, task_vars=None): return {}\n"
+        "    def _execute_module(self, module_name=None, module_args=None, tmp=None, task_vars=None):\n"
+        "        return {'mixin': module_name}\n"
+        f"spec = importlib.util.spec_from_file_location('cb', {str(BENCH / 'callback' / 'tf_bench.py')!r})\n"
+        "cb = importlib.util.module_from_spec(spec); spec.loader.exec_module(cb)\n"
+        f"cb._count_module_runs({str(events)!r}, Mixin); cb._count_module_runs({str(events)!r}, Mixin)\n"
+        "class Plain(ActionBase):\n"
+        "    def run(self, tmp=None, task_vars=None): return {}\n"
+        f"cb._count_module_runs({str(events)!r}, Plain)  # does not override it: nothing to wrap\n"
+        "assert '_execute_module' not in Plain.__dict__\n"
+        "me = types.SimpleNamespace(_task=types.SimpleNamespace(action='a'), _play_context=None)\n"
+        "print(json.dumps(Mixin._execute_module(me, 'm', {}, None, {'inventory_hostname': 'h2'})))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout) == {"mixin": "m"}
+    assert [json.loads(line)["host"] for line in events.read_text().splitlines()] == ["h2"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -18,7 +19,8 @@ short_description: benchmark probes of tests/bench/bench.py
 description:
   - At each play and task start, the play's file and name (the task's name) and the CPU
     the controller's cgroup has used so far (C(TF_BENCH_CPU_STAT), a cgroup v2 cpu.stat); every task result with its
-    host, action and kind; written as JSON lines to C(TF_BENCH_EVENTS).
+    host, action and kind; every module an action sends to a host (its host, module and
+    task action); written as JSON lines to C(TF_BENCH_EVENTS).
 """
 
 
@@ -34,19 +36,20 @@ def _usage_usec(path: str) -> int | None:
     return None
 
 
-def _count_module_runs(path: str) -> None:
+def _count_module_runs(path: str, cls: Any = None) -> None:
     """Note every module an action plugin sends to a host (`ActionBase._execute_module`).
 
     A task's action may run no module (set_fact, a controller-only action), one, or several
     (an action plugin that polls or fetches): this counts what the hosts ran. The strategy's
     worker processes are forked after the callback loads, so they inherit the wrapper; each
-    writes its record with one O_APPEND write, no buffer shared with the parent.
+    writes its record with one O_APPEND write, no buffer shared with the parent. `cls`:
+    another class that overrides the method (Mitogen's action mixin), else ActionBase.
     """
-    from ansible.plugins.action import ActionBase
-
-    if getattr(ActionBase._execute_module, "_tf_bench", False):
+    if cls is None:
+        from ansible.plugins.action import ActionBase as cls
+    if getattr(cls.__dict__.get("_execute_module"), "_tf_bench", False) or "_execute_module" not in cls.__dict__:
         return
-    original = ActionBase._execute_module
+    original = cls._execute_module
 
     def execute_module(self: Any, module_name: str | None = None, module_args: Any = None, tmp: Any = None,
                        task_vars: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -64,7 +67,7 @@ def _count_module_runs(path: str) -> None:
         return original(self, module_name, module_args, tmp, task_vars, *args, **kwargs)
 
     execute_module._tf_bench = True  # type: ignore[attr-defined]
-    ActionBase._execute_module = execute_module  # type: ignore[method-assign]
+    cls._execute_module = execute_module
 
 
 class CallbackModule(CallbackBase):
@@ -78,6 +81,7 @@ class CallbackModule(CallbackBase):
         self._stat = os.environ.get("TF_BENCH_CPU_STAT", "")
         path = os.environ.get("TF_BENCH_EVENTS")
         self._out = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115 - open for the run
+        self._path = path
         if path:
             _count_module_runs(path)
 
@@ -92,6 +96,11 @@ class CallbackModule(CallbackBase):
         self._emit({"event": event, "t": time.time(), "cpu_usec": _usage_usec(self._stat), **fields}, flush=True)
 
     def v2_playbook_on_play_start(self, play: Any) -> None:
+        # Mitogen's strategy (loaded after this callback) mixes its own _execute_module into
+        # every action: count those too, before the play forks its workers.
+        mixins = sys.modules.get("ansible_mitogen.mixins")
+        if self._path and mixins is not None and hasattr(mixins, "ActionModuleMixin"):
+            _count_module_runs(self._path, mixins.ActionModuleMixin)
         path = play.get_path() or ""
         self._mark("play", file=path.rsplit(":", 1)[0], name=play.get_name())
 
