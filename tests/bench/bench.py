@@ -21,8 +21,8 @@ script prints the plan and its expected time, from the last run's figures, befor
           task results and module runs per host and phase, SSH operations, first worker
           start, last exit to verdict), this tree side by side with a checkout of
           --baseline-ref (interleaved runs, each tree with its own ansible.cfg and
-          playbooks, measured by this tree's instruments); --forks-at 64 adds this tree
-          with --forks 64 at 64 hosts
+          playbooks, measured by this tree's instruments); and this tree with --forks 64
+          at 64 hosts (--forks-at), after the run with ansible.cfg's forks = 32
   mitogen the smoke and N = 8, 32 under Mitogen's mitogen_linear strategy (installed
           into .cache/mitogen) side by side with the default strategy, and a one-line
           recommendation computed from the figures
@@ -360,7 +360,8 @@ class Variant(NamedTuple):
 
     `tree`: the checkout whose ansible.cfg and playbooks run; `env`: extra environment
     (Mitogen); `args`: extra ansible-playbook arguments (`--forks`); `extra`: extra vars
-    of every run; `big_extra`: extra vars of the runs at N >= `big_from` only; `sizes`:
+    of every run; `retry_extra`: at N >= `retry_from`, a run that failed is made again
+    once with these extra vars added (the baseline's probe may refuse many hosts); `sizes`:
     the host counts it runs at (all when empty). A NamedTuple rather than a dataclass: the
     script is also loaded by file path, without a module entry a dataclass needs. The
     dictionaries are never changed, so their shared defaults are safe.
@@ -371,15 +372,16 @@ class Variant(NamedTuple):
     env: dict[str, str] = {}
     args: tuple[str, ...] = ()
     extra: dict[str, Any] = {}
-    big_extra: dict[str, Any] = {}
-    big_from: int = 0
+    retry_extra: dict[str, Any] = {}
+    retry_from: int = 0
     sizes: frozenset[int] = frozenset()
 
     def runs_at(self, size: int) -> bool:
         return not self.sizes or size in self.sizes
 
-    def extra_at(self, size: int) -> dict[str, Any]:
-        return {**self.extra, **(self.big_extra if self.big_extra and size >= self.big_from else {})}
+    def retry_at(self, size: int) -> dict[str, Any] | None:
+        """The extra vars of a second try of a failed run at this size, or None for no retry."""
+        return {**self.extra, **self.retry_extra} if self.retry_extra and size >= self.retry_from else None
 
     def describe(self) -> str:
         """What sets this variant apart, for the report ('' when nothing)."""
@@ -390,8 +392,8 @@ class Variant(NamedTuple):
             bits.append(f"strategy {self.env['ANSIBLE_STRATEGY']}")
         if self.extra:
             bits.append(f"-e {json.dumps(self.extra)}")
-        if self.big_extra:
-            bits.append(f"at N >= {self.big_from}: -e {json.dumps(self.big_extra)}")
+        if self.retry_extra:
+            bits.append(f"at N >= {self.retry_from}, a failed run is made again with -e {json.dumps(self.retry_extra)}")
         if self.sizes:
             bits.append("only at N = " + ", ".join(str(n) for n in sorted(self.sizes)))
         return "; ".join(bits)
@@ -493,10 +495,25 @@ def part_compare(sizes: list[int], reps: int, tmp: Path, inst: Instruments, vari
                 for rep in range(metrics.reps_at(size, reps, reps_at or {})):
                     for v in here:
                         run_id = f"bench-{name}-{v.label.replace(' ', '-')}-{size}-{rep}"
-                        result = inst.run(v.tree, "train.yml", ["-i", str(inventory), *v.args],
-                                          {"tf_run_id": run_id, "tf_runs_dir": str(workdir / "runs"), **v.extra_at(size)},
-                                          env_extra=v.env, hosts=hosts.hosts)
+
+                        def once(extra: dict[str, Any], run_id: str = run_id, v: Variant = v) -> dict[str, Any]:
+                            return inst.run(v.tree, "train.yml", ["-i", str(inventory), *v.args],
+                                            {"tf_run_id": run_id, "tf_runs_dir": str(workdir / "runs"), **extra},
+                                            env_extra=v.env, hosts=hosts.hosts)
+
+                        result = once(v.extra)
+                        retry = v.retry_at(size)
+                        first_error = ""
+                        if result["rc"] != 0 and retry is not None:
+                            first_error = result.get("error", "")[-800:]
+                            print(f"  N={size} {v.label} rep {rep}: FAILED rc={result['rc']} with its defaults "
+                                  f"({result['wall']:.1f} s), made again with -e {json.dumps(retry)}\n{first_error}", flush=True)
+                            run_id = f"{run_id}-retry"
+                            result = once(retry, run_id)
                         sample = slim(result, size)
+                        if first_error:
+                            sample["retried_with"] = retry
+                            sample["first_error"] = first_error
                         if result["rc"] == 0:
                             try:
                                 sample["timings"] = worker_timings(hosts, workdir, run_id, result["started"], result["ended"],
@@ -868,6 +885,13 @@ def plan_lines(plan: dict[str, Any], table: dict[Any, dict[str, list[dict[str, A
                      + (f" (fewer than {reps} at N = {', '.join(fewer)}, for time: medians of fewer runs)" if fewer else ""))
     for label, text in plan.get("settings", {}).items():
         lines.append(f"- {label}: {text}")
+    for n, by_label in _by_n(table):
+        for label, samples in by_label.items():
+            retried = [s for s in samples if s.get("retried_with")]
+            if retried:
+                lines.append(f"- {label} at N = {n}: {len(retried)} of {len(samples)} runs failed with the defaults and "
+                             f"were made again with -e {json.dumps(retried[0]['retried_with'])}; its figures there are "
+                             "those runs'")
     return lines
 
 
@@ -1207,15 +1231,17 @@ def main() -> int:
     parser.add_argument("--orch-reps", type=int, default=3, help="runs of each tree at each N of the orch part")
     parser.add_argument("--orch-reps-at", default="32:2,64:1",
                         help="fewer runs at the largest N, for time: SIZE:REPS pairs ('' for --orch-reps everywhere)")
-    parser.add_argument("--forks-at", default="",
-                        help="sizes at which the orch part also runs this tree with --forks N (e.g. 64)")
+    parser.add_argument("--forks-at", default="64",
+                        help="sizes at which the orch part also runs this tree with --forks N, after the run with "
+                             "ansible.cfg's forks (32): at 64 hosts the preflight takes one more module run per host "
+                             "with forks below the host count ('' for none)")
     parser.add_argument("--mitogen-sizes", default="8,32")
     parser.add_argument("--baseline-ref", default=BASELINE_REF,
                         help="commit measured beside this tree in the smoke and orch parts ('' for none)")
-    parser.add_argument("--baseline-big-vars", type=json.loads, default={"tf_preflight_reach_check": False},
-                        help="extra vars of the baseline's runs at N >= --baseline-big-from: its probe refuses "
-                             "48 hosts and more (issue 26), so by default it runs there without the reach check")
-    parser.add_argument("--baseline-big-from", type=int, default=48)
+    parser.add_argument("--baseline-retry-vars", type=json.loads, default={"tf_preflight_reach_check": False},
+                        help="at N >= --baseline-retry-from, a failed run of the baseline is made again with these "
+                             "extra vars: its probe may refuse 48 hosts and more (issue 26); '{}' for no retry")
+    parser.add_argument("--baseline-retry-from", type=int, default=48)
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
     parser.add_argument("--vars", type=json.loads, default={},
                         help="JSON of inventory variables for every host (e.g. to turn a check off)")
@@ -1275,7 +1301,7 @@ def main() -> int:
         if args.baseline_ref and parts & {"smoke", "orch"}:
             base, commit = checkout(args.baseline_ref, tmp)
             data["baseline"] = commit
-            baseline = Variant("baseline", base, big_extra=args.baseline_big_vars, big_from=args.baseline_big_from)
+            baseline = Variant("baseline", base, retry_extra=args.baseline_retry_vars, retry_from=args.baseline_retry_from)
         if "smoke" in parts:
             print("smoke vs hand launch ...", flush=True)
             data["smoke"] = part_smoke(args.reps, tmp, inst, [mine, *([baseline] if baseline else [])])

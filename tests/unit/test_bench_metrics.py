@@ -469,9 +469,12 @@ def test_the_estimate_fits_the_last_runs_walls() -> None:
 
 def test_variant_settings() -> None:
     bench = _bench()
-    base = bench.Variant("baseline", Path("/b"), big_extra={"tf_preflight_reach_check": False}, big_from=48)
-    assert base.extra_at(32) == {} and base.extra_at(64) == {"tf_preflight_reach_check": False}
-    assert base.describe() == 'at N >= 48: -e {"tf_preflight_reach_check": false}'
+    base = bench.Variant("baseline", Path("/b"), extra={"x": 1}, retry_extra={"tf_preflight_reach_check": False},
+                         retry_from=48)
+    assert base.retry_at(32) is None and base.retry_at(64) == {"x": 1, "tf_preflight_reach_check": False}
+    assert base.describe() == ('-e {"x": 1}; at N >= 48, a failed run is made again with -e '
+                               '{"tf_preflight_reach_check": false}')
+    assert bench.Variant("new", Path("/n")).retry_at(64) is None
     forks = bench.Variant("new --forks 64", Path("/n"), args=("--forks", "64"), sizes=frozenset({64}))
     assert [forks.runs_at(n) for n in (32, 64)] == [False, True]
     assert forks.describe() == "--forks 64; only at N = 64"
@@ -504,7 +507,7 @@ def _issue26_data() -> dict:
                        "16": {"new": at(16, 0.4, 4.0), "baseline": at(16, 0.8, 4.0, 0.03)},
                        "32": {"new": at(32, 0.4, 4.0, 0.06), "baseline": at(32, 1.0, 0.8, 0.03)},
                        "64": {"new": at(64, 0.4, 4.0), "baseline": at(64, 1.0, 0.8, 0.03)}},
-        "orch_plan": {"reps": 3, "settings": {"baseline": 'at N >= 48: -e {"tf_preflight_reach_check": false}'}},
+        "orch_plan": {"reps": 3, "settings": {"baseline": "at N >= 48, a failed run is made again with -e {...}"}},
     }
 
 
@@ -530,7 +533,7 @@ def test_issue26_targets_side_by_side_with_the_baseline(tmp_path: Path) -> None:
     assert "| new | 2 | 32 | 0.40 |" in text
     assert "| baseline | 0.80 | 1.00 | 1.25 |" in text  # the spread table
     assert "- runs per tree: N = 2: 3, N = 16: 3, N = 32: 3, N = 64: 3" in text
-    assert '- baseline: at N >= 48: -e {"tf_preflight_reach_check": false}' in text
+    assert "- baseline: at N >= 48, a failed run is made again with -e {...}" in text
     assert "| `ansible-playbook train.yml --limit localhost` (new) | 8.00 | 7.0, 8.0, 9.0 | **1.60x** | 1.50x |" in text
     assert "| `ansible-playbook train.yml --limit localhost` (baseline) | 11.00 | 10.0, 11.0, 12.0 | 2.20x | 2.00x |" in text
     assert "| first worker start s (after ansible-playbook started) |" in text
@@ -539,10 +542,13 @@ def test_issue26_targets_side_by_side_with_the_baseline(tmp_path: Path) -> None:
 def test_the_report_says_where_fewer_runs_were_made(tmp_path: Path) -> None:
     bench = _bench()
     data = _issue26_data()
-    data["controller"]["64"] = {"new": [_sample(30.0, 64)], "baseline": [_sample(70.0, 64)]}
+    retried = {**_sample(70.0, 64), "retried_with": {"tf_preflight_reach_check": False}}
+    data["controller"]["64"] = {"new": [_sample(30.0, 64)], "baseline": [retried]}
     lines = bench.plan_lines(data["orch_plan"], data["controller"])
     assert lines[0] == ("- runs per tree: N = 2: 3, N = 16: 3, N = 32: 3, N = 64: 1 "
                         "(fewer than 3 at N = 64, for time: medians of fewer runs)")
+    assert lines[-1] == ('- baseline at N = 64: 1 of 1 runs failed with the defaults and were made again with '
+                         '-e {"tf_preflight_reach_check": false}; its figures there are those runs\'')
 
 
 def test_mitogen_advice_from_the_largest_n_and_the_smoke() -> None:
@@ -580,3 +586,48 @@ def test_the_callback_also_counts_a_class_that_overrides_the_method(tmp_path: Pa
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout) == {"mixin": "m"}
     assert [json.loads(line)["host"] for line in events.read_text().splitlines()] == ["h2"]
+
+
+def test_part_compare_runs_fewer_reps_where_asked_and_retries_a_failed_baseline_run(tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = _bench()
+
+    class Hosts:
+        def __init__(self, size: int, workdir: Path, static_neighbors: bool = False) -> None:
+            self.hosts: list = []
+
+        def __enter__(self) -> "Hosts":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def write_inventory(self, path: Path, groupvars: dict) -> Path:
+            return path
+
+    monkeypatch.setitem(sys.modules, "nshosts", type(sys)("nshosts"))
+    sys.modules["nshosts"].NamespaceHosts = Hosts  # type: ignore[attr-defined]
+    calls: list[tuple[str, tuple, dict]] = []
+
+    class Inst:
+        def run(self, tree: Path, playbook: str, args: list, extra: dict, **kwargs: object) -> dict:
+            calls.append((str(tree), tuple(args[2:]), extra))
+            # The baseline's first try at 64 hosts fails; every other run goes through.
+            rc = 2 if str(tree) == "/b" and "tf_preflight_reach_check" not in extra and "-64-" in extra["tf_run_id"] else 0
+            return {"rc": rc, "wall": 1.0, "cpu": 1.0, "cpu_phases": {}, "wall_phases": {}, "cpu_tasks": {},
+                    "left_in_cgroup": 0, "ops": {}, "runs": {}, "modules": {}, "new_connections": {},
+                    "started": 0.0, "ended": 1.0, **({"error": "host h10 cannot reach worker 33"} if rc else {})}
+
+    variants = [bench.Variant("new", Path("/n")),
+                bench.Variant("baseline", Path("/b"), retry_extra={"tf_preflight_reach_check": False}, retry_from=48),
+                bench.Variant("new --forks 64", Path("/n"), args=("--forks", "64"), sizes=frozenset({64}))]
+    table = bench.part_compare([2, 64], 3, tmp_path, Inst(), variants, "orch", reps_at={64: 1})
+    assert {n: {label: len(s) for label, s in by.items()} for n, by in table.items()} == {
+        2: {"new": 3, "baseline": 3}, 64: {"new": 1, "baseline": 1, "new --forks 64": 1}}
+    retried = table[64]["baseline"][0]
+    assert retried["rc"] == 0 and retried["retried_with"] == {"tf_preflight_reach_check": False}
+    assert "cannot reach worker 33" in retried["first_error"]
+    at64 = [c for c in calls if "-64-" in c[2]["tf_run_id"]]
+    assert [(tree, args, extra.get("tf_preflight_reach_check")) for tree, args, extra in at64] == [
+        ("/n", (), None), ("/b", (), None), ("/b", (), False), ("/n", ("--forks", "64"), None)]
+    assert at64[2][2]["tf_run_id"].endswith("-retry")
