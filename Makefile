@@ -12,13 +12,13 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: help setup smoke test docs lint unit sanity molecule integration multihost bench bench-controller bench-mitogen clean
+.PHONY: help setup smoke test docs lint unit sanity molecule integration multihost bench bench-issue26 bench-controller bench-mitogen clean
 
 help:
 	@echo "make smoke  - set up and run the two-worker smoke training on localhost"
 	@echo "make test   - set up and run every test (lint, unit, molecule, integration)"
 	@echo "make docs   - regenerate the variable tables of docs/variables.md (checked by make unit)"
-	@echo "make lint | unit | sanity | molecule | integration | multihost | bench | bench-controller | bench-mitogen"
+	@echo "make lint | unit | sanity | molecule | integration | multihost | bench | bench-issue26 | bench-controller | bench-mitogen"
 
 # The controller needs Python >= 3.12 (ansible-core 2.21). Look on PATH, then in pyenv and
 # the usual prefixes; say clearly what was tried when none is found.
@@ -115,8 +115,14 @@ test: setup
 bench: setup
 	$(VENV)/bin/python tests/bench/bench.py
 
-# Pieces, merged into the last run's figures: the controller's cost per host (this tree
-# vs the baseline commit), and Mitogen vs the default strategy.
+# Pieces, merged into the last run's figures. Issue 26's figures alone (about 25 min on 2
+# cores; the script prints its estimate first): the smoke against the hand launch and the
+# controller's CPU per host at N = 2 to 64, this tree beside the baseline commit.
+bench-issue26: setup
+	$(VENV)/bin/python tests/bench/bench.py --parts issue26 --merge
+
+# The controller's cost per host (this tree vs the baseline commit), and Mitogen vs the
+# default strategy.
 bench-controller: setup
 	$(VENV)/bin/python tests/bench/bench.py --parts orch --merge
 

@@ -1,21 +1,31 @@
 #!/usr/bin/env python3
 """Benchmark of the runbook's overhead, written to docs/BENCHMARKS.md.
 
-    make bench                       # everything, medians of 5
+    make bench                       # everything
+    make bench-issue26               # issue 26's figures alone (--parts issue26), about 25 min
     .venv/bin/python tests/bench/bench.py --parts smoke --reps 5
+    .venv/bin/python tests/bench/bench.py --parts issue26 --estimate-only   # the plan and its time
 
-Parts (each measured side by side in one run, so that ratios compare like with like):
-  smoke   the smoke playbook end to end vs the same two workers launched by hand as the
-          seed does; the ratio of the medians
+Parts (each measured side by side in one run, so that ratios compare like with like; the
+script prints the plan and its expected time, from the last run's figures, before it starts):
+  smoke   the smoke playbook end to end, this tree and a checkout of --baseline-ref, each
+          rep paired with the same two workers launched by hand as the seed does; the
+          ratio of the medians and the median of the paired ratios; wall, CPU and module
+          runs by phase
   hosts   namespace hosts N = 2, 4, 8 training the default job: end to end, time to the
           first worker start, skew between first and last start, last exit to verdict
-  orch    orchestration alone at N = 2, 8, 32 with a trivial job in place of TensorFlow:
+  orch    orchestration alone at N = 2, 8, 16, 32, 64 with a trivial job in place of
+          TensorFlow (--orch-reps runs at each N, fewer at the largest: --orch-reps-at):
           overhead = end to end minus the job's own time; and the controller's cost per
-          host (CPU per phase, module runs, SSH operations), this tree side by side with
-          a checkout of --baseline-ref (interleaved runs, each tree with its own
-          ansible.cfg and playbooks, measured by this tree's instruments)
+          host (CPU per phase, CPU per extra host from 2 to 16, 16 to 64 and 2 to 32,
+          task results and module runs per host and phase, SSH operations, first worker
+          start, last exit to verdict), this tree side by side with a checkout of
+          --baseline-ref (interleaved runs, each tree with its own ansible.cfg and
+          playbooks, measured by this tree's instruments); and this tree with --forks 64
+          at 64 hosts (--forks-at), after the run with ansible.cfg's forks = 32
   mitogen the smoke and N = 8, 32 under Mitogen's mitogen_linear strategy (installed
-          into .cache/mitogen) side by side with the default strategy
+          into .cache/mitogen) side by side with the default strategy, and a one-line
+          recommendation computed from the figures
   faults  time from a fault to the playbook's exit (tests/integration/faults.py), and the
           supervision timings: SIGINT to no process of the run left, a killed worker of a
           detached run to every other worker stopped
@@ -42,6 +52,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -50,7 +61,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = Path(__file__).resolve().parent
@@ -62,10 +73,13 @@ sys.path.insert(0, str(BENCH))
 import metrics  # noqa: E402 - the bench's pure parts, beside this file
 from metrics import median  # noqa: E402
 
-BASELINE_REF = "27ea8b4"
+BASELINE_REF = "4c11a93"  # main before issue 26's redesign
 MITOGEN_PIN = "mitogen==0.3.54"
 MITOGEN_DIR = REPO / ".cache" / "mitogen"
 NOTES = BENCH / "NOTES.md"
+# Figures measured by the integration tests, not by this script (their commands and dates
+# are in the text): kept in the page by every report this script writes.
+ELSEWHERE = BENCH / "ELSEWHERE.md"
 
 PYTHON = Path(sys.executable)
 PLAYBOOK_BIN = PYTHON.with_name("ansible-playbook")
@@ -204,13 +218,13 @@ class Instruments:
             "cpu_phases": metrics.phase_cpu(marks, usage), "wall_phases": metrics.phase_wall(marks, started, ended),
             "cpu_tasks": dict(metrics.top(metrics.task_cpu(marks, usage, str(extra.get("tf_run_id", ""))), 60)),
             "runs": {h: dict(c) for h, c in metrics.module_runs(marks).items()},
+            "modules": {h: dict(c) for h, c in metrics.module_execs(marks).items()},
             "ops": {h: dict(c) for h, c in metrics.ssh_ops(metrics.read_oplog(work / "oplog"), names).items()},
             "new_connections": {h.name: self._logins(h) - logins[h.name] for h in hosts} if hosts else {},
             "left_in_cgroup": left, "started": started, "ended": ended,
             # When the first launch began dispatching (the task's start): the workers'
             # start times against it split the skew into dispatch and start-up.
-            "launch_at": next((m["t"] for m in marks if m.get("event") == "task"
-                               and str(m.get("name", "")).endswith("Start this host's workers")), None),
+            "launch_at": launch_start(marks),
             **launch_spread(marks),
         }
         if proc.returncode != 0:
@@ -255,6 +269,21 @@ class Instruments:
         print(f"  could not remove {cgroup}", flush=True)
 
 
+# The module that starts (or arms) a host's workers: `tf_worker_launch` in the baseline;
+# any of the collection's modules whose name says launch, so that a merged deploy-and-launch
+# module (issue 26) is found too. The go (`tf_worker_go`) is not the launch task.
+_LAUNCH_ACTION = re.compile(r"^(tf_runbook\.multiworker\.)?tf_\w*launch\w*$")
+
+
+def is_launch_action(action: Any) -> bool:
+    return bool(_LAUNCH_ACTION.match(str(action or "")))
+
+
+def launch_start(marks: list[dict[str, Any]]) -> float | None:
+    """When the first launch task started (its task mark), or None without one."""
+    return next((m["t"] for m in marks if m.get("event") == "task" and is_launch_action(m.get("action"))), None)
+
+
 def launch_spread(marks: list[dict[str, Any]]) -> dict[str, float]:
     """The launch task's own times on the controller, from the callback's per-host events.
 
@@ -262,10 +291,8 @@ def launch_spread(marks: list[dict[str, Any]]) -> dict[str, float]:
     alone); `launch_returned`: first to last host's result. A skew far above the dispatch
     spread comes from the hosts' side.
     """
-    action = "tf_worker_launch"
-    starts = [m["t"] for m in marks if m.get("event") == "start" and str(m.get("action", "")).endswith(action)]
-    ends = [m["t"] for m in marks if m.get("event") == "result" and "t" in m
-            and str(m.get("action", "")).endswith(action)]
+    starts = [m["t"] for m in marks if m.get("event") == "start" and is_launch_action(m.get("action"))]
+    ends = [m["t"] for m in marks if m.get("event") == "result" and "t" in m and is_launch_action(m.get("action"))]
     if not starts or not ends:
         return {}
     return {"launch_dispatch": max(starts) - min(starts), "launch_returned": max(ends) - min(ends)}
@@ -314,6 +341,10 @@ def slim(result: dict[str, Any], hosts: int) -> dict[str, Any]:
         "cpu_per_host": result["cpu"] / hosts,
         "results_per_host": metrics.per_host(result["runs"], "results", hosts),
         "remote_runs_per_host": metrics.per_host(result["runs"], "remote", hosts),
+        # What the hosts ran: every module an action sent (issue 26: one per host per phase).
+        "modules_per_host": metrics.per_host(result["modules"], "total", hosts),
+        "modules_phase_per_host": {phase: metrics.per_host(result["modules"], phase, hosts)
+                                   for phase in sorted({p for c in result["modules"].values() for p in c} - {"total"})},
         "ssh_per_host": {op: n / hosts for op, n in sorted(ops.items())},
         "new_connections_per_host": (sum(result["new_connections"].values()) / hosts
                                      if result["new_connections"] else float("nan")),
@@ -324,41 +355,111 @@ def slim(result: dict[str, Any], hosts: int) -> dict[str, Any]:
     return out
 
 
-def part_smoke(reps: int, tmp: Path, inst: Instruments, variants: list[tuple[Any, ...]],
+class Variant(NamedTuple):
+    """One way of running the playbook that a part measures side by side with the others.
+
+    `tree`: the checkout whose ansible.cfg and playbooks run; `env`: extra environment
+    (Mitogen); `args`: extra ansible-playbook arguments (`--forks`); `extra`: extra vars
+    of every run; `retry_extra`: at N >= `retry_from`, a run that failed is made again
+    once with these extra vars added (the baseline's probe may refuse many hosts); `sizes`:
+    the host counts it runs at (all when empty). A NamedTuple rather than a dataclass: the
+    script is also loaded by file path, without a module entry a dataclass needs. The
+    dictionaries are never changed, so their shared defaults are safe.
+    """
+
+    label: str
+    tree: Path
+    env: dict[str, str] = {}
+    args: tuple[str, ...] = ()
+    extra: dict[str, Any] = {}
+    retry_extra: dict[str, Any] = {}
+    retry_from: int = 0
+    sizes: frozenset[int] = frozenset()
+
+    def runs_at(self, size: int) -> bool:
+        return not self.sizes or size in self.sizes
+
+    def retry_at(self, size: int) -> dict[str, Any] | None:
+        """The extra vars of a second try of a failed run at this size, or None for no retry."""
+        return {**self.extra, **self.retry_extra} if self.retry_extra and size >= self.retry_from else None
+
+    def describe(self) -> str:
+        """What sets this variant apart, for the report ('' when nothing)."""
+        bits = []
+        if self.args:
+            bits.append(" ".join(self.args))
+        if self.env.get("ANSIBLE_STRATEGY"):
+            bits.append(f"strategy {self.env['ANSIBLE_STRATEGY']}")
+        if self.extra:
+            bits.append(f"-e {json.dumps(self.extra)}")
+        if self.retry_extra:
+            bits.append(f"at N >= {self.retry_from}, a failed run is made again with -e {json.dumps(self.retry_extra)}")
+        if self.sizes:
+            bits.append("only at N = " + ", ".join(str(n) for n in sorted(self.sizes)))
+        return "; ".join(bits)
+
+
+def part_smoke(reps: int, tmp: Path, inst: Instruments, variants: list[Variant],
                hand: bool = True) -> dict[str, Any]:
-    """The smoke under each variant; with `hand`, also the hand launch and the start-up alone."""
+    """The smoke under each variant; with `hand`, also the hand launch and the start-up alone.
+
+    Each rep runs the hand launch, then every variant, so that each variant's run is paired
+    with the hand launch of its rep (`hand` in the sample) and drift in the machine's load
+    hits all alike.
+    """
     empty = tmp / "empty.yml"
     empty.write_text(EMPTY_PLAY)
-    out: dict[str, Any] = {"hand": [], "startup": [], "variants": {v[0]: [] for v in variants}}
+    out: dict[str, Any] = {"hand": [], "startup": [], "variants": {v.label: [] for v in variants},
+                           "settings": {v.label: v.describe() for v in variants if v.describe()}}
     for rep in range(reps):
-        # Interleaved, so that drift in the machine's load hits all alike.
+        hand_s = float("nan")
         if hand:
             workdir = tmp / f"hand-{len(list(tmp.glob('hand-*')))}"
             workdir.mkdir()
             try:
-                out["hand"].append(hand_launch(workdir))
+                hand_s = hand_launch(workdir)
+                out["hand"].append(hand_s)
             except RuntimeError as exc:
                 print(f"  hand launch rep {rep} FAILED: {exc}", flush=True)
             startup = inst.run(REPO, str(empty), ["--limit", "localhost"], {})
             out["startup"].append(slim(startup, 1))
-        for label, tree, env, *more in variants:
-            run_id = f"smoke-{label}-{len(out['variants'][label])}-{int(time.time())}"
-            result = inst.run(tree, "train.yml", ["--limit", "localhost"], {
+        for v in variants:
+            run_id = f"smoke-{v.label.replace(' ', '-')}-{len(out['variants'][v.label])}-{int(time.time())}"
+            result = inst.run(v.tree, "train.yml", ["--limit", "localhost", *v.args], {
                 "tf_run_id": run_id, "tf_worker_base_dir": str(tmp / "host"), "tf_runs_dir": str(tmp / "runs"),
-                **(more[0] if more else {})}, env_extra=env)
+                **v.extra}, env_extra=v.env)
             sample = slim(result, 1)
+            sample["hand"] = hand_s
             if result["rc"] == 0:
                 try:
-                    sample["timings"] = run_timings(tmp / "host", run_id, result["started"], result["ended"])
+                    sample["timings"] = run_timings(tmp / "host", run_id, result["started"], result["ended"],
+                                                    result.get("launch_at"))
                 except (RuntimeError, OSError, ValueError) as exc:
                     sample["timings_error"] = str(exc)
-            out["variants"][label].append(sample)
+            out["variants"][v.label].append(sample)
             state = "ok" if result["rc"] == 0 else f"FAILED rc={result['rc']}\n{result.get('error', '')}"
-            print(f"  smoke {label} rep {rep}: {result['wall']:.1f} s wall, {result['cpu']:.1f} s CPU, {state}", flush=True)
-    ok = {label: [s for s in samples if s["rc"] == 0] for label, samples in out["variants"].items()}
-    if hand and ok.get("default"):
-        out["playbook"] = [s["wall"] for s in ok["default"]]
-        out["ratio"] = median(out["playbook"]) / median(out["hand"])
+            print(f"  smoke {v.label} rep {rep}: {result['wall']:.1f} s wall, {result['cpu']:.1f} s CPU, "
+                  f"{sample['modules_per_host']:.0f} module runs, {state}", flush=True)
+    if hand and out["hand"]:
+        ratios = smoke_ratios(out)
+        out["ratios"] = ratios
+        if "new" in ratios:
+            out["playbook"] = [s["wall"] for s in _ok(out["variants"]["new"])]
+            out["ratio"] = ratios["new"]["ratio"]
+    return out
+
+
+def smoke_ratios(smoke: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per variant: the ratio of the medians (playbook / hand launch) and the median of the
+    ratios of each run to the hand launch of its own rep (`paired`)."""
+    hand = median(smoke.get("hand", []))
+    out = {}
+    for label, samples in smoke.get("variants", {}).items():
+        good = _ok(samples)
+        if not good:
+            continue
+        out[label] = {"ratio": median([s["wall"] for s in good]) / hand,
+                      "paired": median([s["wall"] / s["hand"] for s in good if s.get("hand", float("nan")) > 0])}
     return out
 
 
@@ -370,27 +471,49 @@ def trivial_groupvars(tmp: Path) -> dict[str, Any]:
     return {"tf_worker_python": "/usr/bin/python3", "tf_train_script": str(job), "tf_startup_timeout": 0}
 
 
-def part_compare(sizes: list[int], reps: int, tmp: Path, inst: Instruments,
-                 variants: list[tuple[str, Path, dict[str, str]]], name: str,
-                 extra_vars: dict[str, Any] | None = None) -> dict[int, dict[str, list[dict[str, Any]]]]:
-    """The trivial job on N namespace hosts under each variant, interleaved (A, B, A, B...)."""
+def part_compare(sizes: list[int], reps: int, tmp: Path, inst: Instruments, variants: list[Variant], name: str,
+                 extra_vars: dict[str, Any] | None = None,
+                 reps_at: dict[int, int] | None = None) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """The trivial job on N namespace hosts under each variant, interleaved (A, B, A, B...).
+
+    `reps` runs of each variant at each size, or `reps_at[size]` where given (fewer runs
+    at the largest sizes, to fit a time budget).
+    """
     from nshosts import NamespaceHosts
 
     groupvars = {**trivial_groupvars(tmp), **(extra_vars or {})}
     table: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for size in sizes:
         workdir = tmp / f"{name}-{size}"
-        table[size] = {label: [] for label, _, _ in variants}
+        here = [v for v in variants if v.runs_at(size)]
+        table[size] = {v.label: [] for v in here}
         try:
+            began = time.monotonic()
             with NamespaceHosts(size, workdir / "ns", static_neighbors=size >= 16) as hosts:
+                print(f"  N={size}: {size} namespace hosts up in {time.monotonic() - began:.1f} s", flush=True)
                 inventory = hosts.write_inventory(workdir / "inventory.yml", groupvars=groupvars)
-                for rep in range(reps):
-                    for label, tree, env in variants:
-                        run_id = f"bench-{name}-{label}-{size}-{rep}"
-                        result = inst.run(tree, "train.yml", ["-i", str(inventory)],
-                                          {"tf_run_id": run_id, "tf_runs_dir": str(workdir / "runs")},
-                                          env_extra=env, hosts=hosts.hosts)
+                for rep in range(metrics.reps_at(size, reps, reps_at or {})):
+                    for v in here:
+                        run_id = f"bench-{name}-{v.label.replace(' ', '-')}-{size}-{rep}"
+
+                        def once(extra: dict[str, Any], run_id: str = run_id, v: Variant = v) -> dict[str, Any]:
+                            return inst.run(v.tree, "train.yml", ["-i", str(inventory), *v.args],
+                                            {"tf_run_id": run_id, "tf_runs_dir": str(workdir / "runs"), **extra},
+                                            env_extra=v.env, hosts=hosts.hosts)
+
+                        result = once(v.extra)
+                        retry = v.retry_at(size)
+                        first_error = ""
+                        if result["rc"] != 0 and retry is not None:
+                            first_error = result.get("error", "")[-800:]
+                            print(f"  N={size} {v.label} rep {rep}: FAILED rc={result['rc']} with its defaults "
+                                  f"({result['wall']:.1f} s), made again with -e {json.dumps(retry)}\n{first_error}", flush=True)
+                            run_id = f"{run_id}-retry"
+                            result = once(retry, run_id)
                         sample = slim(result, size)
+                        if first_error:
+                            sample["retried_with"] = retry
+                            sample["first_error"] = first_error
                         if result["rc"] == 0:
                             try:
                                 sample["timings"] = worker_timings(hosts, workdir, run_id, result["started"], result["ended"],
@@ -399,10 +522,11 @@ def part_compare(sizes: list[int], reps: int, tmp: Path, inst: Instruments,
                                                           if k in result})
                             except RuntimeError as exc:
                                 sample["timings_error"] = str(exc)
-                        table[size][label].append(sample)
+                        table[size][v.label].append(sample)
                         state = "ok" if result["rc"] == 0 else f"FAILED rc={result['rc']}\n{result.get('error', '')}"
-                        print(f"  N={size} {label} rep {rep}: {result['wall']:.1f} s wall, {result['cpu']:.1f} s CPU "
-                              f"({sample['cpu_per_host']:.2f}/host), {sample['remote_runs_per_host']:.1f} module runs/host, "
+                        print(f"  N={size} {v.label} rep {rep}: {result['wall']:.1f} s wall, {result['cpu']:.1f} s CPU "
+                              f"({sample['cpu_per_host']:.2f}/host), {sample['modules_per_host']:.1f} module runs/host "
+                              f"({sample['remote_runs_per_host']:.1f} remote task results), "
                               f"ssh {sample['ssh_per_host']}, {state}", flush=True)
         except Exception as exc:  # noqa: BLE001 - hosts that would not come up must not lose the other sizes
             print(f"  N={size}: broke: {exc}", flush=True)
@@ -618,6 +742,7 @@ def controller_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[l
                 n, label, _med(samples, lambda s: s["wall"]), _med(samples, lambda s: s["cpu"]),
                 _med(samples, lambda s: s["cpu_per_host"]), _med(samples, lambda s: s["results_per_host"]),
                 _med(samples, lambda s: s["remote_runs_per_host"]),
+                _med(samples, lambda s: s.get("modules_per_host", float("nan"))),
                 _med(samples, lambda s: s["ssh_per_host"].get("exec", 0.0)),
                 _med(samples, lambda s: s["ssh_per_host"].get("put", 0.0)),
                 _med(samples, lambda s: s["ssh_per_host"].get("fetch", 0.0)),
@@ -628,16 +753,19 @@ def controller_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[l
                 _med(samples, lambda s: s.get("timings", {}).get("skew", float("nan"))),
                 _med(samples, lambda s: s.get("timings", {}).get("launch_dispatch", float("nan"))),
                 _med(samples, lambda s: s.get("timings", {}).get("launch_returned", float("nan"))),
+                _med(samples, lambda s: s.get("timings", {}).get("first_start", float("nan"))),
+                _med(samples, lambda s: s.get("timings", {}).get("exit_to_verdict", float("nan"))),
                 f"{len(_ok(samples))} / {len(samples) - len(_ok(samples))}",
             ])
     return rows
 
 
 CONTROLLER_HEADERS = ["N", "tree", "wall s", "controller CPU s", "CPU s per host", "task results per host",
-                      "remote module runs per host", "ssh exec per host", "put per host", "fetch per host",
-                      "new SSH connections per host", "launch task to first worker start s",
+                      "remote task results per host", "module runs per host", "ssh exec per host", "put per host",
+                      "fetch per host", "new SSH connections per host", "launch task to first worker start s",
                       "launch task to median worker start s", "launch task to last worker start s", "launch skew s",
-                      "launch dispatch spread s (controller)", "launch results spread s", "runs ok / failed"]
+                      "launch dispatch spread s (controller)", "launch results spread s",
+                      "ansible-playbook start to first worker start s", "last exit to verdict s", "runs ok / failed"]
 
 
 def phase_rows(table: dict[Any, dict[str, list[dict[str, Any]]]], key: str) -> tuple[list[str], list[list[Any]]]:
@@ -694,81 +822,206 @@ def task_lines(table: dict[Any, dict[str, list[dict[str, Any]]]], count: int = 1
     return lines
 
 
+def cpu_by_n(table: dict[Any, dict[str, list[dict[str, Any]]]], label: str) -> dict[int, float]:
+    """Median controller CPU of one tree's good runs at each N it has."""
+    out = {}
+    for n, by_label in _by_n(table):
+        if str(n).isdigit() and label in by_label and _ok(by_label[label]):
+            out[int(n)] = _med(by_label[label], lambda s: s["cpu"])
+    return out
+
+
 def marginal_rows(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[list[Any]]:
-    sizes = [n for n, _ in _by_n(table) if str(n).isdigit()]
-    if len(sizes) < 2:
-        return []
-    low, high = sizes[0], sizes[-1]
+    """CPU per added host for each step of metrics.MARGINAL_PAIRS, per tree."""
+    labels = list(dict.fromkeys(label for _, by_label in _by_n(table) for label in by_label))
     rows = []
-    for label in table[high]:
-        if label in table[low]:
-            a = _med(table[low][label], lambda s: s["cpu"])
-            b = _med(table[high][label], lambda s: s["cpu"])
-            rows.append([label, low, high, (b - a) / (int(high) - int(low))])
+    for label in labels:
+        cpu = cpu_by_n(table, label)
+        for low, high in metrics.marginal_pairs(cpu):
+            rows.append([label, low, high, metrics.marginal(cpu, low, high)])
     return rows
+
+
+def marginal_spread(table: dict[Any, dict[str, list[dict[str, Any]]]], label: str) -> tuple[float, float, float]:
+    """(2 -> 16, 16 -> 64, how far apart: larger / smaller) for one tree; NaN where not measured."""
+    cpu = cpu_by_n(table, label)
+    low, high = metrics.marginal(cpu, 2, 16), metrics.marginal(cpu, 16, 64)
+    return low, high, metrics.spread(low, high)
+
+
+def first_marginal(table: dict[Any, dict[str, list[dict[str, Any]]]], label: str) -> tuple[str, float]:
+    """The CPU per added host from 2 to 16 hosts, or from 2 to 32 where 16 was not measured."""
+    cpu = cpu_by_n(table, label)
+    for low, high in ((2, 16), (2, 32)):
+        value = metrics.marginal(cpu, low, high)
+        if value == value:
+            return f"{low} to {high}", value
+    return "2 to 16", float("nan")
+
+
+def module_phase_lines(table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[str]:
+    """Module runs per host in each phase (issue 26's design: one per phase that touches hosts)."""
+    phases = [p for p in (*metrics.CPU_ROWS, "status", "stop")
+              if any(p in s.get("modules_phase_per_host", {}) for v in table.values() for x in v.values() for s in _ok(x))]
+    if not phases:
+        return []
+    rows = [[n, label, *[_med(samples, lambda s, p=p: s.get("modules_phase_per_host", {}).get(p, 0.0)) for p in phases],
+             _med(samples, lambda s: s.get("modules_per_host", float("nan")))]
+            for n, by_label in _by_n(table) for label, samples in by_label.items()]
+    return ["", "### Module runs per host, by phase", "",
+            "Every module a task's action sent to a host (an action that polls or fetches counts each "
+            "module it runs; set_fact and controller-only actions count none), mean over the hosts.", "",
+            *metrics.md_table(["N", "tree", *phases, "total"], rows)]
+
+
+def plan_lines(plan: dict[str, Any], table: dict[Any, dict[str, list[dict[str, Any]]]]) -> list[str]:
+    """How many runs each size had (fewer at the largest sizes for time), and what sets each tree apart."""
+    lines = []
+    counts = {str(n): max((len(v) for v in by_label.values()), default=0) for n, by_label in _by_n(table)}
+    if counts:
+        reps = plan.get("reps")
+        fewer = [n for n, c in counts.items() if reps and c < reps]
+        lines.append("- runs per tree: " + ", ".join(f"N = {n}: {c}" for n, c in counts.items())
+                     + (f" (fewer than {reps} at N = {', '.join(fewer)}, for time: medians of fewer runs)" if fewer else ""))
+    for label, text in plan.get("settings", {}).items():
+        lines.append(f"- {label}: {text}")
+    for n, by_label in _by_n(table):
+        for label, samples in by_label.items():
+            retried = [s for s in samples if s.get("retried_with")]
+            if retried:
+                lines.append(f"- {label} at N = {n}: {len(retried)} of {len(samples)} runs failed with the defaults and "
+                             f"were made again with -e {json.dumps(retried[0]['retried_with'])}; its figures there are "
+                             "those runs'")
+    return lines
+
+
+def mitogen_advice(m: dict[str, Any]) -> str:
+    """The one-line recommendation from the Mitogen part's medians (largest N and the smoke)."""
+    hosts = m.get("hosts", {})
+    sizes = [n for n, by_label in _by_n(hosts)
+             if str(n).isdigit() and _ok(by_label.get("default", [])) and _ok(by_label.get("mitogen", []))]
+    nan = float("nan")
+    if not sizes:
+        return metrics.mitogen_recommendation(nan, nan, nan, 0)
+    n = sizes[-1]
+    d, g = hosts[n]["default"], hosts[n]["mitogen"]
+    wall = _med(g, lambda s: s["wall"]) / _med(d, lambda s: s["wall"])
+    cpu = _med(g, lambda s: s["cpu"]) / _med(d, lambda s: s["cpu"])
+    smoke = m.get("smoke", {}).get("variants", {})
+    smoke_ratio = nan
+    if _ok(smoke.get("default", [])) and _ok(smoke.get("mitogen", [])):
+        smoke_ratio = _med(smoke["mitogen"], lambda s: s["wall"]) / _med(smoke["default"], lambda s: s["wall"])
+    return metrics.mitogen_recommendation(wall, cpu, smoke_ratio, int(n))
+
+
+def _times(value: float) -> str:
+    """A ratio as "1.60x", or "n/a"."""
+    return f"{value:.2f}x" if value == value else "n/a"
 
 
 def _smoke_lines(s: dict[str, Any]) -> list[str]:
     lines: list[str] = []
-    if s.get("hand") and s.get("playbook"):
-        startup = [x for x in s.get("startup", []) if x.get("rc") == 0]
-        lines += ["", "## Smoke playbook vs hand launch (two workers, localhost)", "",
-                  "| | median s | runs (s) |", "|---|---|---|",
-                  f"| hand launch (seed) | {median(s['hand']):.2f} | {', '.join(f'{v:.1f}' for v in s['hand'])} |",
-                  f"| `ansible-playbook train.yml --limit localhost` | {median(s['playbook']):.2f} | {', '.join(f'{v:.1f}' for v in s['playbook'])} |",
-                  f"| ratio | **{s['ratio']:.2f}x** | target <= 1.5x (stretch 1.25x) |"]
-        if startup:
-            up_wall = median([x["wall"] for x in startup])
-            up_cpu = median([x["cpu"] for x in startup])
-            book = _ok(s["variants"]["default"])
-            wall, cpu = median([x["wall"] for x in book]), median([x["cpu"] for x in book])
-            hand = median(s["hand"])
-            lines += ["", "### Split of the smoke", "",
-                      "ansible-playbook's own start-up is an empty play against localhost with the same "
-                      "configuration (`ansible.cfg`, inventory, callbacks): a fixed cost of any playbook. "
-                      "The rest is ours. The smoke's CPU includes the two workers' training "
-                      "(localhost uses the local connection, so they run in the playbook's cgroup).", "",
-                      *metrics.md_table(["", "wall s", "CPU s"], [
-                          ["ansible-playbook start-up (empty play)", up_wall, up_cpu],
-                          ["the rest (the runbook's work, training included)", wall - up_wall, cpu - up_cpu],
-                          ["smoke playbook", wall, cpu],
-                          ["hand launch (wall)", hand, float("nan")],
-                          ["smoke minus start-up, vs hand launch", (wall - up_wall) / hand, float("nan")],
-                      ])]
-            lines += ["", "Where the smoke's wall time goes, by phase (medians; the wait phase holds the "
-                      "training), and the workers' own times from their records:", "",
-                      *metrics.md_table(["", *metrics.CPU_ROWS, "total"], [
-                          ["wall s", *[median([x.get("wall_phases", {}).get(k, 0.0) for x in book])
-                                       for k in (*metrics.CPU_ROWS, "total")]],
-                          ["CPU s", *[median([x.get("cpu_phases", {}).get(k, 0.0) for x in book])
-                                      for k in (*metrics.CPU_ROWS, "total")]],
-                      ]), "",
-                      *metrics.md_table(["first worker start s", "start skew s", "job s (first start to last exit)",
-                                         "last exit to verdict s", "hand launch s"], [[
-                          _med(book, lambda x: x.get("timings", {}).get("first_start", float("nan"))),
-                          _med(book, lambda x: x.get("timings", {}).get("skew", float("nan"))),
-                          _med(book, lambda x: x.get("timings", {}).get("job", float("nan"))),
-                          _med(book, lambda x: x.get("timings", {}).get("exit_to_verdict", float("nan"))),
-                          hand]])]
+    trees = {label: _ok(samples) for label, samples in s.get("variants", {}).items() if _ok(samples)}
+    if not (s.get("hand") and trees):
+        return lines
+    mine = "new" if "new" in trees else next(iter(trees))
+    hand = median(s["hand"])
+    ratios = smoke_ratios(s)
+    lines += ["", "## Smoke playbook vs hand launch (two workers, localhost)", "",
+              "Each rep runs the hand launch, then the playbook of each tree: \"paired\" is the median of "
+              "each run's wall over its own rep's hand launch.", "",
+              "| | median s | runs (s) | ratio of the medians | paired ratio |", "|---|---|---|---|---|",
+              f"| hand launch (seed) | {hand:.2f} | {', '.join(f'{v:.1f}' for v in s['hand'])} | | |"]
+    for label, book in trees.items():
+        walls = [x["wall"] for x in book]
+        r = ratios.get(label, {})
+        bold = "**" if label == mine else ""
+        lines.append(f"| `ansible-playbook train.yml --limit localhost` ({label}) | {median(walls):.2f} | "
+                     f"{', '.join(f'{v:.1f}' for v in walls)} | {bold}{_times(r.get('ratio', float('nan')))}{bold} | "
+                     f"{_times(r.get('paired', float('nan')))} |")
+    lines.append("\nTarget: <= 1.5x (stretch 1.25x).")
+    startup = [x for x in s.get("startup", []) if x.get("rc") == 0]
+    book = trees[mine]
+    wall, cpu = median([x["wall"] for x in book]), median([x["cpu"] for x in book])
+    if startup:
+        up_wall = median([x["wall"] for x in startup])
+        up_cpu = median([x["cpu"] for x in startup])
+        lines += ["", f"### Split of the smoke ({mine})", "",
+                  "ansible-playbook's own start-up is an empty play against localhost with the same "
+                  "configuration (`ansible.cfg`, inventory, callbacks): a fixed cost of any playbook. "
+                  "The rest is ours. The smoke's CPU includes the two workers' training "
+                  "(localhost uses the local connection, so they run in the playbook's cgroup).", "",
+                  *metrics.md_table(["", "wall s", "CPU s"], [
+                      ["ansible-playbook start-up (empty play)", up_wall, up_cpu],
+                      ["the rest (the runbook's work, training included)", wall - up_wall, cpu - up_cpu],
+                      ["smoke playbook", wall, cpu],
+                      ["hand launch (wall)", hand, float("nan")],
+                      ["smoke minus start-up, vs hand launch", (wall - up_wall) / hand, float("nan")],
+                  ])]
+    columns = (*metrics.CPU_ROWS, "total")
+    phase_table = []
+    for label, tree_book in trees.items():
+        phase_table.append([f"wall s ({label})", *[median([x.get("wall_phases", {}).get(k, 0.0) for x in tree_book])
+                                                   for k in columns]])
+        phase_table.append([f"CPU s ({label})", *[median([x.get("cpu_phases", {}).get(k, 0.0) for x in tree_book])
+                                                  for k in columns]])
+        if any("modules_phase_per_host" in x for x in tree_book):
+            phase_table.append([f"module runs ({label})",
+                                *[median([x.get("modules_phase_per_host", {}).get(k, 0.0) for x in tree_book])
+                                  for k in columns[:-1]],
+                                median([x.get("modules_per_host", float("nan")) for x in tree_book])])
+    timing_rows = [[label,
+                    _med(tree_book, lambda x: x.get("timings", {}).get("first_start", float("nan"))),
+                    _med(tree_book, lambda x: x.get("timings", {}).get("skew", float("nan"))),
+                    _med(tree_book, lambda x: x.get("timings", {}).get("job", float("nan"))),
+                    _med(tree_book, lambda x: x.get("timings", {}).get("exit_to_verdict", float("nan"))),
+                    hand] for label, tree_book in trees.items()]
+    lines += ["", "Where the smoke's wall time goes, by phase (medians; the wait phase holds the "
+              "training), and the workers' own times from their records:", "",
+              *metrics.md_table(["", *columns], phase_table), "",
+              *metrics.md_table(["tree", "first worker start s (after ansible-playbook started)", "start skew s",
+                                 "job s (first start to last exit)", "last exit to verdict s", "hand launch s"],
+                                timing_rows)]
     return lines
 
 
+TARGET_HEADERS = ["figure", "this tree", "baseline", "target", "met? (this tree)"]
+
+
 def targets(data: dict[str, Any]) -> list[list[Any]]:
+    """Issue 26's targets, this tree beside the baseline where the baseline was measured."""
     rows: list[list[Any]] = []
-    smoke = data.get("smoke", {})
-    ratio = smoke.get("ratio", float("nan"))
-    rows.append(["smoke / hand launch (wall)", ratio, "<= 1.5x (stretch 1.25x)", metrics.verdict(ratio, 1.5)])
+    nan = float("nan")
+    ratios = smoke_ratios(data.get("smoke", {})) if data.get("smoke", {}).get("hand") else {}
+    new_label = "new" if "new" in ratios else "default"
+    smoke_new = ratios.get(new_label, {}).get("ratio", data.get("smoke", {}).get("ratio", nan))
+    smoke_base = ratios.get("baseline", {}).get("ratio", nan)
+    rows.append(["smoke / hand launch (wall, medians of the paired runs)", smoke_new, smoke_base,
+                 "<= 1.5x (stretch 1.25x)", metrics.verdict(smoke_new, 1.5)])
     table = data.get("controller", {})
-    big = table.get("32") or table.get(32)
-    cpu_ratio = float("nan")
-    skew = float("nan")
-    if big and "new" in big and "baseline" in big:
+    step, per_host_new = first_marginal(table, "new")
+    _, per_host_base = first_marginal(table, "baseline")
+    rows.append([f"controller CPU s per extra host, N = {step} (trivial job)", per_host_new, per_host_base,
+                 "<= 0.5 s (stretch 0.3 s)", metrics.verdict(per_host_new, 0.5)])
+    new_spread = marginal_spread(table, "new")[2]
+    base_spread = marginal_spread(table, "baseline")[2]
+    rows.append(["CPU per extra host, 2 to 16 against 16 to 64 (larger / smaller)", new_spread, base_spread,
+                 "within 1.2x", metrics.verdict(new_spread, 1.2)])
+    big = table.get("32") or table.get(32) or {}
+    skew_new = _med(big["new"], lambda s: s.get("timings", {}).get("skew", nan)) if "new" in big else nan
+    skew_base = _med(big["baseline"], lambda s: s.get("timings", {}).get("skew", nan)) if "baseline" in big else nan
+    # "Keep": no worse than the baseline's armed launch, give or take the noise of a few
+    # tens of milliseconds; 0.1 s where the baseline was not measured.
+    bound = (skew_base if skew_base == skew_base else 0.05) + 0.05
+    rows.append(["launch skew at N = 32 (s)", skew_new, skew_base, f"kept: <= {bound:.2f} s (baseline + 0.05 s)",
+                 metrics.verdict(skew_new, bound)])
+    cpu_ratio = nan
+    if "new" in big and "baseline" in big:
         r = ratio_rows({32: big}, "new", "baseline")
-        cpu_ratio = r[0][3] if r else float("nan")
-    if big and "new" in big:
-        skew = _med(big["new"], lambda s: s.get("timings", {}).get("skew", float("nan")))
-    rows.append(["controller CPU per host at N = 32, new / baseline", cpu_ratio, "<= 0.5", metrics.verdict(cpu_ratio, 0.5)])
-    rows.append(["launch skew at N = 32 (s)", skew, "<= 1 s", metrics.verdict(skew, 1.0)])
+        cpu_ratio = r[0][3] if r else nan
+    rows.append(["controller CPU per host at N = 32, this tree / baseline", cpu_ratio,
+                 1.0 if cpu_ratio == cpu_ratio else nan, "<= 0.5 (half)",
+                 metrics.verdict(cpu_ratio, 0.5)])
     return rows
 
 
@@ -790,15 +1043,20 @@ def provenance(data: dict[str, Any]) -> list[str]:
 
 
 def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> None:
-    lines = ["# Benchmarks", "", f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
+    now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    # When the figures were measured: the run's end, or for an older JSON its last part's.
+    written = data.get("written") or max(data.get("measured", {}).values(), default=now)
+    rendered = f" (this page rendered again on {now} by `--report-only`)" if written != now else ""
+    lines = ["# Benchmarks", "", f"Written by `{command}` on {written}{rendered}.", ""]
     for key, value in data["versions"].items():
         lines.append(f"- {key}: {value}")
-    lines.append(f"- medians of {reps} runs each (this run)")
+    lines.append(f"- medians of {reps} runs each in the smoke, hosts and mitogen parts (this run); the orch part's "
+                 "runs per N are listed in its section")
     lines += provenance(data)
     if "baseline" in data:
         lines.append(f"- baseline: commit {data['baseline']} (`--baseline-ref`), its own ansible.cfg and playbooks, "
                      "measured by this tree's instruments, runs interleaved with this tree's")
-    lines += ["", "## Targets", "", *metrics.md_table(["target", "measured", "target", "met?"], targets(data))]
+    lines += ["", "## Targets (issue 26)", "", *metrics.md_table(TARGET_HEADERS, targets(data))]
     if "smoke" in data:
         lines += _smoke_lines(data["smoke"])
     if "hosts" in data:
@@ -816,7 +1074,7 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
             lines.append(f"\nOverhead relative to N=2: {ratios}.")
     if data.get("controller"):
         table = data["controller"]
-        lines += ["", "## Controller cost per host, trivial job", "",
+        lines += ["", "## Controller cost per host, trivial job", "", *plan_lines(data.get("orch_plan", {}), table), "",
                   "The controller is the `ansible-playbook` process tree in a cgroup of its own (forks, ssh "
                   "clients and their ControlPersist masters), not the namespace hosts' sshd, module "
                   "interpreters or workers. Task results count loop items, retries and async polls and "
@@ -833,9 +1091,15 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
         marginal = marginal_rows(table)
         if marginal:
             lines += ["", "### Marginal controller CPU per added host", "",
-                      "(CPU at the largest N minus CPU at the smallest) / (difference in N): the per-host "
-                      "cost without the fixed cost that CPU per host still carries at small N.", "",
+                      "(median CPU at the larger N minus median CPU at the smaller) / (difference in N): the "
+                      "per-host cost without the fixed cost that CPU per host still carries at small N.", "",
                       *metrics.md_table(["tree", "from N", "to N", "CPU s per added host"], marginal)]
+            spreads = [[label, *marginal_spread(table, label)] for label in ("new", "baseline")
+                       if any(label in by_label for by_label in table.values())]
+            if any(row[3] == row[3] for row in spreads):
+                lines += ["", "Does the cost per host grow with N? (target: the two within 1.2x of each other)", "",
+                          *metrics.md_table(["tree", "2 to 16 s/host", "16 to 64 s/host", "larger / smaller"], spreads)]
+        lines += module_phase_lines(table)
         ratios = ratio_rows(table, "new", "baseline")
         if ratios:
             lines += ["", "### This tree vs the baseline", "",
@@ -863,28 +1127,122 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
             lines += ["", "CPU seconds per phase:", "", *metrics.md_table(headers, rows)]
             headers, rows = phase_rows(m["hosts"], "wall_phases")
             lines += ["", "Wall seconds per phase:", "", *metrics.md_table(headers, rows)]
+    if data.get("mitogen"):
+        lines += ["", f"**{mitogen_advice(data['mitogen'])}**"]
     for note in data.get("notes", []):
         lines += ["", note]
     if "faults" in data:
         lines += ["", "## Fault to playbook exit", "", "| fault | seconds |", "|---|---|"]
         for name, value in data["faults"].items():
             lines.append(f"| {name} | {value:.1f} |")
-    if NOTES.exists():
-        lines += ["", NOTES.read_text().rstrip()]
+    for extra in (ELSEWHERE, NOTES):
+        if extra.exists():
+            lines += ["", extra.read_text().rstrip()]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
 
 
+ALL_PARTS = ("smoke", "hosts", "orch", "mitogen", "faults")
+PRESETS = {
+    # Issue 26's figures alone: the smoke against the hand launch and the controller's CPU per
+    # host from 2 to 64 hosts, this tree beside the baseline (about 25 minutes on 2 cores).
+    "issue26": ("smoke", "orch"),
+    "all": ALL_PARTS,
+}
+
+
+def expand_parts(text: str) -> list[str]:
+    """The parts named (presets expanded), in the order they run; ValueError for an unknown name."""
+    names: list[str] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        for part in PRESETS.get(item, (item,)):
+            if part not in ALL_PARTS:
+                raise ValueError(f"unknown part {part!r}: choose among {', '.join((*ALL_PARTS, *PRESETS))}")
+            if part not in names:
+                names.append(part)
+    return sorted(names, key=ALL_PARTS.index)
+
+
+# One run's wall time, (intercept s, s per host), where no earlier run of the script says better.
+DEFAULT_RUN_SECONDS = {"new": (3.0, 1.5), "baseline": (3.0, 1.5)}  # 4c11a93: 99.7 s at 64 hosts
+DEFAULT_SMOKE_SECONDS = {"hand": 5.5, "startup": 1.0, "playbook": 12.0}
+
+
+def run_model(earlier: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """Per tree, one run's wall against N, fitted on the last run's controller table (medians)."""
+    model = dict(DEFAULT_RUN_SECONDS)
+    for label in ("new", "baseline"):
+        points = {int(n): _med(v[label], lambda s: s["wall"]) for n, v in earlier.get("controller", {}).items()
+                  if str(n).isdigit() and label in v and _ok(v[label])}
+        fit = metrics.linear_fit(points)
+        if fit and fit[1] > 0:
+            model[label] = (max(fit[0], 1.0), fit[1])
+    return model
+
+
+def estimate(parts: list[str], args: argparse.Namespace, earlier: dict[str, Any]) -> tuple[float, list[str]]:
+    """Expected wall seconds of the parts chosen, and one line per part saying how it adds up."""
+    model = run_model(earlier)
+    smoke = dict(DEFAULT_SMOKE_SECONDS)
+    old = earlier.get("smoke", {})
+    if old.get("hand"):
+        smoke["hand"] = median(old["hand"])
+    if old.get("playbook"):
+        smoke["playbook"] = median(old["playbook"])
+    trees = 2 if args.baseline_ref else 1
+    lines, total = [], 0.0
+    for part in parts:
+        if part == "smoke":
+            sec = args.reps * (smoke["hand"] + smoke["startup"] + trees * smoke["playbook"])
+            text = f"{args.reps} reps x (hand launch + start-up + {trees} tree(s))"
+        elif part == "orch":
+            sizes = [int(n) for n in args.orch_sizes.split(",")]
+            reps_at = metrics.parse_size_map(args.orch_reps_at)
+            forks = {int(n) for n in filter(None, args.forks_at.split(","))}
+            plan = [(tree, n, metrics.reps_at(n, args.orch_reps, reps_at)) for n in sizes
+                    for tree in ("new", "baseline")[:trees]]
+            plan += [("new", n, metrics.reps_at(n, args.orch_reps, reps_at)) for n in sizes if n in forks]
+            sec = metrics.estimate_seconds(plan, model)
+            text = ", ".join(f"N = {n} x {metrics.reps_at(n, args.orch_reps, reps_at)}" for n in sizes) + f" x {trees} tree(s)"
+            text += "".join(f", and --forks {n} at N = {n}" for n in sorted(forks) if n in sizes)
+        elif part == "mitogen":
+            sizes = [int(n) for n in args.mitogen_sizes.split(",")]
+            plan = [("new", n, args.reps) for n in sizes for _ in range(2)]
+            sec = 3 * args.reps * smoke["playbook"] + metrics.estimate_seconds(plan, model)
+            text = f"smoke x 3 strategies and N = {args.mitogen_sizes} x 2 strategies, {args.reps} reps"
+        elif part == "hosts":
+            sizes = [int(n) for n in args.sizes.split(",")]
+            sec = metrics.estimate_seconds([("tf", n, args.reps) for n in sizes], {"tf": (20.0, 3.0)})
+            text = f"N = {args.sizes} x {args.reps} reps (TensorFlow job)"
+        else:
+            sec, text = 420.0, "6 scenarios"
+        total += sec
+        lines.append(f"  {part}: ~{sec / 60:.0f} min ({text})")
+    return total, lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="smoke,hosts,orch,mitogen,faults",
-                        help="comma-separated: smoke, hosts, orch, mitogen, faults")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--parts", default="all",
+                        help="comma-separated: smoke, hosts, orch, mitogen, faults; or a preset: "
+                             "issue26 (smoke and orch: issue 26's figures, about 25 min), all")
+    parser.add_argument("--reps", type=int, default=5, help="runs of the smoke, hosts and mitogen parts")
     parser.add_argument("--sizes", default="2,4,8")
-    parser.add_argument("--orch-sizes", default="2,8,32")
+    parser.add_argument("--orch-sizes", default="2,8,16,32,64")
+    parser.add_argument("--orch-reps", type=int, default=3, help="runs of each tree at each N of the orch part")
+    parser.add_argument("--orch-reps-at", default="64:1",
+                        help="fewer runs at the largest N, for time: SIZE:REPS pairs ('' for --orch-reps everywhere)")
+    parser.add_argument("--forks-at", default="64",
+                        help="sizes at which the orch part also runs this tree with --forks N, after the run with "
+                             "ansible.cfg's forks (32): at 64 hosts the preflight takes one more module run per host "
+                             "with forks below the host count ('' for none)")
     parser.add_argument("--mitogen-sizes", default="8,32")
     parser.add_argument("--baseline-ref", default=BASELINE_REF,
-                        help="commit measured beside this tree in the orch part ('' for none)")
+                        help="commit measured beside this tree in the smoke and orch parts ('' for none)")
+    parser.add_argument("--baseline-retry-vars", type=json.loads, default={"tf_preflight_reach_check": False},
+                        help="at N >= --baseline-retry-from, a failed run of the baseline is made again with these "
+                             "extra vars: its probe may refuse 48 hosts and more (issue 26); '{}' for no retry")
+    parser.add_argument("--baseline-retry-from", type=int, default=48)
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
     parser.add_argument("--vars", type=json.loads, default={},
                         help="JSON of inventory variables for every host (e.g. to turn a check off)")
@@ -892,29 +1250,44 @@ def main() -> int:
                         help="keep the parts and sizes of the last run's JSON that this run does not measure")
     parser.add_argument("--report-only", action="store_true",
                         help="measure nothing: write the report again from the last run's JSON")
+    parser.add_argument("--estimate-only", action="store_true",
+                        help="measure nothing: print the plan and its expected time")
     args = parser.parse_args()
     if args.report_only:
         data = json.loads(args.out.with_suffix(".json").read_text())
         write_report(args.out, data, data.get("reps", args.reps), data.get("command", "python tests/bench/bench.py"))
         print(f"wrote {args.out}")
         return 0
-    parts = set(args.parts.split(","))
-    unknown = parts - {"smoke", "hosts", "orch", "mitogen", "faults"}
-    if unknown:
-        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
+    try:
+        ordered = expand_parts(args.parts)
+        reps_at = metrics.parse_size_map(args.orch_reps_at)
+    except ValueError as exc:
+        parser.error(str(exc))
+    parts = set(ordered)
+    last = args.out.with_suffix(".json")
+    earlier_figures = json.loads(last.read_text()) if last.exists() else {}
+    seconds, plan = estimate(ordered, args, earlier_figures)
+    print(f"plan: {', '.join(ordered)}; expected about {seconds / 60:.0f} min on this machine "
+          f"(from {'the last run of ' + str(last) if earlier_figures.get('controller') else 'built-in figures'}):",
+          flush=True)
+    print("\n".join(plan), flush=True)
+    if args.estimate_only:
+        return 0
     command = "python tests/bench/bench.py " + " ".join(sys.argv[1:])
     data: dict[str, Any] = {"versions": versions()}
     earlier: dict[str, Any] = {}
-    if args.merge and args.out.with_suffix(".json").exists():
-        earlier = json.loads(args.out.with_suffix(".json").read_text())
+    if args.merge and last.exists():
+        earlier = earlier_figures
         data = {**earlier, "versions": data["versions"]}
     data.update(reps=args.reps, command=command)
     for part in parts:  # measured again below
         data.get("measured", {}).pop(part, None)
 
+    # When this run began: every part it measures carries the same stamp, so that a report
+    # merged from several runs tells them apart (and the parts of one run stay together).
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
     def save() -> None:
-        # When each part was measured, so that a report merged from several runs says so.
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         for part in parts:
             if part in PART_KEYS and PART_KEYS[part] in data:
                 data.setdefault("measured", {}).setdefault(part, stamp)
@@ -924,11 +1297,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tf-bench-") as tmp_name:
         tmp = Path(tmp_name)
         inst = Instruments(tmp)
-        default = [("default", REPO, {})]
+        mine = Variant("new", REPO)
+        baseline: Variant | None = None
+        if args.baseline_ref and parts & {"smoke", "orch"}:
+            base, commit = checkout(args.baseline_ref, tmp)
+            data["baseline"] = commit
+            baseline = Variant("baseline", base, retry_extra=args.baseline_retry_vars, retry_from=args.baseline_retry_from)
         if "smoke" in parts:
             print("smoke vs hand launch ...", flush=True)
-            data["smoke"] = part_smoke(args.reps, tmp, inst, default)
-            print(f"  ratio {data['smoke'].get('ratio', float('nan')):.2f}", flush=True)
+            data["smoke"] = part_smoke(args.reps, tmp, inst, [mine, *([baseline] if baseline else [])])
+            print("  " + ", ".join(f"{label}: {r['ratio']:.2f}x the hand launch (paired {r['paired']:.2f}x)"
+                                   for label, r in data["smoke"].get("ratios", {}).items()), flush=True)
             save()
         if "hosts" in parts:
             print("namespace hosts ...", flush=True)
@@ -937,34 +1316,39 @@ def main() -> int:
             save()
         if "orch" in parts:
             print("orchestration alone, and the controller's cost per host ...", flush=True)
-            variants = [("new", REPO, {})]
-            if args.baseline_ref:
-                base, commit = checkout(args.baseline_ref, tmp)
-                data["baseline"] = commit
-                variants.append(("baseline", base, {}))
-            table = part_compare([int(n) for n in args.orch_sizes.split(",")], args.reps, tmp, inst, variants, "orch",
-                                 extra_vars=args.vars)
+            variants = [mine, *([baseline] if baseline else [])]
+            forks = frozenset(int(n) for n in filter(None, args.forks_at.split(",")))
+            variants += [Variant(f"new --forks {n}", REPO, args=("--forks", str(n)), sizes=frozenset({n}))
+                         for n in sorted(forks)]
+            table = part_compare([int(n) for n in args.orch_sizes.split(",")], args.orch_reps, tmp, inst, variants,
+                                 "orch", extra_vars=args.vars, reps_at=reps_at)
             # A part's sizes all come from this run: rows of an earlier run are not mixed in.
             data["controller"] = {str(n): v for n, v in table.items()}
             data["orch"] = {str(n): row for n, v in table.items() if (row := wall_rows(v["new"]))}
+            data["orch_plan"] = {"reps": args.orch_reps, "reps_at": {str(k): v for k, v in reps_at.items()},
+                                 "settings": {v.label: v.describe() for v in variants if v.describe()}}
+            for label, low, high, per_host in marginal_rows(table):
+                print(f"  {label}: {per_host:.2f} s of controller CPU per extra host from {low} to {high}", flush=True)
             save()
         if "mitogen" in parts:
             print("mitogen vs the default strategy ...", flush=True)
             env = mitogen_env()
-            variants = [("default", REPO, {}), ("mitogen", REPO, env)]
+            variants = [Variant("default", REPO), Variant("mitogen", REPO, env=env)]
             # A third smoke variant: Mitogen with the workers' CPU pinning undone, to tell
             # Mitogen's own cost from the pinning's (see tests/bench/NOTES.md).
-            unpinned = ("mitogen-unpinned", REPO, env, {"tf_worker_python": str(unpinned_python(tmp))})
+            unpinned = Variant("mitogen-unpinned", REPO, env=env, extra={"tf_worker_python": str(unpinned_python(tmp))})
             data["mitogen"] = {"smoke": part_smoke(args.reps, tmp, inst, [*variants, unpinned], hand=False)}
             save()
             table = part_compare([int(n) for n in args.mitogen_sizes.split(",")], args.reps, tmp, inst, variants,
                                  "mitogen", extra_vars=args.vars)
             data["mitogen"]["hosts"] = {str(n): v for n, v in table.items()}
+            print(f"  {mitogen_advice(data['mitogen'])}", flush=True)
             save()
         if "faults" in parts:
             print("faults ...", flush=True)
             data["faults"] = part_faults(tmp)
             save()
+    data["written"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     save()
     write_report(args.out, data, args.reps, command)
     print(f"wrote {args.out}")

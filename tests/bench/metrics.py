@@ -285,3 +285,124 @@ def verdict(measured: float, target: float, lower_is_better: bool = True) -> str
         return "not measured"
     met = measured <= target if lower_is_better else measured >= target
     return "met" if met else f"missed by {abs(measured - target):.2f}"
+
+
+# -- issue 26's figures: marginal CPU, reps per size, the time plan, Mitogen's verdict ----
+
+MARGINAL_PAIRS = ((2, 16), (16, 64), (2, 32))
+"""The host-count steps whose CPU per added host issue 26 asks for, in report order."""
+
+
+def marginal(cpu_by_n: Mapping[int, float], low: int, high: int) -> float:
+    """Controller CPU seconds per host added from `low` to `high` hosts (NaN if either is missing)."""
+    a, b = cpu_by_n.get(low, float("nan")), cpu_by_n.get(high, float("nan"))
+    if a != a or b != b or high == low:
+        return float("nan")
+    return (b - a) / (high - low)
+
+
+def marginal_pairs(sizes: Iterable[int]) -> list[tuple[int, int]]:
+    """The steps of MARGINAL_PAIRS both of whose sizes were measured; else smallest to largest."""
+    present = sorted(set(sizes))
+    pairs = [(a, b) for a, b in MARGINAL_PAIRS if a in present and b in present]
+    if not pairs and len(present) >= 2:
+        pairs = [(present[0], present[-1])]
+    return pairs
+
+
+def spread(a: float, b: float) -> float:
+    """How far apart two positive figures are: the larger over the smaller (NaN if not both > 0)."""
+    if not (a == a and b == b) or a <= 0 or b <= 0:
+        return float("nan")
+    return max(a, b) / min(a, b)
+
+
+def reps_at(size: int, reps: int, overrides: Mapping[int, int]) -> int:
+    """Runs to make at `size` hosts: the override for that size, else `reps`."""
+    return overrides.get(size, reps)
+
+
+def parse_size_map(text: str) -> dict[int, int]:
+    """ "32:2,64:1" -> {32: 2, 64: 1}; empty text -> {}."""
+    out: dict[int, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        size, sep, count = item.partition(":")
+        if not sep or not size.isdigit() or not count.isdigit() or int(count) < 1:
+            raise ValueError(f"expected SIZE:REPS pairs such as 32:2,64:1, got {item!r}")
+        out[int(size)] = int(count)
+    return out
+
+
+def linear_fit(points: Mapping[int, float]) -> tuple[float, float] | None:
+    """Least-squares (intercept, slope) of seconds against N; None under two sizes."""
+    if len(points) < 2:
+        return None
+    xs, ys = list(points), list(points.values())
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
+    return my - slope * mx, slope
+
+
+def estimate_seconds(plan: Sequence[tuple[str, int, int]], run_seconds: Mapping[str, tuple[float, float]],
+                     setup_per_host: float = 0.6) -> float:
+    """Expected wall time of a plan of (tree, N, runs) rows on namespace hosts.
+
+    `run_seconds[tree]` is (intercept, slope) of one run's wall against N; each size also
+    pays its namespace hosts' set-up once (`setup_per_host` seconds per host, plus 2 s).
+    """
+    total = 0.0
+    sizes = set()
+    for tree, size, runs in plan:
+        a, b = run_seconds[tree]
+        total += runs * (a + b * size)
+        sizes.add(size)
+    return total + sum(2.0 + setup_per_host * n for n in sizes)
+
+
+def mitogen_recommendation(wall_ratio: float, cpu_ratio: float, smoke_ratio: float, n: int,
+                           bar: float = 1.3, smoke_bar: float = 1.05) -> str:
+    """One line: should Mitogen become the default, from its figures against the default strategy.
+
+    The ratios are Mitogen's over the default strategy's (below 1 is better): at the
+    largest N on namespace hosts (wall and controller CPU) and on the smoke (wall). It is
+    recommended only if it is `bar` times faster or cheaper on hosts without making the
+    smoke more than `smoke_bar` times slower.
+    """
+    if wall_ratio != wall_ratio or cpu_ratio != cpu_ratio:
+        return f"Mitogen: no recommendation (no good runs of both strategies at N = {n})"
+    figures = (f"at N = {n} it took {wall_ratio:.2f}x the default strategy's wall time and "
+               f"{cpu_ratio:.2f}x its controller CPU")
+    if smoke_ratio == smoke_ratio:
+        figures += f", and {smoke_ratio:.2f}x its wall time on the smoke"
+    wins = wall_ratio * bar <= 1.0 or cpu_ratio * bar <= 1.0
+    smoke_ok = smoke_ratio != smoke_ratio or smoke_ratio <= smoke_bar
+    if wins and smoke_ok:
+        return f"Mitogen: make it the default: {figures} (bar: {bar}x faster or cheaper, smoke <= {smoke_bar}x)."
+    why = "not enough of a gain" if not wins else "the smoke is slower under it"
+    return f"Mitogen: keep it opt-in ({why}): {figures} (bar: {bar}x faster or cheaper, smoke <= {smoke_bar}x)."
+
+
+def module_execs(events: Sequence[Mapping[str, Any]]) -> dict[str, Counter[str]]:
+    """Per host: the modules its tasks' actions sent it, per phase, and `total`.
+
+    From the callback's `module` records (one per `_execute_module`: an action plugin that
+    polls or fetches counts each module it runs; set_fact and controller-only actions none),
+    placed in the phase of the last play that started before them (records are written by
+    the worker processes, so the file is not in time order).
+    """
+    plays = sorted((e["t"], phase_of(e.get("file", ""), e.get("name", "")))
+                   for e in events if e.get("event") == "play" and "t" in e)
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for e in events:
+        if e.get("event") != "module":
+            continue
+        phase = "startup"
+        for started, name in plays:
+            if started > e["t"]:
+                break
+            phase = name
+        counts = out[str(e.get("host", "?"))]
+        counts[phase] += 1
+        counts["total"] += 1
+    return dict(out)

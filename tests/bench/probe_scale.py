@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=48)
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=5.0, help="per endpoint (tf_preflight_probe_timeout)")
-    parser.add_argument("--baseline-ref", default="main", help="git ref of the baseline's module")
+    parser.add_argument("--baseline-ref", default="4c11a93", help="git ref of the baseline's module (main before issue 26)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     sys.path.insert(0, str(REPO / "tests"))

@@ -1,11 +1,12 @@
 # The bench's callback: enabled only by tests/bench/bench.py (ANSIBLE_CALLBACK_PLUGINS,
 # ANSIBLE_CALLBACKS_ENABLED), never by the runbook's configuration.
-"""Notes the controller's CPU at each play start and every task result per host."""
+"""Notes the controller's CPU at each play start, every task result and every module run per host."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -18,7 +19,8 @@ short_description: benchmark probes of tests/bench/bench.py
 description:
   - At each play and task start, the play's file and name (the task's name) and the CPU
     the controller's cgroup has used so far (C(TF_BENCH_CPU_STAT), a cgroup v2 cpu.stat); every task result with its
-    host, action and kind; written as JSON lines to C(TF_BENCH_EVENTS).
+    host, action and kind; every module an action sends to a host (its host, module and
+    task action); written as JSON lines to C(TF_BENCH_EVENTS).
 """
 
 
@@ -34,6 +36,40 @@ def _usage_usec(path: str) -> int | None:
     return None
 
 
+def _count_module_runs(path: str, cls: Any = None) -> None:
+    """Note every module an action plugin sends to a host (`ActionBase._execute_module`).
+
+    A task's action may run no module (set_fact, a controller-only action), one, or several
+    (an action plugin that polls or fetches): this counts what the hosts ran. The strategy's
+    worker processes are forked after the callback loads, so they inherit the wrapper; each
+    writes its record with one O_APPEND write, no buffer shared with the parent. `cls`:
+    another class that overrides the method (Mitogen's action mixin), else ActionBase.
+    """
+    if cls is None:
+        from ansible.plugins.action import ActionBase as cls
+    if getattr(cls.__dict__.get("_execute_module"), "_tf_bench", False) or "_execute_module" not in cls.__dict__:
+        return
+    original = cls._execute_module
+
+    def execute_module(self: Any, module_name: str | None = None, module_args: Any = None, tmp: Any = None,
+                       task_vars: Any = None, *args: Any, **kwargs: Any) -> Any:
+        host = (task_vars or {}).get("inventory_hostname") or getattr(self._play_context, "remote_addr", "?")
+        record = {"event": "module", "host": host, "module": module_name or self._task.action,
+                  "task_action": self._task.action, "t": time.time()}
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (json.dumps(record) + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+        return original(self, module_name, module_args, tmp, task_vars, *args, **kwargs)
+
+    execute_module._tf_bench = True  # type: ignore[attr-defined]
+    cls._execute_module = execute_module
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -45,6 +81,9 @@ class CallbackModule(CallbackBase):
         self._stat = os.environ.get("TF_BENCH_CPU_STAT", "")
         path = os.environ.get("TF_BENCH_EVENTS")
         self._out = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115 - open for the run
+        self._path = path
+        if path:
+            _count_module_runs(path)
 
     def _emit(self, record: dict[str, Any], flush: bool = False) -> None:
         if self._out is None:
@@ -57,6 +96,11 @@ class CallbackModule(CallbackBase):
         self._emit({"event": event, "t": time.time(), "cpu_usec": _usage_usec(self._stat), **fields}, flush=True)
 
     def v2_playbook_on_play_start(self, play: Any) -> None:
+        # Mitogen's strategy (loaded after this callback) mixes its own _execute_module into
+        # every action: count those too, before the play forks its workers.
+        mixins = sys.modules.get("ansible_mitogen.mixins")
+        if self._path and mixins is not None and hasattr(mixins, "ActionModuleMixin"):
+            _count_module_runs(self._path, mixins.ActionModuleMixin)
         path = play.get_path() or ""
         self._mark("play", file=path.rsplit(":", 1)[0], name=play.get_name())
 
