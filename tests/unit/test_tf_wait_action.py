@@ -50,7 +50,7 @@ def run_action(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, execute: Any, **a
     monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
     monkeypatch.setattr(action.display, "display", lambda msg, *a, **k: shown.append(msg))
     plugin = object.__new__(action.ActionModule)
-    plugin._task = SimpleNamespace(args={"flag_file": str(tmp_path / "flag"), "workers": [], "wait": 0, **args})
+    plugin._task = SimpleNamespace(args={"controller_dir": str(tmp_path), "attempt": 0, "workers": [], "wait": 0, **args})
     plugin._execute_module = execute
     return plugin.run(task_vars={"inventory_hostname": "node1"}), shown
 
@@ -131,7 +131,7 @@ def test_a_single_check_shows_no_elapsed_time_and_says_no_progress_line_yet(
         return {"workers": [worker(), worker(index=1, last_line="Epoch 31/400")], "done": False, "failed_workers": [],
                 "deadline_passed": False}  # fmt: skip
 
-    result, shown = run_action(monkeypatch, tmp_path, host, flag_file=None, run_dir="/r")
+    result, shown = run_action(monkeypatch, tmp_path, host, controller_dir=None, run_dir="/r")
     assert shown == ["  node1 worker-0: running  (no progress line yet)", "  node1 worker-1: running  Epoch 31/400"]
 
 
@@ -166,7 +166,7 @@ def test_the_logs_check_prints_the_logs_once_and_changes_nothing(monkeypatch: py
         return {"workers": [worker(index=1, log_tail=["x"])], "done": False, "failed_workers": [], "deadline_passed": False}
 
     _, shown = run_action(
-        monkeypatch, tmp_path, host, flag_file=None, run_dir="/r", show_logs=True, log_workers=[1], tail_lines=5
+        monkeypatch, tmp_path, host, controller_dir=None, run_dir="/r", show_logs=True, log_workers=[1], tail_lines=5
     )
     assert shown == ["[1 node1] (running; 1 last line(s) of its log)", "[1 node1] x"]
     assert len(calls) == 1
