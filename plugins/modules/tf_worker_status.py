@@ -76,8 +76,8 @@ options:
     default: false
   collect:
     description:
-      - The collect's options (tf_collect_files, tf_collect_artifacts, tf_collect_max_mb):
-        a call that ends with every worker of the host exited 0 packs the run's bundle with
+      - The collect's options (tf_collect_files, tf_collect_artifacts, tf_collect_max_mb).
+        A call that ends with every worker of the host exited 0 packs the run's bundle with
         them (needs O(run_dir)). Omitted for none.
     type: dict
     suboptions:
@@ -147,7 +147,7 @@ options:
   stall_timeout:
     description: Used by the action on the controller. Seconds without a progress line
       on any worker of the run (every host's record in the attempt's progress directory of
-      O(controller_dir), private: 0600 files in a 0700 directory) after which the run is
+      O(controller_dir), private, 0600 files in a 0700 directory) after which the run is
       stalled; 0 for no stall watchdog.
     type: int
     default: 0

@@ -325,3 +325,31 @@ def test_with_no_room_the_records_and_short_logs_still_come_and_long_logs_keep_t
     assert kept == ["worker-0/exit.json", "worker-0/worker.log", "worker-1/worker.log"]
     assert left_out == [{"path": "worker-0/model.keras", "bytes": 10}]
     assert list(cuts) == ["worker-1/worker.log"] and 60 * 1024 < cuts["worker-1/worker.log"].sent <= 64 * 1024
+
+
+def test_the_collect_and_the_wait_pack_the_same_bundle_and_receive_unpacks_it(tmp_path: Path) -> None:
+    """One implementation (module_utils/tf_bundle.py): tf_collect_bundle and the wait's last
+    status run of a healthy host report the same files, cuts and left-out artifacts."""
+    run = make_run(tmp_path)
+    (run / "worker-0" / "exit.json").write_text('{"returncode": 0}')
+    (run / "retry-1" / "worker-0" / "exit.json").write_text('{"returncode": 0}')
+    (run / "worker-0" / "model.bin").write_bytes(b"m" * (2 * 1024 * 1024))
+    options = {"patterns": PATTERNS, "artifacts": ["model.bin"], "max_mb": 1}
+    collected = run_module(module.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "dest": "/unused", **options})
+    waited = run_module(
+        Path(module.__file__).with_name("tf_worker_status.py"),
+        {"workers": [{"index": 0, "dir": str(run / "worker-0")}], "run_dir": str(run), "collect": options},
+    )["bundle"]
+    assert waited == {name: collected[name] for name in ("run_dir", "files", "left_out", "truncated", "bundle")}
+    assert waited["left_out"] == [{"path": "worker-0/model.bin", "bytes": 2 * 1024 * 1024}]
+    fetched: list[str] = []
+
+    def fetch(remote: str, local: str) -> None:
+        fetched.append(remote)
+        Path(local).write_bytes(Path(remote).read_bytes())
+
+    dest = tmp_path / "controller" / "host"
+    assert sorted(bundle.receive(fetch, waited, str(dest))) == waited["files"]
+    assert fetched == [waited["bundle"]]
+    assert bundle.receive(fetch, waited, str(dest)) == []
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == waited["files"]
