@@ -322,20 +322,20 @@ class ActionModule(ActionBase):
                 )
                 break
         if flag_file and bring_bundle(status, read_flag(flag_file), until_joined):
-            status.update(self._bring(status["bundle"], os.path.join(controller_dir, host)))
+            status.update(self._bring(status["bundle"], os.path.join(controller_dir, host), host))
         status.pop("bundle", None)
         result.update(status)
         result["changed"] = False
         return result
 
-    def _bring(self, bundle: dict[str, Any], dest: str) -> dict[str, Any]:
+    def _bring(self, bundle: dict[str, Any], dest: str, host: str) -> dict[str, Any]:
         """Fetch and unpack the host's bundle under ``dest`` (nothing to fetch when no file
         matched): ``collected`` as the collect's action reports it; ``bundle_error`` when it
         could not be brought (the collect fetches the host's files then)."""
         try:
             updated = receive(self._connection.fetch_file, bundle, dest) if bundle.get("bundle") else []
         except (AnsibleError, OSError, tarfile.TarError) as exc:
-            display.warning(f"the wait could not bring this host's files ({exc}); the collect fetches them")
+            display.warning(f"host {host}: the wait could not bring its files ({exc}); the collect fetches them")
             return {"bundle_error": f"cannot bring the collect bundle {bundle.get('bundle')}: {exc}"}
         return {
             "collected": {
