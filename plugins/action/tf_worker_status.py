@@ -9,10 +9,20 @@ reported a failure. Hosts tell each other about a failure through a flag file on
 controller: a per-host retry loop alone cannot see that a peer failed, and TensorFlow
 itself would keep a worker waiting for a missing peer for up to an hour.
 
-Every module call renews the controller heartbeat on the host (when given): the
-supervisors of a run tied to the controller stop once it goes stale. Without a flag file
-the action checks once and returns (status.yml, logs.yml, and finding a run's workers to
-reattach).
+Every module call renews the controller heartbeat on the host (when asked): the
+supervisors of a run tied to the controller stop once it goes stale. Without the run's
+controller directory the action checks once and returns (status.yml, logs.yml, and
+finding a run's workers to reattach). The attempt's flag and progress directory are named
+by the contract (tf_run.attempt_failed_flag, tf_run.attempt_progress_dir) in the run's
+controller directory.
+
+The wait's last status run of a healthy host also brings the host's files: with the
+collect's options (``collect``), the module call that ends with every worker of the host
+exited 0 packs the collect bundle, and this action fetches and unpacks it under the run's
+controller directory, ``<host>/``, exactly as the collect's action does (one
+implementation, module_utils/tf_bundle.py), so that the collect phase costs no module run
+on such a host. It does so only while the run is healthy: not for a detached wait, nor
+once another host has flagged a failure (the collect fetches everything after a failure).
 
 It is also the run's stall watchdog (tf_stall_timeout), cluster-wide although each host's
 wait runs on its own: every host records, on the controller's clock, when one of its
@@ -34,18 +44,45 @@ from __future__ import annotations
 import glob
 import json
 import os
+import tarfile
 import time
 from typing import Any
 
-from ansible.errors import AnsibleConnectionFailure
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import make_private_dirs, printable, read_json
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import receive
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    WORKER_EXITED,
+    attempt_failed_flag,
+    attempt_progress_dir,
+    make_private_dirs,
+    printable,
+    read_json,
+)
 
 display = Display()
 
 # The options only this action reads (documented in plugins/modules/tf_worker_status.py).
-ACTION_ONLY = ("flag_file", "rounds", "until_joined", "deadline", "stall_timeout", "stall_dir", "show_logs", "log_workers")
+ACTION_ONLY = ("controller_dir", "attempt", "rounds", "until_joined", "deadline", "stall_timeout", "show_logs", "log_workers")
+
+
+def attempt_paths(controller_dir: str, attempt: Any) -> tuple[str, str]:
+    """The attempt's failure flag and progress directory in the run's controller directory,
+    by the contract's names."""
+    number = int(attempt or 0)
+    return os.path.join(controller_dir, attempt_failed_flag(number)), os.path.join(controller_dir, attempt_progress_dir(number))
+
+
+def bring_bundle(status: dict[str, Any], flag: dict[str, Any] | None, detached: bool) -> bool:
+    """Whether the bundle the module packed (``status["bundle"]``) comes to the controller
+    now: every worker of the host exited 0, no host flagged a failure or a stall (``flag``,
+    the attempt's flag as read after the call) and the wait is not detached. Any other
+    ending leaves the files to the collect, which fetches them after the stop."""
+    return (
+        isinstance(status.get("bundle"), dict) and not detached and flag is None
+        and bool(status.get("done")) and not status.get("failed_workers") and not status.get("stalled")
+    )  # fmt: skip
 
 
 def deadline_passed(deadline: Any, now: float) -> bool:
@@ -73,7 +110,7 @@ def to_controller_clock(host_time: Any, host_now: Any, controller_now: float) ->
 
 def worker_state_text(worker: dict[str, Any]) -> str:
     state = worker.get("state", "?")
-    if state != "exited":
+    if state != WORKER_EXITED:
         return str(state)
     rc = worker.get("returncode")
     if rc == 0:
@@ -198,24 +235,28 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(
-        ACTION_ONLY + ("workers", "run_dir", "heartbeat_file", "wait", "progress_pattern", "progress_marks", "tail_lines")
+        ACTION_ONLY + ("workers", "run_dir", "heartbeat", "collect", "wait", "progress_pattern", "progress_marks", "tail_lines")
     )
 
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         options = {name: args.pop(name, None) for name in ACTION_ONLY}
-        flag_file = options["flag_file"]
+        controller_dir = os.path.expanduser(str(options["controller_dir"])) if options["controller_dir"] else ""
+        flag_file, stall_dir = attempt_paths(controller_dir, options["attempt"]) if controller_dir else (None, None)
         rounds = int(options["rounds"] or 100000) if flag_file else 1
         until_joined = bool(options["until_joined"])
+        if until_joined or not flag_file:
+            # A detached wait leaves the run running; a single check ends nothing.
+            args.pop("collect", None)
         # The deadline is a controller time: it never goes to the host, whose clock may
         # differ; the host only reports, and the deadline is judged here.
         deadline = options["deadline"] or 0
         stall_timeout = int(options["stall_timeout"] or 0)
         host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
         # tf_stall_timeout 0: no watchdog, no record.
-        watching = bool(flag_file and options["stall_dir"] and stall_timeout > 0)
-        watch = StallWatch(options["stall_dir"], host, stall_timeout) if watching else None
+        watching = bool(flag_file and stall_dir and stall_timeout > 0)
+        watch = StallWatch(stall_dir, host, stall_timeout) if watching else None
         started = time.monotonic()
         last_shown: list[str] = []
         status: dict[str, Any] = {}
@@ -280,6 +321,25 @@ class ActionModule(ActionBase):
                     f"  {host}: stops waiting, {peer.get('host')} reported: {printable(peer.get('reason'))}"
                 )
                 break
+        if flag_file and bring_bundle(status, read_flag(flag_file), until_joined):
+            status.update(self._bring(status["bundle"], os.path.join(controller_dir, host), host))
+        status.pop("bundle", None)
         result.update(status)
         result["changed"] = False
         return result
+
+    def _bring(self, bundle: dict[str, Any], dest: str, host: str) -> dict[str, Any]:
+        """Fetch and unpack the host's bundle under ``dest`` (nothing to fetch when no file
+        matched): ``collected`` as the collect's action reports it; ``bundle_error`` when it
+        could not be brought (the collect fetches the host's files then)."""
+        try:
+            updated = receive(self._connection.fetch_file, bundle, dest) if bundle.get("bundle") else []
+        except (AnsibleError, OSError, tarfile.TarError) as exc:
+            display.warning(f"host {host}: the wait could not bring its files ({exc}); the collect fetches them")
+            return {"bundle_error": f"cannot bring the collect bundle {bundle.get('bundle')}: {exc}"}
+        return {
+            "collected": {
+                "files": bundle.get("files", []), "left_out": bundle.get("left_out", []),
+                "truncated": bundle.get("truncated", []), "updated": updated, "dest": dest,
+            }
+        }

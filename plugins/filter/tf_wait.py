@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import WORKER_EXITED
 
 # What a host's status must carry for the outcome to be decided from it.
 STATUS_FIELDS = ("workers", "done", "deadline_passed")
@@ -24,7 +25,7 @@ def status_problem(host: str, status: Any) -> str | None:
     for position, worker in enumerate(status["workers"]):
         if not isinstance(worker, dict):
             return f"host {host}: worker entry {position} of the wait's status is not a mapping"
-        needed = WORKER_FIELDS + (("returncode",) if worker.get("state") == "exited" else ())
+        needed = WORKER_FIELDS + (("returncode",) if worker.get("state") == WORKER_EXITED else ())
         missing = [name for name in needed if name not in worker]
         if missing:
             return f"host {host}: worker entry {position} of the wait's status has no {', '.join(missing)}"
@@ -80,9 +81,9 @@ def tf_wait_outcome(
                 "stopped_by": worker.get("stopped_by"),
                 "log_tail": worker.get("log_tail", []),
             }
-            if worker["state"] == "exited" and worker["returncode"] != 0:
+            if worker["state"] == WORKER_EXITED and worker["returncode"] != 0:
                 failed.append({**entry, "cause": cause_of(worker)})
-            elif worker["state"] != "exited":
+            elif worker["state"] != WORKER_EXITED:
                 running.append({**entry, "joined": bool(worker.get("joined"))})
     failed.sort(key=lambda w: w["index"])
     stalled = stall_of([statuses.get(host) for host in live_hosts])
@@ -103,6 +104,27 @@ def tf_wait_outcome(
         "stalled": stalled,
         "causes": sorted({w["cause"]["kind"] for w in failed if w["cause"]}),
     }
+
+
+# What the collect reads of a host's files brought by the wait (the action's `collected`).
+COLLECTED_FIELDS = ("files", "left_out", "truncated")
+
+
+def tf_wait_collected(statuses: dict[str, Any], outcome: dict[str, Any]) -> dict[str, Any]:
+    """Host to what the wait's last status run brought of its files (``files``,
+    ``left_out``, ``truncated``, as the collect reports them), for the hosts whose status
+    has it; none unless ``outcome`` (tf_wait_outcome of the same statuses) is ok and not
+    detached: after a failure, a stall or a detached wait the collect fetches every host."""
+    if not isinstance(statuses, dict):
+        raise AnsibleFilterError(f"tf_wait_collected: statuses must map host to status, not {type(statuses).__name__}")
+    if not isinstance(outcome, dict) or outcome.get("ok") is not True or outcome.get("detached"):
+        return {}
+    brought = {}
+    for host, status in statuses.items():
+        collected = status.get("collected") if isinstance(status, dict) else None
+        if isinstance(collected, dict) and all(isinstance(collected.get(name), list) for name in COLLECTED_FIELDS):
+            brought[host] = {name: collected[name] for name in COLLECTED_FIELDS}
+    return brought
 
 
 def tf_log_workers(value: Any) -> list[int] | None:
@@ -138,6 +160,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "tf_wait_outcome": tf_wait_outcome,
+            "tf_wait_collected": tf_wait_collected,
             "tf_log_workers": tf_log_workers,
             "tf_pattern_problem": tf_pattern_problem,
         }

@@ -26,7 +26,8 @@ description:
     polling blindly; it returns early when every worker has exited or one has failed.
   - The action of the same name runs on the controller and calls this module until the
     host's workers have exited, one of them failed, the deadline passed, or another host
-    reported a failure through O(flag_file). Without O(flag_file) it checks once.
+    reported a failure through the attempt's failure flag in O(controller_dir). Without
+    O(controller_dir) it checks once.
   - A worker whose C(state.json) exists without C(exit.json) is only running while its
     supervisor is alive (the recorded pid, still working in that worker's directory);
     otherwise it is reported as exited with C(returncode) -1 and the reason.
@@ -35,16 +36,24 @@ description:
     launch could not start it (C(launch_error)), it is reported as exited with
     C(returncode) -1 and the reason (the end of the supervisor's own output,
     C(supervisor.out)).
-  - With O(heartbeat_file), renews that file (its modification time) on every check, so
+  - With O(heartbeat), renews the controller heartbeat in O(run_dir) (its modification
+    time; the file's name is the contract's, C(tf_run.HEARTBEAT_FILE)) on every check, so
     that the supervisors of a run tied to the controller stop when it goes stale.
+  - With O(collect), a call that ends with every worker of the host exited 0 also packs the
+    host's collect bundle of the run in O(run_dir), with the rules of
+    M(tf_runbook.multiworker.tf_collect_bundle) (one implementation, C(module_utils/tf_bundle.py)),
+    and returns it as RV(bundle); the action fetches it in the same task and unpacks it
+    under O(controller_dir)C(/<host>) (RV(collected)), so that the collect phase costs no
+    module run on such a host. A packing error is returned as RV(bundle_error), and the
+    collect then fetches the host's files itself.
   - Without O(workers), finds the workers of the latest attempt of the run in
     O(run_dir) (reattaching from another controller) and returns them as C(workers_found)
     with what their supervisors recorded about the launch (C(launch)).
-  - With O(stall_timeout), the action is the run's stall watchdog; it records in
-    O(stall_dir) (controller clock) when this host's workers last printed a progress line,
-    reads every host's record, and when no worker of the run printed one for
-    O(stall_timeout) seconds it writes O(flag_file) with C(cause) C(stalled) and returns
-    C(stalled).
+  - With O(stall_timeout), the action is the run's stall watchdog; it records in the
+    attempt's progress directory of O(controller_dir) (controller clock) when this host's
+    workers last printed a progress line, reads every host's record, and when no worker of
+    the run printed one for O(stall_timeout) seconds it writes the attempt's failure flag
+    with C(cause) C(stalled) and returns C(stalled).
   - Read-only apart from the heartbeat; supports check mode (no heartbeat then).
 extends_documentation_fragment:
   - tf_runbook.multiworker.attributes
@@ -57,12 +66,35 @@ options:
     elements: dict
   run_dir:
     description: The run's directory on this host (C(~) allowed), to find the workers in
-      when O(workers) is not given.
+      when O(workers) is not given; where the heartbeat is renewed (O(heartbeat)) and what
+      O(collect) packs.
     type: path
-  heartbeat_file:
-    description: File whose modification time is renewed on every check; empty for none.
-    type: path
-    default: ""
+  heartbeat:
+    description: Renew the controller heartbeat of O(run_dir) on every check (not in check
+      mode).
+    type: bool
+    default: false
+  collect:
+    description:
+      - The collect's options (tf_collect_files, tf_collect_artifacts, tf_collect_max_mb).
+        A call that ends with every worker of the host exited 0 packs the run's bundle with
+        them (needs O(run_dir)). Omitted for none.
+    type: dict
+    suboptions:
+      patterns:
+        description: Glob patterns of the files fetched from every worker directory.
+        type: list
+        elements: str
+        required: true
+      artifacts:
+        description: Glob patterns, relative to each worker directory, of artifacts.
+        type: list
+        elements: str
+        required: true
+      max_mb:
+        description: Most this host sends, in MB (the rules of M(tf_runbook.multiworker.tf_collect_bundle)).
+        type: int
+        required: true
   wait:
     description: Seconds to wait on the host before returning, unless every worker has
       exited, one has failed (exited other than 0) or, with O(until_joined), every worker
@@ -88,13 +120,20 @@ options:
     description: How many of the log's last lines to return per worker.
     type: int
     default: 8
-  flag_file:
+  controller_dir:
     description:
-      - Controller path of the run's failure flag for this attempt, used by the action on
-        the controller. The first host that sees a failure writes it; every host stops
-        waiting once it exists.
+      - Used by the action on the controller. The run's directory on the controller. With
+        O(attempt) it names the attempt's failure flag and progress directory (the
+        contract's C(tf_run.attempt_failed_flag) and C(tf_run.attempt_progress_dir)); the
+        first host that sees a failure writes the flag, and every host stops waiting once
+        it exists. The bundle O(collect) packed is unpacked under its C(<host>) directory.
       - Without it, the host is checked once.
     type: path
+  attempt:
+    description: Used by the action on the controller. The attempt waited for (0 for the
+      first launch).
+    type: int
+    default: 0
   until_joined:
     description: Used by the action on the controller. Stop waiting once every worker of
       the host has joined the cluster (a detached run).
@@ -107,14 +146,11 @@ options:
     default: 100000
   stall_timeout:
     description: Used by the action on the controller. Seconds without a progress line
-      on any worker of the run (every host's record in O(stall_dir)) after which the run
-      is stalled; 0 for no stall watchdog.
+      on any worker of the run (every host's record in the attempt's progress directory of
+      O(controller_dir), private, 0600 files in a 0700 directory) after which the run is
+      stalled; 0 for no stall watchdog.
     type: int
     default: 0
-  stall_dir:
-    description: Used by the action on the controller. Controller directory of this
-      attempt's progress records, one file per host (private, 0600 in a 0700 directory).
-    type: path
   show_logs:
     description: Used by the action on the controller. Print each worker's O(tail_lines)
       last log lines, each prefixed C([<index> <host>]) and escaped, instead of progress.
@@ -140,15 +176,20 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Wait for this host's workers, renewing the controller heartbeat
+- name: Wait for this host's workers, renewing the controller heartbeat, and bring its files
   tf_runbook.multiworker.tf_worker_status:
     workers: "{{ tf_launch_jobs }}"
+    run_dir: "{{ tf_worker_run_dir }}"
+    heartbeat: true
     wait: 10
     progress_pattern: "{{ tf_stall_pattern }}"
     stall_timeout: 1800
-    stall_dir: "runs/{{ tf_run_id }}/.attempt-0.progress"
-    heartbeat_file: "{{ tf_worker_run_dir }}/controller.heartbeat"
-    flag_file: "runs/{{ tf_run_id }}/.attempt-0.failed"
+    controller_dir: "runs/{{ tf_run_id }}"
+    attempt: 0
+    collect:
+      patterns: [worker.log, exit.json, state.json]
+      artifacts: [model]
+      max_mb: 500
   register: tf_wait_status
 
 - name: Find the workers of a run to reattach to it from another controller
@@ -227,21 +268,45 @@ stalled:
     and C(detail).
   type: dict
   returned: when the stall watchdog found the run stalled
+bundle:
+  description: The module's packed bundle (C(run_dir), C(files), C(left_out), C(truncated)
+    and C(bundle), the archive's path on the host), as M(tf_runbook.multiworker.tf_collect_bundle)
+    returns them. The action replaces it with RV(collected).
+  type: dict
+  returned: with O(collect), when every worker of the host exited 0 (module only)
+bundle_error:
+  description: Why the bundle could not be packed or brought; the collect fetches the
+    host's files then.
+  type: str
+  returned: when packing or bringing the bundle failed
+collected:
+  description: What the action brought of the host's bundle, as the collect's action
+    reports it, C(files), C(left_out), C(truncated), C(updated) and C(dest) (the host's
+    directory under O(controller_dir)).
+  type: dict
+  returned: when the wait ended with every worker of the host exited 0, no other host
+    failed, and the wait was not detached
 """
 
 import os
 import re
+import tarfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import pack_run
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import classify
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import PROGRESS_PATTERN
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import works_in
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     EXIT_FILE,
+    HEARTBEAT_FILE,
     LAUNCH_OUTPUT_FILE,
     LOG_FILE,
     STATE_FILE,
+    WORKER_EXITED,
+    WORKER_RUNNING,
+    WORKER_STARTING,
     killed_exit_record,
     printable,
     read_json,
@@ -249,8 +314,11 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     worker_index,
 )
 
-# How often the wait reads the workers' records: a written exit record is seen within this.
+# How often the wait reads the workers' records (state, log, supervisor).
 POLL_SECONDS = 0.25
+# How often, between two reads, it looks for a new exit record (one stat per worker): a
+# worker's exit is seen within this, and the last one ends the call at once.
+EXIT_POLL_SECONDS = 0.05
 # A log is read for progress lines once from its start (or from this many bytes before its
 # end, for a larger one), then only what was appended since.
 FIRST_SCAN_BYTES = 64 * 1024 * 1024
@@ -378,7 +446,7 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
         "index": int(entry["index"]),
         "dir": wdir,
         "pid": state.get("pid") if state else None,
-        "state": "starting",
+        "state": WORKER_STARTING,
         "returncode": None,
         "reason": None,
         "stopped_by": None,
@@ -399,11 +467,11 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
             )
             # Its job got the keeper's SIGKILL, which nobody in the runbook asked for.
             record = killed_exit_record(reason, None, state.get("started_at"), time.time())
-            info.update(state="exited", returncode=-1, reason=reason, cause=classify(record, tail))
+            info.update(state=WORKER_EXITED, returncode=-1, reason=reason, cause=classify(record, tail))
             return info
     if exit_ is not None:
         info.update(
-            state="exited",
+            state=WORKER_EXITED,
             returncode=exit_.get("returncode"),
             reason=exit_.get("reason"),
             stopped_by=exit_.get("stopped_by"),
@@ -414,14 +482,14 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
     elif state is not None and state.get("pid") is None and entry.get("launch_error"):
         # Armed, and the launch's go never started it: failed now, not when it gives up.
         reason = f"the worker could not be launched: {entry['launch_error']}"
-        info.update(state="exited", returncode=-1, reason=reason, cause={"kind": "startup", "detail": reason})
+        info.update(state=WORKER_EXITED, returncode=-1, reason=reason, cause={"kind": "startup", "detail": reason})
     elif state is not None:
-        info["state"] = "running"
+        info["state"] = WORKER_RUNNING
     else:
         failure = _launch_failure(entry)
         if failure is not None:
             reason = f"the worker could not be launched: {failure}"
-            info.update(state="exited", returncode=-1, reason=reason, cause={"kind": "startup", "detail": reason})
+            info.update(state=WORKER_EXITED, returncode=-1, reason=reason, cause={"kind": "startup", "detail": reason})
     return info
 
 
@@ -437,14 +505,45 @@ def worth_returning(first: list[dict], current: list[dict], until_joined: bool) 
     on the host, which took CPU from the training itself (on a host that trains two
     workers on two cores, the job ran about 15 % slower than launched by hand).
     """
-    exited = {w["index"] for w in first if w["state"] == "exited"}
-    if any(w["state"] == "exited" and w["index"] not in exited and w.get("returncode") != 0 for w in current):
+    exited = {w["index"] for w in first if w["state"] == WORKER_EXITED}
+    if any(w["state"] == WORKER_EXITED and w["index"] not in exited and w.get("returncode") != 0 for w in current):
         return True
     return bool(until_joined and current and all(w["joined"] for w in current))
 
 
 def snapshot(workers: list[dict], progress: re.Pattern, tail_lines: int, marks: dict | None = None) -> list[dict]:
     return [worker_state(entry, progress, tail_lines, marks) for entry in workers]
+
+
+def all_exited(current: list[dict]) -> bool:
+    return all(w["state"] == WORKER_EXITED for w in current)
+
+
+def exit_records(workers: list[dict]) -> frozenset:
+    """The worker directories that hold an exit record: one stat each, cheap enough to ask
+    every `EXIT_POLL_SECONDS` while the job trains beside it."""
+    return frozenset(entry["dir"] for entry in workers if os.path.exists(os.path.join(entry["dir"], EXIT_FILE)))
+
+
+def wait_for_news(workers: list[dict], seen: frozenset, until: float) -> frozenset:
+    """Sleep until monotonic time ``until``, or until a worker directory gains an exit
+    record not in ``seen``; the directories with one now."""
+    current = exit_records(workers)
+    while current == seen and time.monotonic() < until:
+        time.sleep(max(0.0, min(EXIT_POLL_SECONDS, until - time.monotonic())))
+        current = exit_records(workers)
+    return current
+
+
+def packed_bundle(run_dir: str, collect: dict, current: list[dict]) -> dict:
+    """With every worker of ``current`` exited 0, the host's collect bundle (pack_run's
+    result, as ``bundle``), or why it could not be packed (``bundle_error``); else nothing."""
+    if not current or any(w["state"] != WORKER_EXITED or w["returncode"] != 0 for w in current):
+        return {}
+    try:
+        return {"bundle": pack_run(run_dir, collect["patterns"], collect["artifacts"], collect["max_mb"])}
+    except (OSError, tarfile.TarError) as exc:
+        return {"bundle_error": f"cannot pack the collect bundle in {run_dir}: {exc}"}
 
 
 def find_workers(run_dir: str) -> tuple[list[dict], dict]:
@@ -482,22 +581,32 @@ def main() -> None:
         argument_spec={
             "workers": {"type": "list", "elements": "dict"},
             "run_dir": {"type": "path"},
-            "heartbeat_file": {"type": "path", "default": ""},
+            "heartbeat": {"type": "bool", "default": False},
+            "collect": {
+                "type": "dict",
+                "options": {
+                    "patterns": {"type": "list", "elements": "str", "required": True},
+                    "artifacts": {"type": "list", "elements": "str", "required": True},
+                    "max_mb": {"type": "int", "required": True},
+                },
+            },
             "wait": {"type": "float", "default": 0},
             "deadline": {"type": "float", "default": 0},
             "progress_pattern": {"type": "str", "default": ""},
             "progress_marks": {"type": "dict", "default": {}},
             "tail_lines": {"type": "int", "default": 8},
             # Read by the action of the same name on the controller, never sent here.
-            "flag_file": {"type": "path"},
+            "controller_dir": {"type": "path"},
+            "attempt": {"type": "int", "default": 0},
             "until_joined": {"type": "bool", "default": False},
             "rounds": {"type": "int", "default": 100000},
             "stall_timeout": {"type": "int", "default": 0},
-            "stall_dir": {"type": "path"},
             "show_logs": {"type": "bool", "default": False},
             "log_workers": {"type": "list", "elements": "int"},
         },
         required_one_of=[("workers", "run_dir")],
+        required_if=[("heartbeat", True, ("run_dir",))],
+        required_by={"collect": ("run_dir",)},
         supports_check_mode=True,
     )
     params = module.params
@@ -508,11 +617,11 @@ def main() -> None:
     marks = {path: {**new_mark(), **mark} for path, mark in params["progress_marks"].items() if isinstance(mark, dict)}
     extra: dict = {}
     workers = params["workers"]
+    run_dir = os.path.abspath(params["run_dir"]) if params["run_dir"] else ""
     if workers is None:
-        run_dir = os.path.abspath(params["run_dir"])
         workers, launch = find_workers(run_dir)
         extra = {"workers_found": workers, "launch": launch, "run_dir": run_dir}
-    heartbeat = "" if module.check_mode else params["heartbeat_file"]
+    heartbeat = os.path.join(run_dir, HEARTBEAT_FILE) if params["heartbeat"] and not module.check_mode else ""
 
     def beat() -> None:
         if heartbeat:
@@ -524,18 +633,21 @@ def main() -> None:
     beat()
     first = snapshot(workers, progress, params["tail_lines"], marks)
     current = first
+    exits = exit_records(workers)
     stop_at = time.monotonic() + max(0.0, params["wait"])
-    while time.monotonic() < stop_at and not all(w["state"] == "exited" for w in current):
-        time.sleep(POLL_SECONDS)
+    while time.monotonic() < stop_at and not all_exited(current):
+        exits = wait_for_news(workers, exits, min(stop_at, time.monotonic() + POLL_SECONDS))
         beat()
         current = snapshot(workers, progress, params["tail_lines"], marks)
         if worth_returning(first, current, params["until_joined"]):
             break
-    failed = [w["index"] for w in current if w["state"] == "exited" and w["returncode"] != 0]
+    failed = [w["index"] for w in current if w["state"] == WORKER_EXITED and w["returncode"] != 0]
+    if params["collect"] and not module.check_mode:
+        extra.update(packed_bundle(run_dir, params["collect"], current))
     module.exit_json(
         changed=False,
         workers=current,
-        done=all(w["state"] == "exited" for w in current),
+        done=all_exited(current),
         joined=bool(current) and all(w["joined"] for w in current),
         failed_workers=failed,
         deadline_passed=bool(params["deadline"]) and time.time() > params["deadline"],

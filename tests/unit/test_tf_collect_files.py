@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import tf_collect_bundle as bundle
-import tf_collect_unpack as unpack
+import tf_collect_bundle as module
 import tf_run_dir
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_bundle as bundle
 from helpers import run_module
 
 PATTERNS = ["worker.log", "exit.json", "state.json", "tf_config.json", "multiworker-complete.txt"]
@@ -50,11 +50,11 @@ def test_pack_then_unpack_keeps_paths_and_content_and_reports_changes(tmp_path: 
     archive = bundle.bundle(str(run), files)
     assert archive == str(run / ".collect.tar.gz") and oct(os.stat(archive).st_mode & 0o777) == "0o600"
     dest = tmp_path / "controller" / "node0"
-    assert sorted(unpack.unpack(archive, str(dest), files)) == files
+    assert sorted(bundle.unpack(archive, str(dest), files)) == files
     for rel in files:
         assert (dest / rel).read_bytes() == (run / rel).read_bytes()
     # Unpacking the same archive again changes nothing.
-    assert unpack.unpack(archive, str(dest), files) == []
+    assert bundle.unpack(archive, str(dest), files) == []
 
 
 def test_unpack_ignores_members_it_was_not_told_about_and_unsafe_paths(tmp_path: Path) -> None:
@@ -67,7 +67,7 @@ def test_unpack_ignores_members_it_was_not_told_about_and_unsafe_paths(tmp_path:
         tar.add(payload, arcname="worker-0/worker.log")
         tar.add(payload, arcname="worker-0/extra.txt")
     dest = tmp_path / "dest"
-    written = unpack.unpack(str(archive), str(dest), ["worker-0/worker.log", "../escape.txt", "/abs.txt"])
+    written = bundle.unpack(str(archive), str(dest), ["worker-0/worker.log", "../escape.txt", "/abs.txt"])
     assert written == ["worker-0/worker.log"]
     assert not (tmp_path / "escape.txt").exists() and not (dest / "worker-0" / "extra.txt").exists()
 
@@ -76,10 +76,10 @@ def test_the_bundle_module_runs_as_ansible_runs_it(tmp_path: Path) -> None:
     make_run(tmp_path)
     # dest is the action's (the controller directory); the module accepts it and ignores it.
     dest = str(tmp_path / "controller")
-    result = run_module(bundle.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS, "dest": dest})
+    result = run_module(module.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS, "dest": dest})
     assert result["bundle"].endswith("runs/r1/.collect.tar.gz") and len(result["files"]) == 4
     assert not os.path.exists(dest)
-    missing = run_module(bundle.__file__, {"base_dir": str(tmp_path), "run_id": "nope", "patterns": PATTERNS, "dest": dest})
+    missing = run_module(module.__file__, {"base_dir": str(tmp_path), "run_id": "nope", "patterns": PATTERNS, "dest": dest})
     assert missing["files"] == [] and missing["bundle"] == ""
 
 
@@ -165,7 +165,7 @@ def test_unpacked_results_are_private_whatever_the_umask(tmp_path: Path) -> None
     dest = tmp_path / "controller" / "node0"
     old = os.umask(0o022)
     try:
-        unpack.unpack(archive, str(dest), files)
+        bundle.unpack(archive, str(dest), files)
     finally:
         os.umask(old)
     for rel in files:
@@ -220,7 +220,7 @@ def test_a_log_over_the_cap_is_sent_as_its_head_and_tail_with_a_marker(tmp_path:
     original = numbered_log(run / "worker-0" / "worker.log", 40_000)  # about 3.8 MB
     (run / "worker-0" / "exit.json").write_text('{"returncode": 0}')
     size = (run / "worker-0" / "worker.log").stat().st_size
-    result = run_module(bundle.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS,
+    result = run_module(module.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS,
                                           "max_mb": 1, "dest": str(tmp_path / "c")})
     assert result["files"] == ["worker-0/exit.json", "worker-0/worker.log"] and result["left_out"] == []
     [cut] = result["truncated"]
@@ -232,7 +232,7 @@ def test_a_log_over_the_cap_is_sent_as_its_head_and_tail_with_a_marker(tmp_path:
     assert sizes["worker-0/exit.json"] == len('{"returncode": 0}') and sizes["worker-0/worker.log"] == cut["sent"]
     assert sum(sizes.values()) <= 1024 * 1024
     dest = tmp_path / "controller"
-    unpack.unpack(result["bundle"], str(dest), result["files"])
+    bundle.unpack(result["bundle"], str(dest), result["files"])
     sent = (dest / "worker-0" / "worker.log").read_bytes().splitlines(keepends=True)
     marker = [i for i, line in enumerate(sent) if line.startswith(b"[tf-runbook collect:")]
     assert len(marker) == 1, "exactly one marker line"
@@ -290,7 +290,7 @@ def test_packing_and_unpacking_a_large_log_hold_little_of_it_in_memory(tmp_path:
         tracemalloc.reset_peak()
         whole = bundle.bundle(str(run), kept)  # uncut: a 48 MB member for the controller
         tracemalloc.reset_peak()
-        changed = unpack.unpack(whole, str(tmp_path / "controller"), files)
+        changed = bundle.unpack(whole, str(tmp_path / "controller"), files)
         _size, unpacking_peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -299,13 +299,13 @@ def test_packing_and_unpacking_a_large_log_hold_little_of_it_in_memory(tmp_path:
     assert packing_peak < 8 * 1024 * 1024, packing_peak
     assert unpacking_peak < 8 * 1024 * 1024, unpacking_peak
     # Unpacking again compares in chunks too, and changes nothing.
-    assert unpack.unpack(whole, str(tmp_path / "controller"), files) == []
+    assert bundle.unpack(whole, str(tmp_path / "controller"), files) == []
 
 
 def test_check_mode_says_which_logs_would_be_cut_and_packs_nothing(tmp_path: Path) -> None:
     run = tmp_path / "runs" / "r1"
     numbered_log(run / "worker-0" / "worker.log", 20_000)  # 1.9 MB
-    result = run_module(bundle.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS,
+    result = run_module(module.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS,
                                           "max_mb": 1, "dest": str(tmp_path / "c")}, check_mode=True)
     assert result["bundle"] == "" and not (run / ".collect.tar.gz").exists()
     assert [cut["path"] for cut in result["truncated"]] == ["worker-0/worker.log"]
@@ -325,3 +325,31 @@ def test_with_no_room_the_records_and_short_logs_still_come_and_long_logs_keep_t
     assert kept == ["worker-0/exit.json", "worker-0/worker.log", "worker-1/worker.log"]
     assert left_out == [{"path": "worker-0/model.keras", "bytes": 10}]
     assert list(cuts) == ["worker-1/worker.log"] and 60 * 1024 < cuts["worker-1/worker.log"].sent <= 64 * 1024
+
+
+def test_the_collect_and_the_wait_pack_the_same_bundle_and_receive_unpacks_it(tmp_path: Path) -> None:
+    """One implementation (module_utils/tf_bundle.py): tf_collect_bundle and the wait's last
+    status run of a healthy host report the same files, cuts and left-out artifacts."""
+    run = make_run(tmp_path)
+    (run / "worker-0" / "exit.json").write_text('{"returncode": 0}')
+    (run / "retry-1" / "worker-0" / "exit.json").write_text('{"returncode": 0}')
+    (run / "worker-0" / "model.bin").write_bytes(b"m" * (2 * 1024 * 1024))
+    options = {"patterns": PATTERNS, "artifacts": ["model.bin"], "max_mb": 1}
+    collected = run_module(module.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "dest": "/unused", **options})
+    waited = run_module(
+        Path(module.__file__).with_name("tf_worker_status.py"),
+        {"workers": [{"index": 0, "dir": str(run / "worker-0")}], "run_dir": str(run), "collect": options},
+    )["bundle"]
+    assert waited == {name: collected[name] for name in ("run_dir", "files", "left_out", "truncated", "bundle")}
+    assert waited["left_out"] == [{"path": "worker-0/model.bin", "bytes": 2 * 1024 * 1024}]
+    fetched: list[str] = []
+
+    def fetch(remote: str, local: str) -> None:
+        fetched.append(remote)
+        Path(local).write_bytes(Path(remote).read_bytes())
+
+    dest = tmp_path / "controller" / "host"
+    assert sorted(bundle.receive(fetch, waited, str(dest))) == waited["files"]
+    assert fetched == [waited["bundle"]]
+    assert bundle.receive(fetch, waited, str(dest)) == []
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == waited["files"]

@@ -81,11 +81,17 @@ def run_action(
 
 
 def stall_args(tmp_path: Path, timeout: int = 30) -> dict[str, Any]:
-    return {
-        "flag_file": str(tmp_path / "runs" / "r1" / ".attempt-0.failed"),
-        "stall_dir": str(tmp_path / "runs" / "r1" / ".attempt-0.progress"),
-        "stall_timeout": timeout,
-    }
+    return {"controller_dir": str(tmp_path / "runs" / "r1"), "attempt": 0, "stall_timeout": timeout}
+
+
+def flag_of(args: dict[str, Any]) -> str:
+    """The attempt's failure flag the action derives from the run's controller directory."""
+    return str(Path(args["controller_dir"]) / ".attempt-0.failed")
+
+
+def stall_dir_of(args: dict[str, Any]) -> str:
+    """The attempt's progress directory the action derives from the run's controller directory."""
+    return str(Path(args["controller_dir"]) / ".attempt-0.progress")
 
 
 # --- the watchdog, one host ---------------------------------------------------------------
@@ -102,7 +108,7 @@ def test_no_progress_line_for_the_timeout_stalls_the_run(monkeypatch: pytest.Mon
         "seconds": 30,
         "detail": "no worker printed a progress line for 30 s (tf_stall_timeout 30 s)",
     }
-    flag = json.loads(Path(args["flag_file"]).read_text())
+    flag = json.loads(Path(flag_of(args)).read_text())
     assert flag == {"host": "node1", "cause": "stalled", "reason": result["stalled"]["detail"], "seconds": 30,
                     "workers": []}  # fmt: skip
     assert any("the run is stalled: no worker printed a progress line for 30 s" in line for line in shown)
@@ -116,7 +122,7 @@ def test_progress_keeps_the_run_going(monkeypatch: pytest.MonkeyPatch, tmp_path:
     result, _ = run_action(monkeypatch, clock, host, **stall_args(tmp_path, timeout=25))
     assert len(host.calls) == 12 and result["done"]
     assert "stalled" not in result
-    assert not Path(stall_args(tmp_path)["flag_file"]).exists()
+    assert not Path(flag_of(stall_args(tmp_path))).exists()
 
 
 def test_a_timeout_of_zero_turns_the_watchdog_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -125,7 +131,7 @@ def test_a_timeout_of_zero_turns_the_watchdog_off(monkeypatch: pytest.MonkeyPatc
     args = stall_args(tmp_path, timeout=0)
     result, _ = run_action(monkeypatch, clock, host, **args)
     assert len(host.calls) == 8 and "stalled" not in result
-    assert not Path(args["stall_dir"]).exists()
+    assert not Path(stall_dir_of(args)).exists()
 
 
 def test_the_time_since_the_last_progress_counts_not_since_the_start(
@@ -150,7 +156,7 @@ def test_progress_on_another_host_keeps_a_silent_host_going(monkeypatch: pytest.
     another host's record shows recent progress."""
     clock = Clock(step=10)
     args = stall_args(tmp_path, timeout=30)
-    stall_dir = Path(args["stall_dir"])
+    stall_dir = Path(stall_dir_of(args))
 
     class Busy(Host):
         def __call__(self, *a: Any, **k: Any) -> dict[str, Any]:
@@ -173,8 +179,8 @@ def test_a_host_stops_for_a_stall_another_host_flagged(monkeypatch: pytest.Monke
     clock = Clock(step=10)
     args = stall_args(tmp_path, timeout=1000)
     flag = {"host": "node2", "cause": "stalled", "reason": "no worker printed a progress line for 1000 s", "seconds": 1000}
-    Path(args["flag_file"]).parent.mkdir(parents=True)
-    Path(args["flag_file"]).write_text(json.dumps(flag))
+    Path(flag_of(args)).parent.mkdir(parents=True)
+    Path(flag_of(args)).write_text(json.dumps(flag))
     host = Host(clock, [[2]])
     result, _ = run_action(monkeypatch, clock, host, **args)
     assert len(host.calls) == 1
@@ -190,7 +196,7 @@ def test_a_reattached_wait_goes_on_from_the_hosts_record(monkeypatch: pytest.Mon
     clock = Clock(step=10)
     args = stall_args(tmp_path, timeout=1800)
     record = {"host": "node1", "progress_lines": {"0": 7}, "last_progress_at": T0 - 3600}
-    action.write_private_json(str(Path(args["stall_dir"]) / "node1.json"), record)
+    action.write_private_json(str(Path(stall_dir_of(args)) / "node1.json"), record)
     host = Host(clock, [[7]])
     result, _ = run_action(monkeypatch, clock, host, **args)
     assert len(host.calls) == 1
@@ -198,7 +204,7 @@ def test_a_reattached_wait_goes_on_from_the_hosts_record(monkeypatch: pytest.Mon
     # Counts that moved meanwhile are progress, now.
     clock2 = Clock(step=10)
     args2 = stall_args(tmp_path / "other", timeout=1800)
-    action.write_private_json(str(Path(args2["stall_dir"]) / "node1.json"), record)
+    action.write_private_json(str(Path(stall_dir_of(args2)) / "node1.json"), record)
     host2 = Host(clock2, [[9]], rounds_to_done=3)
     result2, _ = run_action(monkeypatch, clock2, host2, **args2)
     assert len(host2.calls) == 3 and "stalled" not in result2
@@ -319,9 +325,9 @@ def test_the_flag_the_records_and_the_directories_are_private_whatever_the_umask
     mode = lambda path: stat.S_IMODE(os.stat(path).st_mode)  # noqa: E731
     assert mode(tmp_path / "runs") == 0o700
     assert mode(tmp_path / "runs" / "r1") == 0o700
-    assert mode(args["stall_dir"]) == 0o700
-    assert mode(args["flag_file"]) == 0o600
-    assert mode(Path(args["stall_dir"]) / "node1.json") == 0o600
+    assert mode(stall_dir_of(args)) == 0o700
+    assert mode(flag_of(args)) == 0o600
+    assert mode(Path(stall_dir_of(args)) / "node1.json") == 0o600
 
 
 def test_an_existing_directory_keeps_its_mode(tmp_path: Path) -> None:

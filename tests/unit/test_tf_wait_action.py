@@ -8,14 +8,20 @@ played without a host.
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from ansible.errors import AnsibleError, AnsibleFilterError
 from ansible.plugins.action import ActionBase
 
+import tf_wait
 import tf_worker_status_action as action
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_bundle
 from tf_worker_status_action import deadline_passed, printable, progress_lines
 
 
@@ -50,7 +56,7 @@ def run_action(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, execute: Any, **a
     monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
     monkeypatch.setattr(action.display, "display", lambda msg, *a, **k: shown.append(msg))
     plugin = object.__new__(action.ActionModule)
-    plugin._task = SimpleNamespace(args={"flag_file": str(tmp_path / "flag"), "workers": [], "wait": 0, **args})
+    plugin._task = SimpleNamespace(args={"controller_dir": str(tmp_path), "attempt": 0, "workers": [], "wait": 0, **args})
     plugin._execute_module = execute
     return plugin.run(task_vars={"inventory_hostname": "node1"}), shown
 
@@ -131,7 +137,7 @@ def test_a_single_check_shows_no_elapsed_time_and_says_no_progress_line_yet(
         return {"workers": [worker(), worker(index=1, last_line="Epoch 31/400")], "done": False, "failed_workers": [],
                 "deadline_passed": False}  # fmt: skip
 
-    result, shown = run_action(monkeypatch, tmp_path, host, flag_file=None, run_dir="/r")
+    result, shown = run_action(monkeypatch, tmp_path, host, controller_dir=None, run_dir="/r")
     assert shown == ["  node1 worker-0: running  (no progress line yet)", "  node1 worker-1: running  Epoch 31/400"]
 
 
@@ -166,10 +172,176 @@ def test_the_logs_check_prints_the_logs_once_and_changes_nothing(monkeypatch: py
         return {"workers": [worker(index=1, log_tail=["x"])], "done": False, "failed_workers": [], "deadline_passed": False}
 
     _, shown = run_action(
-        monkeypatch, tmp_path, host, flag_file=None, run_dir="/r", show_logs=True, log_workers=[1], tail_lines=5
+        monkeypatch, tmp_path, host, controller_dir=None, run_dir="/r", show_logs=True, log_workers=[1], tail_lines=5
     )
     assert shown == ["[1 node1] (running; 1 last line(s) of its log)", "[1 node1] x"]
     assert len(calls) == 1
     # Only the module's own options reach the host: no heartbeat, nothing to write.
     assert calls[0] == {"workers": [], "wait": 0, "run_dir": "/r", "tail_lines": 5}
     assert list(tmp_path.iterdir()) == []
+
+
+# --- the wait brings a healthy host's files (issue 26) -------------------------------------------
+
+
+def packed_run(tmp_path: Path) -> dict[str, Any]:
+    """A finished run on the "host" (a directory of tmp_path), packed by the shared code."""
+    run = tmp_path / "host" / "runs" / "r1"
+    for index in (0, 1):
+        (run / f"worker-{index}").mkdir(parents=True)
+        (run / f"worker-{index}" / "worker.log").write_text(f"worker={index} epoch=1 loss=0.5\n")
+        (run / f"worker-{index}" / "exit.json").write_text('{"returncode": 0}')
+    return tf_bundle.pack_run(str(run), ["worker.log", "exit.json"], [], 0)
+
+
+class HealthyHost:
+    """The host module: running at the first call, then every worker exited (0, or
+    ``returncode``) with the bundle packed when the call was given the collect's options."""
+
+    def __init__(self, packed: dict[str, Any], returncode: int = 0) -> None:
+        self.packed = packed
+        self.returncode = returncode
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
+        self.calls.append(dict(module_args))
+        done = len(self.calls) >= 2
+        status = {
+            "workers": [worker(state="exited" if done else "running", returncode=self.returncode if done else None)],
+            "done": done, "failed_workers": [0] if done and self.returncode else [], "deadline_passed": False,
+        }  # fmt: skip
+        if done and not self.returncode and "collect" in module_args:
+            status["bundle"] = self.packed
+        return status
+
+
+def with_connection(monkeypatch: pytest.MonkeyPatch, fetched: list[str], fail: bool = False) -> None:
+    """The host's connection: its fetch_file copies the file (or fails), noting the path."""
+
+    def fetch_file(remote: str, local: str) -> None:
+        fetched.append(remote)
+        if fail:
+            raise AnsibleError("connection reset while fetching")
+        shutil.copyfile(remote, local)
+
+    monkeypatch.setattr(action.ActionModule, "_connection", SimpleNamespace(fetch_file=fetch_file), raising=False)
+
+
+COLLECT = {"patterns": ["worker.log", "exit.json"], "artifacts": [], "max_mb": 0}
+
+
+def test_the_last_call_of_a_healthy_host_brings_its_files_as_the_collect_would(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    packed = packed_run(tmp_path)
+    fetched: list[str] = []
+    with_connection(monkeypatch, fetched)
+    controller = tmp_path / "controller" / "r1"
+    host = HealthyHost(packed)
+    result, _ = run_action(monkeypatch, tmp_path, host, controller_dir=str(controller), collect=COLLECT)
+    assert len(host.calls) == 2 and all(call["collect"] == COLLECT for call in host.calls)
+    assert fetched == [packed["bundle"]]
+    assert result["collected"] == {
+        "files": packed["files"], "left_out": [], "truncated": [], "updated": packed["files"],
+        "dest": str(controller / "node1"),
+    }  # fmt: skip
+    assert "bundle" not in result
+    for rel in packed["files"]:
+        assert (controller / "node1" / rel).read_bytes() == (Path(packed["run_dir"]) / rel).read_bytes()
+    # Private on the controller, as the collect's unpack makes them.
+    assert oct((controller / "node1").stat().st_mode & 0o777) == "0o700"
+    assert oct((controller / "node1" / packed["files"][0]).stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize("why", ["peer-failed", "own-failure", "detached", "single-check"])
+def test_a_failing_detached_or_single_check_brings_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, why: str
+) -> None:
+    packed = packed_run(tmp_path)
+    fetched: list[str] = []
+    with_connection(monkeypatch, fetched)
+    controller = tmp_path / "controller" / "r1"
+    args: dict[str, Any] = {"controller_dir": str(controller), "collect": COLLECT, "attempt": 2}
+    host = HealthyHost(packed, returncode=1 if why == "own-failure" else 0)
+    if why == "peer-failed":
+        # Another host flagged this attempt's failure while this one finished.
+        flag = controller / ".attempt-2.failed"
+
+        def flagging(module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
+            status = host(module_name, module_args, task_vars)
+            if status["done"]:
+                controller.mkdir(parents=True, exist_ok=True)
+                flag.write_text(json.dumps({"host": "node2", "reason": "worker failed"}))
+            return status
+
+        execute: Any = flagging
+    else:
+        execute = host
+    if why == "detached":
+        args["until_joined"] = True
+    if why == "single-check":
+        args["controller_dir"] = None
+    result, _ = run_action(monkeypatch, tmp_path, execute, **args)
+    assert fetched == [] and "collected" not in result and "bundle" not in result
+    # A detached wait or a single check does not even ask the host to pack.
+    assert all(("collect" in call) is (why in ("peer-failed", "own-failure")) for call in host.calls)
+    if why == "own-failure":
+        # The attempt's flag, named by the contract in the run's controller directory.
+        assert json.loads((controller / ".attempt-2.failed").read_text())["host"] == "node1"
+
+
+def test_files_that_cannot_be_brought_are_left_to_the_collect(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    packed = packed_run(tmp_path)
+    fetched: list[str] = []
+    with_connection(monkeypatch, fetched, fail=True)
+    warned: list[str] = []
+    monkeypatch.setattr(action.display, "warning", lambda msg, *a, **k: warned.append(msg))
+    result, _ = run_action(monkeypatch, tmp_path, HealthyHost(packed), controller_dir=str(tmp_path / "c"), collect=COLLECT)
+    assert fetched == [packed["bundle"]] and "collected" not in result
+    assert result["bundle_error"] == f"cannot bring the collect bundle {packed['bundle']}: connection reset while fetching"
+    assert warned and "the collect fetches them" in warned[0]
+
+
+def test_a_host_whose_workers_matched_no_file_is_collected_without_a_fetch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    empty = {"run_dir": "/r", "files": [], "left_out": [{"path": "worker-0/model.bin", "bytes": 9}], "truncated": [],
+             "bundle": ""}  # fmt: skip
+    fetched: list[str] = []
+    with_connection(monkeypatch, fetched)
+    result, _ = run_action(monkeypatch, tmp_path, HealthyHost(empty), controller_dir=str(tmp_path / "c"), collect=COLLECT)
+    assert fetched == []
+    assert result["collected"] == {"files": [], "left_out": empty["left_out"], "truncated": [], "updated": [],
+                                   "dest": str(tmp_path / "c" / "node1")}  # fmt: skip
+
+
+# --- which hosts the collect leaves out (filter tf_wait_collected) --------------------------------
+
+
+def brought(host_files: list[str], **extra: Any) -> dict[str, Any]:
+    return {"files": host_files, "left_out": [], "truncated": [], "updated": host_files, "dest": "/c/h", **extra}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "expected"),
+    [
+        ({"ok": True, "detached": False}, {"a": {"files": ["worker-0/worker.log"], "left_out": [], "truncated": []}}),
+        ({"ok": False, "detached": False}, {}),
+        ({"ok": True, "detached": True}, {}),
+        (None, {}),
+    ],
+)
+def test_only_an_ok_outcome_leaves_hosts_out_of_the_collect(outcome: Any, expected: dict[str, Any]) -> None:
+    statuses = {
+        "a": {"collected": brought(["worker-0/worker.log"])},
+        # The bundle could not be brought, or the host's status is incomplete: fetched.
+        "b": {"bundle_error": "cannot bring"},
+        "c": {"collected": {"files": ["worker-1/worker.log"]}},
+        "d": None,
+    }
+    assert tf_wait.tf_wait_collected(statuses, outcome) == expected
+
+
+def test_the_collected_filter_refuses_statuses_that_are_not_a_mapping() -> None:
+    with pytest.raises(AnsibleFilterError, match="statuses must map host to status, not list"):
+        tf_wait.tf_wait_collected([], {"ok": True})

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import tf_collect_bundle as bundle
 import tf_job_archive as archive
 import tf_run_dir
 import tf_supervisor
 import tf_verdict
 import tf_worker_job as job
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_bundle as bundle
 
 SECRET = "s3cr3t-value-42"
 

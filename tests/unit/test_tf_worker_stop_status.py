@@ -8,7 +8,9 @@ import re
 import signal
 import subprocess
 import sys
+import tarfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,6 +19,7 @@ import helpers
 import pytest
 from conftest import PLUGINS
 
+import tf_worker_status
 from tf_worker_status import find_workers, worker_state
 from tf_worker_stop import group_belongs, run_processes, stop_worker
 
@@ -552,3 +555,106 @@ def test_the_module_refuses_a_bad_pattern(tmp_path: Path) -> None:
         PLUGINS / "modules" / "tf_worker_status.py", {"workers": [], "progress_pattern": "step=("}
     )
     assert result["failed"] and result["msg"].startswith("progress_pattern 'step=(' is not a regular expression")
+
+
+# --- the wait's last status run brings the collect bundle (issue 26) --------------------------
+
+COLLECT = {"patterns": ["worker.log", "exit.json"], "artifacts": ["model"], "max_mb": 500}
+
+
+def finished_run(tmp_path: Path, returncodes: tuple[int, ...] = (0, 0)) -> tuple[Path, list[dict[str, Any]]]:
+    """A run directory whose workers all exited (with ``returncodes``), one with a model."""
+    run = tmp_path / "runs" / "r1"
+    workers = []
+    for index, returncode in enumerate(returncodes):
+        wdir = run / f"worker-{index}"
+        (wdir / "model").mkdir(parents=True)
+        (wdir / "worker.log").write_text(f"worker={index} epoch=1 loss=0.5\n")
+        (wdir / "exit.json").write_text(json.dumps({"returncode": returncode, "reason": "exited"}))
+        (wdir / "model" / "weights.bin").write_bytes(b"w" * 10)
+        (wdir / "job_env.json").write_text("{}")
+        workers.append(entry(wdir, index))
+    return run, workers
+
+
+def test_the_last_call_of_a_healthy_host_packs_the_bundle_with_the_collects_rules(tmp_path: Path) -> None:
+    run, workers = finished_run(tmp_path)
+    result = helpers.run_module(
+        PLUGINS / "modules" / "tf_worker_status.py",
+        {"workers": workers, "run_dir": str(run), "heartbeat": True, "collect": COLLECT},
+    )
+    assert result["done"] and result["failed_workers"] == []
+    packed = result["bundle"]
+    # The logs and records first, then the artifacts; never job_env.json.
+    assert packed["files"] == [
+        "worker-0/exit.json", "worker-0/worker.log", "worker-1/exit.json", "worker-1/worker.log",
+        "worker-0/model/weights.bin", "worker-1/model/weights.bin",
+    ]  # fmt: skip
+    assert packed["left_out"] == [] and packed["truncated"] == [] and packed["run_dir"] == str(run)
+    assert packed["bundle"] == str(run / ".collect.tar.gz")
+    with tarfile.open(packed["bundle"]) as archive:
+        assert sorted(archive.getnames()) == sorted(packed["files"])
+    # The heartbeat is the contract's file in the run directory.
+    assert (run / "controller.heartbeat").is_file()
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_no_bundle_while_a_worker_failed_or_runs_nor_in_check_mode(tmp_path: Path, check_mode: bool) -> None:
+    run, workers = finished_run(tmp_path, (0, 3))
+    failed = helpers.run_module(
+        PLUGINS / "modules" / "tf_worker_status.py",
+        {"workers": workers, "run_dir": str(run), "collect": COLLECT}, check_mode=check_mode,
+    )
+    assert failed["failed_workers"] == [1] and "bundle" not in failed
+    (run / "worker-1" / "exit.json").write_text(json.dumps({"returncode": 0, "reason": "exited"}))
+    (run / "worker-2").mkdir()
+    starting = helpers.run_module(
+        PLUGINS / "modules" / "tf_worker_status.py",
+        {"workers": [*workers, entry(run / "worker-2", 2)], "run_dir": str(run), "collect": COLLECT},
+        check_mode=check_mode,
+    )
+    assert not starting["done"] and "bundle" not in starting
+    healthy = helpers.run_module(
+        PLUGINS / "modules" / "tf_worker_status.py",
+        {"workers": workers, "run_dir": str(run), "heartbeat": True, "collect": COLLECT}, check_mode=check_mode,
+    )
+    assert ("bundle" in healthy) is not check_mode
+    # A dry run renews no heartbeat and packs nothing.
+    assert (run / "controller.heartbeat").exists() is not check_mode
+    assert (run / ".collect.tar.gz").exists() is not check_mode
+
+
+def test_the_collect_and_the_heartbeat_need_the_run_directory(tmp_path: Path) -> None:
+    _run, workers = finished_run(tmp_path)
+    for args in ({"collect": COLLECT}, {"heartbeat": True}):
+        result = helpers.run_module(PLUGINS / "modules" / "tf_worker_status.py", {"workers": workers, **args})
+        assert result["failed"] and "run_dir" in result["msg"], result
+
+
+def test_a_bundle_that_cannot_be_packed_is_reported_not_fatal(tmp_path: Path) -> None:
+    run, workers = finished_run(tmp_path)
+    (run / ".collect.tar.gz.part").mkdir()  # the packing's temporary file cannot be written
+    result = helpers.run_module(
+        PLUGINS / "modules" / "tf_worker_status.py", {"workers": workers, "run_dir": str(run), "collect": COLLECT}
+    )
+    assert result["done"] and "bundle" not in result
+    assert result["bundle_error"].startswith(f"cannot pack the collect bundle in {run}: ")
+
+
+def test_a_new_exit_record_ends_the_wait_for_news_at_once(tmp_path: Path) -> None:
+    run, workers = finished_run(tmp_path)
+    (run / "worker-1" / "exit.json").unlink()
+    seen = tf_worker_status.exit_records(workers)
+    assert seen == frozenset({str(run / "worker-0")})
+    start = time.monotonic()
+    assert tf_worker_status.wait_for_news(workers, seen, start + 0.2) == seen
+    assert time.monotonic() - start >= 0.2
+    writer = threading.Timer(0.1, lambda: (run / "worker-1" / "exit.json").write_text("{}"))
+    writer.start()
+    start = time.monotonic()
+    try:
+        news = tf_worker_status.wait_for_news(workers, seen, start + 5)
+    finally:
+        writer.cancel()
+    assert news == frozenset({str(run / "worker-0"), str(run / "worker-1")})
+    assert time.monotonic() - start < 0.1 + 2 * tf_worker_status.EXIT_POLL_SECONDS + 0.2
