@@ -870,8 +870,9 @@ def main() -> None:
         # does not: the run is refused for that, and nothing listens here to wait for.
         if params["endpoints"] and not seen["busy_ports"] and not module.check_mode:
             seen.update(connect_and_await(params, seen["listener_pid"]))
-        else:
-            seen.update({"failures": [], "listener_gone": True, "ports_held": []})
+        else:  # a listener started here is still up: it waits for the connect mode's runs
+            held = list(params["ports"]) if seen["listener_pid"] else []
+            seen.update({"failures": [], "listener_gone": not held, "ports_held": held})
         module.exit_json(changed=False, **seen)
     elif mode == "versions":
         if not params["python"]:

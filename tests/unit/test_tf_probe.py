@@ -331,3 +331,13 @@ def test_the_host_probe_without_endpoints_connects_to_nothing(tmp_path: Any) -> 
     args = {"mode": "host", "me": "a", "run_id": "r1", "ports": [port], "base_dir": str(tmp_path)}
     result = run_module(probe.__file__, args)
     assert result["listener_pid"] == 0 and result["failures"] == [] and result["listener_gone"] is True
+    # Listening without endpoints (the two-step probe): the listener is up, for the
+    # connect mode's runs, and the result says so.
+    args.update({"listen": True, "peers": ["a", "never-comes"], "timeout": 30})
+    result = run_module(probe.__file__, args)
+    try:
+        assert result["listener_pid"] > 0 and result["failures"] == []
+        assert result["listener_gone"] is False and result["ports_held"] == [port]
+        assert probe.bind_error(port) != 0
+    finally:
+        assert probe.stop_listeners([port], 10, probe.probe_token("r1", "a"), result["listener_pid"]) == []
