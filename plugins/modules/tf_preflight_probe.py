@@ -41,6 +41,9 @@ description:
     again for up to O(settle) seconds while the peers' own runs bind theirs, and waits up
     to O(wait) for its listener to end. Every host must run it at the same time (C(--forks)
     at least the number of hosts), since a host whose peers start later would wait for nothing.
+  - The listener answers first, with the token of its host and run; a connecting host sends
+    its hello only to the listener it expects, so that a service that is not the probe (a
+    port taken on a peer, a wrong address) gets nothing from it.
   - The probe scales with the slowest round trip, not with the number of hosts. A listener
     serves all its connections at once, each for at most 2 seconds from its accept (a
     silent or trickling client is cut off then and delays no other). V(connect) tries up to
@@ -561,9 +564,11 @@ def serve(
     every peer reached every port, or after ``lifetime`` seconds, whichever comes first.
 
     Every connection is served at once (one selector, no connection waits behind another),
-    and each gets at most ``budget`` seconds from its accept: to send its line, then to close
-    first after the answer (so that TIME_WAIT stays on the peer's side and not on the worker
-    port that TensorFlow binds next). A client that trickles bytes is cut off at its budget,
+    and each gets at most ``budget`` seconds from its accept: the listener sends ``token``
+    at once (a connector checks it before it sends anything, so that a service that is not
+    the probe never gets a byte from it), then the peer sends its line and closes first (so
+    that TIME_WAIT stays on the peer's side and not on the worker port that TensorFlow
+    binds next). A client that trickles bytes is cut off at its budget,
     and nothing a client does moves the end of the listener's ``lifetime``.
     """
     heard: dict[int, set[str]] = {port: set() for port in listeners.values()}
@@ -609,6 +614,13 @@ def serve(
                     except OSError:
                         continue  # the peer gave up before the accept
                     conn.setblocking(False)
+                    # The listener speaks first: a connector checks who answered before
+                    # it sends a byte, so that an unrelated service gets nothing from it.
+                    try:
+                        conn.send(f"{token or PROBE}\n".encode())
+                    except OSError:
+                        conn.close()
+                        continue  # the peer did not wait for the answer
                     open_conns[conn] = [listeners[sock], b"", min(time.monotonic() + budget, deadline)]
                     selector.register(conn, selectors.EVENT_READ)
                     continue
@@ -623,7 +635,7 @@ def serve(
                     finish(sock)  # the peer closed: done with it
                     continue
                 if state[1] is None:
-                    continue  # answered: wait for the peer to close
+                    continue  # heard: wait for the peer to close
                 state[1] += data
                 if b"\n" not in state[1] and len(state[1]) < 256:
                     continue
@@ -632,10 +644,6 @@ def serve(
                     stopped = True
                 elif line.startswith(b"hello "):
                     heard[state[0]].add(line[6:].decode("utf-8", "replace").strip())
-                    try:
-                        sock.send(f"{token or PROBE}\n".encode())
-                    except OSError:
-                        finish(sock)  # the peer did not wait for the answer
     finally:
         for conn in list(open_conns):
             finish(conn)
@@ -714,11 +722,14 @@ def reach(
             return last
         try:
             with socket.create_connection((endpoint["address"], int(endpoint["port"])), timeout=min(left, timeout)) as conn:
-                conn.sendall(f"hello {me}\n".encode())
                 if expect is None:
+                    conn.sendall(f"hello {me}\n".encode())
                     return ""
+                # The probe's listener speaks first: nothing is sent to a port that does
+                # not answer as this run's probe of that host (an unrelated service).
                 answer = read_line(conn, max(deadline - time.monotonic(), 2.0))
                 if answer.decode("utf-8", "replace") == expect:
+                    conn.sendall(f"hello {me}\n".encode())
                     return ""
                 shown = answer.decode("utf-8", "replace")[:80].encode("unicode_escape").decode("ascii")
                 return (

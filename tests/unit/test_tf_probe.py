@@ -149,8 +149,9 @@ def test_slow_clients_are_served_concurrently() -> None:
 
 
 class SlowEndpoints:
-    """Listeners that each answer a probe's hello as host ``h<i>`` of run ``r1`` after
-    ``delay`` seconds, counting how many connections are open at once."""
+    """Listeners that each answer as the probe of host ``h<i>`` of run ``r1`` after
+    ``delay`` seconds (speaking first, as the probe's listener does), then read the
+    connector's hello, counting how many connections are open at once."""
 
     def __init__(self, count: int, delay: float) -> None:
         self.delay = delay
@@ -176,11 +177,11 @@ class SlowEndpoints:
             self.open += 1
             self.most = max(self.most, self.open)
         with conn:
-            probe.read_line(conn, 10)
             time.sleep(self.delay)
             with self.lock:
                 self.open -= 1
             conn.sendall(f"{probe.probe_token('r1', host)}\n".encode())
+            probe.read_line(conn, 10)
             conn.recv(16)
 
     def close(self) -> None:
@@ -247,7 +248,6 @@ def bind_later(port: int, delay: float) -> tuple[threading.Thread, list[socket.s
         sock.settimeout(20)
         conn, _ = sock.accept()
         with conn:
-            probe.read_line(conn, 5)
             conn.sendall(f"{probe.probe_token('r1', 'h')}\n".encode())
             probe.read_line(conn, 5)
 
@@ -341,3 +341,37 @@ def test_the_host_probe_without_endpoints_connects_to_nothing(tmp_path: Any) -> 
         assert probe.bind_error(port) != 0
     finally:
         assert probe.stop_listeners([port], 10, probe.probe_token("r1", "a"), result["listener_pid"]) == []
+
+
+@pytest.mark.parametrize("banner", [b"", b"SSH-2.0-OpenSSH_9.6\r\n"])
+def test_a_service_that_is_not_the_probe_gets_not_a_byte(banner: bytes) -> None:
+    """The probe's listener speaks first, and a connector sends its hello only to the probe
+    it expects: a silent service, or one with a banner, at a worker port (a port taken on
+    a peer, in the one-run probe that connects before the controller saw the peers' looks)
+    receives nothing, and the port is named as not this run's probe."""
+    sock, port = listening_socket()
+    received: list[bytes] = []
+
+    def serve_once() -> None:
+        conn, _ = sock.accept()
+        with conn:
+            conn.sendall(banner)
+            conn.settimeout(5)
+            data = b""
+            try:
+                while chunk := conn.recv(256):
+                    data += chunk
+            except OSError:
+                pass
+            received.append(data)
+
+    thread = threading.Thread(target=serve_once, daemon=True)
+    thread.start()
+    try:
+        [failure] = probe.connect_all([{"index": 1, "host": "b", "address": "127.0.0.1", "port": port}], "a", 0.5,
+                                      run_id="r1")
+        thread.join(10)
+    finally:
+        sock.close()
+    assert "not as this run's probe on host b" in failure["reason"]
+    assert received == [b""]
