@@ -32,6 +32,8 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "role_path": {"type": "path", "required": True},
     "entry_point": {"type": "str", "required": True},
     "hosts": {"type": "list", "elements": "str"},
+    "problems": {"type": "list", "elements": "str", "default": []},
+    "refusal": {"type": "str", "default": "Refused: "},
 }
 
 
@@ -82,6 +84,17 @@ def input_errors(options: dict[str, Any], own_host: str, own: dict[str, Any],
     return errors
 
 
+def refusal_message(role: str, entry_point: str, errors: list[str], problems: list[str], refusal: str) -> str:
+    """One message for every refusal at once: the argument errors as Ansible words its
+    own check, then the caller's ``problems`` after ``refusal``, joined by '; '."""
+    parts = []
+    if errors:
+        parts.append(f"Validation of arguments failed for role {role}, entry point {entry_point}:\n" + "\n".join(errors))
+    if problems:
+        parts.append(refusal + "; ".join(problems))
+    return "\n".join(parts)
+
+
 class ActionModule(ControllerAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
 
@@ -108,11 +121,12 @@ class ActionModule(ControllerAction):
                                            "path": args["role_path"]}
         result["changed"] = False
         result["hosts"] = [own_host, *others]
-        if errors:
+        problems = [problem for problem in args["problems"] if problem]
+        result["problems"] = problems
+        if errors or problems:
             result["failed"] = True
             result["argument_errors"] = errors
-            result["msg"] = (f"Validation of arguments failed for role {role}, entry point {args['entry_point']}:\n"
-                             + "\n".join(errors))
+            result["msg"] = refusal_message(role, args["entry_point"], errors, problems, args["refusal"])
         else:
             result["msg"] = f"The inputs of role {role} ({args['entry_point']}) are valid on {len(others) + 1} host(s)"
         return result

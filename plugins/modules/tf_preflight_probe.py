@@ -8,7 +8,9 @@ Four modes, all read-only for the host's runs:
 * ``host``: which of this host's worker ports are taken (and by which process, when it
   can be seen), the free disk space under the base directory, whether the run id was
   already launched here, and how many GPUs the host shows; with ``listen``, it then
-  holds short-lived listeners on the ports from a detached process.
+  holds short-lived listeners on the ports from a detached process; with ``endpoints``
+  too, it then does the ``connect`` part in the same run (the one-run probe: one module
+  run per host for the whole preflight, where every host runs it at once).
 * ``connect``: from this host, open a connection to every worker endpoint of the cluster,
   as TensorFlow will (up to 32 at once), and report those that cannot be reached and why;
   then wait, for a bounded time, until this host's own listener has heard every peer and
@@ -34,6 +36,14 @@ description:
     itself once every peer reached every port it holds, or at its O(timeout), which no
     client can extend; V(connect) waits up to O(wait) for this host's own listener to end.
     V(stop) ends the listeners early, after a failed preflight.
+  - V(host) with O(listen) and O(endpoints) does both in one run. It binds its listeners,
+    then connects to every endpoint (each within O(probe_timeout)), trying a refused one
+    again for up to O(settle) seconds while the peers' own runs bind theirs, and waits up
+    to O(wait) for its listener to end. Every host must run it at the same time (C(--forks)
+    at least the number of hosts), since a host whose peers start later would wait for nothing.
+  - The listener answers first, with the token of its host and run; a connecting host sends
+    its hello only to the listener it expects, so that a service that is not the probe (a
+    port taken on a peer, a wrong address) gets nothing from it.
   - The probe scales with the slowest round trip, not with the number of hosts. A listener
     serves all its connections at once, each for at most 2 seconds from its accept (a
     silent or trickling client is cut off then and delays no other). V(connect) tries up to
@@ -61,7 +71,8 @@ options:
       endpoint must answer as that run's probe of its host.
     type: str
   endpoints:
-    description: Every worker of the cluster, as C(index), C(host), C(address), C(port) (V(connect) mode).
+    description: Every worker of the cluster, as C(index), C(host), C(address), C(port) (V(connect) mode;
+      in V(host) mode, reached once the listeners are up, as V(connect) mode does).
     type: list
     elements: dict
     default: []
@@ -101,11 +112,23 @@ options:
       listener to wait for (0 or unset, none).
     type: int
   wait:
-    description: In V(connect) mode, seconds to wait, after this host's connections, for
-      its listener O(listener_pid) to end and O(ports) to be free; not waited for when a
-      connection failed (the run is refused, and the listeners are stopped).
+    description: In V(connect) mode (and V(host) mode with O(endpoints)), seconds to wait,
+      after this host's connections, for its listener (O(listener_pid), or the one V(host)
+      mode started) to end and O(ports) to be free; not waited for when a connection failed
+      (the run is refused, and the listeners are stopped).
     type: float
     default: 0
+  settle:
+    description: Seconds to keep trying an endpoint that refuses the connection (its
+      listener may not be up yet), when longer than the timeout of one endpoint (V(connect)
+      mode, and V(host) mode with O(endpoints)).
+    type: float
+    default: 0
+  probe_timeout:
+    description: In V(host) mode with O(endpoints), seconds to keep trying one endpoint
+      (O(timeout) is the listeners' lifetime there).
+    type: float
+    default: 10
   listen:
     description: In V(host) mode, once the ports are seen free, bind a listener on each and
       serve them from a detached process until every peer said hello, a V(stop) arrives or
@@ -135,6 +158,24 @@ EXAMPLES = r"""
     peers: "{{ ansible_play_hosts }}"
     timeout: 60
   register: host_probe
+
+- name: Look, listen and reach every worker port in one run (every host at once)
+  tf_runbook.multiworker.tf_preflight_probe:
+    mode: host
+    ports: [2222]
+    base_dir: ~/tf-runs
+    run_id: mnist-20260101-1200
+    me: "{{ inventory_hostname }}"
+    listen: true
+    peers: "{{ ansible_play_hosts }}"
+    timeout: 120
+    endpoints:
+      - {index: 0, host: w1, address: 10.0.0.11, port: 2222}
+      - {index: 1, host: w2, address: 10.0.0.12, port: 2222}
+    probe_timeout: 5
+    settle: 10
+    wait: 10
+  register: one_run
 
 - name: Reach every worker port of the cluster from this host
   tf_runbook.multiworker.tf_preflight_probe:
@@ -213,20 +254,21 @@ versions:
   type: dict
   returned: versions mode, or host mode with O(python)
 failures:
-  description: Each endpoint that could not be reached, with C(reason).
+  description: Each endpoint that could not be reached, with C(reason) ([] in V(host) mode without
+    O(endpoints)).
   type: list
   elements: dict
-  returned: connect mode
+  returned: connect and host modes
 listener_gone:
-  description: Whether this host's listener O(listener_pid) had ended, and freed O(ports), when the
-    module returned (true when there was none).
+  description: Whether this host's listener (O(listener_pid), or the one V(host) mode started) had
+    ended, and freed O(ports), when the module returned (true when there was none).
   type: bool
-  returned: connect mode
+  returned: connect and host modes
 ports_held:
   description: The ports of O(ports) still held when the module returned ([] once the listener is gone).
   type: list
   elements: int
-  returned: connect mode
+  returned: connect and host modes
 """
 
 import concurrent.futures
@@ -522,9 +564,11 @@ def serve(
     every peer reached every port, or after ``lifetime`` seconds, whichever comes first.
 
     Every connection is served at once (one selector, no connection waits behind another),
-    and each gets at most ``budget`` seconds from its accept: to send its line, then to close
-    first after the answer (so that TIME_WAIT stays on the peer's side and not on the worker
-    port that TensorFlow binds next). A client that trickles bytes is cut off at its budget,
+    and each gets at most ``budget`` seconds from its accept: the listener sends ``token``
+    at once (a connector checks it before it sends anything, so that a service that is not
+    the probe never gets a byte from it), then the peer sends its line and closes first (so
+    that TIME_WAIT stays on the peer's side and not on the worker port that TensorFlow
+    binds next). A client that trickles bytes is cut off at its budget,
     and nothing a client does moves the end of the listener's ``lifetime``.
     """
     heard: dict[int, set[str]] = {port: set() for port in listeners.values()}
@@ -570,6 +614,13 @@ def serve(
                     except OSError:
                         continue  # the peer gave up before the accept
                     conn.setblocking(False)
+                    # The listener speaks first: a connector checks who answered before
+                    # it sends a byte, so that an unrelated service gets nothing from it.
+                    try:
+                        conn.send(f"{token or PROBE}\n".encode())
+                    except OSError:
+                        conn.close()
+                        continue  # the peer did not wait for the answer
                     open_conns[conn] = [listeners[sock], b"", min(time.monotonic() + budget, deadline)]
                     selector.register(conn, selectors.EVENT_READ)
                     continue
@@ -584,7 +635,7 @@ def serve(
                     finish(sock)  # the peer closed: done with it
                     continue
                 if state[1] is None:
-                    continue  # answered: wait for the peer to close
+                    continue  # heard: wait for the peer to close
                 state[1] += data
                 if b"\n" not in state[1] and len(state[1]) < 256:
                     continue
@@ -593,10 +644,6 @@ def serve(
                     stopped = True
                 elif line.startswith(b"hello "):
                     heard[state[0]].add(line[6:].decode("utf-8", "replace").strip())
-                    try:
-                        sock.send(f"{token or PROBE}\n".encode())
-                    except OSError:
-                        finish(sock)  # the peer did not wait for the answer
     finally:
         for conn in list(open_conns):
             finish(conn)
@@ -656,22 +703,33 @@ def read_line(conn: socket.socket, timeout: float) -> bytes:
     return data.split(b"\n", 1)[0]
 
 
-def reach(endpoint: dict[str, Any], me: str, timeout: float, expect: str | None = None) -> str:
+def reach(
+    endpoint: dict[str, Any], me: str, timeout: float, expect: str | None = None, settle: float = 0.0
+) -> str:
     """'' when ``endpoint`` accepts a connection within ``timeout`` seconds and, with
-    ``expect``, answers it with that token; else why not."""
-    deadline = time.monotonic() + timeout
+    ``expect``, answers it with that token; else why not.
+
+    A refused connection is tried again until ``timeout`` or, when longer, ``settle``
+    seconds have passed: the peer's listener may not be up yet (in the one-run probe, each
+    host binds its listeners in its own module run, at slightly different times). A
+    connection that gets no answer is given ``timeout`` seconds, never more.
+    """
+    deadline = time.monotonic() + max(timeout, settle)
     last = "no answer"
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return last
         try:
-            with socket.create_connection((endpoint["address"], int(endpoint["port"])), timeout=left) as conn:
-                conn.sendall(f"hello {me}\n".encode())
+            with socket.create_connection((endpoint["address"], int(endpoint["port"])), timeout=min(left, timeout)) as conn:
                 if expect is None:
+                    conn.sendall(f"hello {me}\n".encode())
                     return ""
+                # The probe's listener speaks first: nothing is sent to a port that does
+                # not answer as this run's probe of that host (an unrelated service).
                 answer = read_line(conn, max(deadline - time.monotonic(), 2.0))
                 if answer.decode("utf-8", "replace") == expect:
+                    conn.sendall(f"hello {me}\n".encode())
                     return ""
                 shown = answer.decode("utf-8", "replace")[:80].encode("unicode_escape").decode("ascii")
                 return (
@@ -690,18 +748,19 @@ def reach(endpoint: dict[str, Any], me: str, timeout: float, expect: str | None 
 
 def connect_all(
     endpoints: list[dict[str, Any]], me: str, timeout: float, run_id: str | None = None,
-    parallel: int = CONNECT_PARALLEL,
+    parallel: int = CONNECT_PARALLEL, settle: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Every endpoint that cannot be reached, or (with ``run_id``) that does not answer as
     the probe of its host for that run, in the order of ``endpoints``.
 
     Up to ``parallel`` endpoints are tried at once, so that the probe takes about the
-    slowest round trip (at most ``timeout`` seconds each), not the sum of them.
+    slowest round trip (at most ``timeout`` seconds each), not the sum of them. A refused
+    endpoint is tried again for up to ``settle`` seconds (see ``reach``).
     """
 
     def attempt(endpoint: dict[str, Any]) -> str:
         expect = None if run_id is None else probe_token(run_id, str(endpoint.get("host")))
-        return reach(endpoint, me, timeout, expect)
+        return reach(endpoint, me, timeout, expect, settle)
 
     if not endpoints:
         return []
@@ -762,6 +821,19 @@ def stop_listeners(ports: list[int], wait: float, token: str = "", pid: int | No
     return busy
 
 
+def connect_and_await(params: dict[str, Any], listener_pid: int) -> dict[str, Any]:
+    """Connect to every endpoint of ``params``, then wait for this host's listener
+    ``listener_pid`` to end: the results of the connect part (``failures``,
+    ``listener_gone``, ``ports_held``), in V(connect) mode or after V(host) mode's look."""
+    connect_timeout = params["probe_timeout"] if params["mode"] == "host" else params["timeout"]
+    failures = connect_all(
+        params["endpoints"], params["me"], connect_timeout, params["run_id"], settle=params["settle"]
+    )
+    # A failed connection refuses the run, whose rescue stops the listeners: no wait.
+    held = await_listener_end(params["ports"], listener_pid, 0 if failures else params["wait"])
+    return {"failures": failures, "listener_gone": not held, "ports_held": held}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -779,6 +851,8 @@ def main() -> None:
             "listener_pid": {"type": "int", "default": None},
             "wait": {"type": "float", "default": 0},
             "addresses": {"type": "list", "elements": "str", "default": []},
+            "settle": {"type": "float", "default": 0},
+            "probe_timeout": {"type": "float", "default": 10},
         },
         supports_check_mode=True,
     )
@@ -802,16 +876,21 @@ def main() -> None:
                 )
             except OSError as exc:
                 module.fail_json(msg=f"cannot listen on {params['ports']}: {exc}", **seen)
+        # The one-run probe: with O(endpoints), this host connects to every worker port
+        # right after its own listeners are up. A host refused for its look (a port taken)
+        # does not: the run is refused for that, and nothing listens here to wait for.
+        if params["endpoints"] and not seen["busy_ports"] and not module.check_mode:
+            seen.update(connect_and_await(params, seen["listener_pid"]))
+        else:  # a listener started here is still up: it waits for the connect mode's runs
+            held = list(params["ports"]) if seen["listener_pid"] else []
+            seen.update({"failures": [], "listener_gone": not held, "ports_held": held})
         module.exit_json(changed=False, **seen)
     elif mode == "versions":
         if not params["python"]:
             module.fail_json(msg="versions mode needs python")
         module.exit_json(changed=False, versions=interpreter_versions(params["python"], params["versions_code"], command_runner(module)))
     elif mode == "connect":
-        failures = connect_all(params["endpoints"], params["me"], params["timeout"], params["run_id"])
-        # A failed connection refuses the run, whose rescue stops the listeners: no wait.
-        held = await_listener_end(params["ports"], params["listener_pid"] or 0, 0 if failures else params["wait"])
-        module.exit_json(changed=False, failures=failures, listener_gone=not held, ports_held=held)
+        module.exit_json(changed=False, **connect_and_await(params, params["listener_pid"] or 0))
     else:
         token = probe_token(params["run_id"], params["me"]) if params["run_id"] else ""
         still = stop_listeners(params["ports"], params["timeout"], token, params["listener_pid"])

@@ -25,6 +25,9 @@ description:
     C(meta/ranges.yml), beside its argument spec (a low, a high, what 0 means); an
     argument spec checks types only.
   - Each error names its host. The task fails when there is any.
+  - O(problems) adds what argument specs and ranges cannot say (a pattern that does not
+    compile, a path that does not exist), computed by the task, so that one task refuses
+    the run with every reason at once.
   - The roles of this collection name their entry points after what they do (not
     C(main)), so that Ansible does not check them a second time per host.
 extends_documentation_fragment:
@@ -43,6 +46,16 @@ options:
       (C(ansible_play_hosts)).
     type: list
     elements: str
+  problems:
+    description: Further refusals, each naming its host, found by the task itself; empty
+      strings are left out. Any of them fails the task too, after O(refusal).
+    type: list
+    elements: str
+    default: []
+  refusal:
+    description: What the message says before O(problems) (joined by C(; )).
+    type: str
+    default: "Refused: "
 attributes:
   check_mode:
     support: full
@@ -59,6 +72,13 @@ EXAMPLES = r"""
     role_path: "{{ role_path }}"
     entry_point: deploy
   run_once: true
+
+- name: Check the inputs of role tf_x and refuse a pattern that does not compile
+  tf_runbook.multiworker.tf_role_inputs:
+    role_path: "{{ role_path }}"
+    entry_point: contract
+    problems: ["{{ tf_x_pattern | tf_runbook.multiworker.tf_pattern_problem('tf_x_pattern', inventory_hostname) }}"]
+  run_once: true
 """
 
 RETURN = r"""
@@ -72,6 +92,11 @@ argument_errors:
   type: list
   elements: str
   returned: failure
+problems:
+  description: The non-empty entries of O(problems).
+  type: list
+  elements: str
+  returned: always
 validate_args_context:
   description: The role, entry point and path checked, as M(ansible.builtin.validate_argument_spec) returns it.
   type: dict

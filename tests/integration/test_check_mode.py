@@ -80,10 +80,14 @@ def test_check_and_diff_on_local_hosts_preview_the_run_and_change_nothing(tmp_pa
     assert f"+file {tmp_path}/w0/runs/dry/job/multiworker_train.py sha256 " in output
     assert f" interpreter: {sys.executable}" in output
     assert "--check: run dry would start 2 worker(s)" in output
-    # The preflight ran for real: every host connected to the probe listeners.
-    assert "Connect from this host to every worker port of the cluster" in output
-    # Its listeners ended by themselves once both hosts connected: no stop ran on any host
-    # (skipped tasks are not shown), and the ports are free (below).
+    # The preflight ran for real: every host connected to the probe listeners, in the
+    # look's own module run (the one-run probe: --forks covers both hosts), so the
+    # two-step connect was skipped (skipped tasks are not shown).
+    assert "Look at this host's worker ports, free disk, GPUs and earlier runs" in output
+    assert "Connect from this host to every worker port of the cluster" not in output
+    # Its listeners ended by themselves once both hosts connected (a listener that did
+    # not hear every peer is reported held, and stopped by the task below): no stop ran on
+    # any host, and the ports are free (below).
     assert "End the probe listeners" not in output, output[-4000:]
 
     plain = cluster.play("--check", tf_run_id="dry")

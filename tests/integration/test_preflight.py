@@ -251,7 +251,7 @@ def test_inputs_that_would_fail_late_are_refused_at_once_naming_host_and_value(
         "host w1: tf_worker_venv_dir 'venvs/tf' must be an absolute path or start with ~/",
     )  # fmt: skip
     # Refused by the preflight's input check, before any host was probed.
-    assert "Refuse patterns, paths and addresses that would fail later" in output
+    assert "Check the inputs of role tf_preflight and refuse patterns, paths and addresses that would fail later" in output
     assert "Look at this host's worker ports" not in output
 
 

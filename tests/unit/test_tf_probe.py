@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 import tf_preflight_probe as probe
+from helpers import run_module
 
 # Generous margins: this machine's cores are shared with other test runs.
 MARGIN = 1.5
@@ -148,8 +149,9 @@ def test_slow_clients_are_served_concurrently() -> None:
 
 
 class SlowEndpoints:
-    """Listeners that each answer a probe's hello as host ``h<i>`` of run ``r1`` after
-    ``delay`` seconds, counting how many connections are open at once."""
+    """Listeners that each answer as the probe of host ``h<i>`` of run ``r1`` after
+    ``delay`` seconds (speaking first, as the probe's listener does), then read the
+    connector's hello, counting how many connections are open at once."""
 
     def __init__(self, count: int, delay: float) -> None:
         self.delay = delay
@@ -175,11 +177,11 @@ class SlowEndpoints:
             self.open += 1
             self.most = max(self.most, self.open)
         with conn:
-            probe.read_line(conn, 10)
             time.sleep(self.delay)
             with self.lock:
                 self.open -= 1
             conn.sendall(f"{probe.probe_token('r1', host)}\n".encode())
+            probe.read_line(conn, 10)
             conn.recv(16)
 
     def close(self) -> None:
@@ -220,3 +222,156 @@ def test_the_connections_at_once_are_bounded_and_failures_keep_the_endpoints_ord
         slow.close()
     assert [f["index"] for f in failures] == [99] and "refused" in failures[0]["reason"].lower()
     assert 1 < slow.most <= 4, slow.most
+
+
+# -- the one-run probe (issue 26: one module run per host for the whole preflight) ----------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def bind_later(port: int, delay: float) -> tuple[threading.Thread, list[socket.socket]]:
+    """A probe-like listener on ``port`` that comes up ``delay`` seconds from now (a peer
+    whose own module run binds later) and answers one hello as the probe of host h, run r1."""
+    held: list[socket.socket] = []
+
+    def run() -> None:
+        time.sleep(delay)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(8)
+        held.append(sock)
+        sock.settimeout(20)
+        conn, _ = sock.accept()
+        with conn:
+            conn.sendall(f"{probe.probe_token('r1', 'h')}\n".encode())
+            probe.read_line(conn, 5)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, held
+
+
+def test_a_refused_endpoint_is_tried_again_for_the_settle_time_and_no_longer() -> None:
+    port = free_port()
+    endpoint = {"index": 0, "host": "h", "address": "127.0.0.1", "port": port}
+    # Without settle: refused until the 0.5 s timeout, a failure.
+    began = time.monotonic()
+    [failure] = probe.connect_all([endpoint], "me", 0.5, run_id="r1")
+    assert "refused" in failure["reason"].lower() and time.monotonic() - began < 0.5 * 4
+    # With settle: a listener that comes up 1.5 s later is reached.
+    thread, held = bind_later(port, 1.5)
+    try:
+        began = time.monotonic()
+        assert probe.connect_all([endpoint], "me", 0.5, run_id="r1", settle=10) == []
+        assert 1.4 <= time.monotonic() - began < 10
+    finally:
+        thread.join(10)
+        for sock in held:
+            sock.close()
+    # Still refused at the end of settle: a failure after settle seconds, not before.
+    began = time.monotonic()
+    [failure] = probe.connect_all([endpoint], "me", 0.3, run_id="r1", settle=1.2)
+    assert "refused" in failure["reason"].lower() and 1.1 <= time.monotonic() - began < 1.2 * 4
+
+
+def one_run_args(me: str, ports: list[int], endpoints: list[dict[str, Any]], base_dir: str, **extra: Any) -> dict[str, Any]:
+    return {"mode": "host", "me": me, "run_id": "r1", "ports": ports, "base_dir": base_dir, "listen": True,
+            "peers": ["a", "b"], "timeout": 60, "endpoints": endpoints, "probe_timeout": 1, "settle": 10,
+            "wait": 10, **extra}
+
+
+def test_the_one_run_probe_looks_listens_connects_and_returns_once_its_listener_ended(tmp_path: Any) -> None:
+    """Two hosts a and b (two ports on this machine), each one module run in host mode with
+    endpoints; b starts 1.5 s after a, so a's first connections to b are refused and tried
+    again. Both return the look and no failure, their listeners ended, every port free."""
+    port_a, port_b = free_port(), free_port()
+    endpoints = [{"index": 0, "host": "a", "address": "127.0.0.1", "port": port_a},
+                 {"index": 1, "host": "b", "address": "127.0.0.1", "port": port_b}]
+    results: dict[str, dict[str, Any]] = {}
+
+    def host(me: str, port: int, delay: float) -> None:
+        time.sleep(delay)
+        results[me] = run_module(probe.__file__, one_run_args(me, [port], endpoints, str(tmp_path)))
+
+    threads = [threading.Thread(target=host, args=("a", port_a, 0)), threading.Thread(target=host, args=("b", port_b, 1.5))]
+    began = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert time.monotonic() - began < 20
+    for me in ("a", "b"):
+        result = results[me]
+        assert result["busy_ports"] == [] and result["free_mb"] > 0 and result["run_launched"] == "", result
+        assert result["listener_pid"] > 0
+        assert result["failures"] == [] and result["listener_gone"] is True and result["ports_held"] == [], result
+    assert probe.bind_error(port_a) == 0 and probe.bind_error(port_b) == 0
+
+
+def test_the_one_run_probe_names_a_peer_that_never_listens_and_does_not_wait(tmp_path: Any) -> None:
+    port_a, port_b = free_port(), free_port()
+    endpoints = [{"index": 0, "host": "a", "address": "127.0.0.1", "port": port_a},
+                 {"index": 1, "host": "b", "address": "127.0.0.1", "port": port_b}]
+    began = time.monotonic()
+    result = run_module(probe.__file__, one_run_args("a", [port_a], endpoints, str(tmp_path), settle=1, wait=30))
+    assert time.monotonic() - began < 15  # not the 30 s wait: the run is refused anyway
+    assert [f["index"] for f in result["failures"]] == [1] and "refused" in result["failures"][0]["reason"].lower()
+    assert result["listener_gone"] is False and result["ports_held"] == [port_a]
+    token = probe.probe_token("r1", "a")
+    assert probe.stop_listeners([port_a], 10, token, result["listener_pid"]) == []
+
+
+def test_the_host_probe_without_endpoints_connects_to_nothing(tmp_path: Any) -> None:
+    port = free_port()
+    args = {"mode": "host", "me": "a", "run_id": "r1", "ports": [port], "base_dir": str(tmp_path)}
+    result = run_module(probe.__file__, args)
+    assert result["listener_pid"] == 0 and result["failures"] == [] and result["listener_gone"] is True
+    # Listening without endpoints (the two-step probe): the listener is up, for the
+    # connect mode's runs, and the result says so.
+    args.update({"listen": True, "peers": ["a", "never-comes"], "timeout": 30})
+    result = run_module(probe.__file__, args)
+    try:
+        assert result["listener_pid"] > 0 and result["failures"] == []
+        assert result["listener_gone"] is False and result["ports_held"] == [port]
+        assert probe.bind_error(port) != 0
+    finally:
+        assert probe.stop_listeners([port], 10, probe.probe_token("r1", "a"), result["listener_pid"]) == []
+
+
+@pytest.mark.parametrize("banner", [b"", b"SSH-2.0-OpenSSH_9.6\r\n"])
+def test_a_service_that_is_not_the_probe_gets_not_a_byte(banner: bytes) -> None:
+    """The probe's listener speaks first, and a connector sends its hello only to the probe
+    it expects: a silent service, or one with a banner, at a worker port (a port taken on
+    a peer, in the one-run probe that connects before the controller saw the peers' looks)
+    receives nothing, and the port is named as not this run's probe."""
+    sock, port = listening_socket()
+    received: list[bytes] = []
+
+    def serve_once() -> None:
+        conn, _ = sock.accept()
+        with conn:
+            conn.sendall(banner)
+            conn.settimeout(5)
+            data = b""
+            try:
+                while chunk := conn.recv(256):
+                    data += chunk
+            except OSError:
+                pass
+            received.append(data)
+
+    thread = threading.Thread(target=serve_once, daemon=True)
+    thread.start()
+    try:
+        [failure] = probe.connect_all([{"index": 1, "host": "b", "address": "127.0.0.1", "port": port}], "a", 0.5,
+                                      run_id="r1")
+        thread.join(10)
+    finally:
+        sock.close()
+    assert "not as this run's probe on host b" in failure["reason"]
+    assert received == [b""]

@@ -182,3 +182,39 @@ def test_each_check_is_the_first_task_of_its_file() -> None:
         if "tf_runbook.multiworker.tf_role_inputs" in names:
             assert names.index("tf_runbook.multiworker.tf_role_inputs") == 0 or re.search(
                 r"tf/tasks/contract", str(tasks)), f"{tasks}: the inputs are checked after other tasks ran"
+
+
+# -- one task refuses every reason at once (issue 26: fewer controller tasks) ----------------
+
+
+def test_the_callers_problems_follow_the_argument_errors_in_one_message() -> None:
+    errors = ["host w1: argument 'tf_x_timeout' is of type str"]
+    problems = ["host w1: tf_x_pattern '(' is not a regular expression", "host w2: tf_x_dir 'x' must be absolute"]
+    message = action.refusal_message("tf_x", "contract", errors, problems, "Preflight refused the run: ")
+    assert message == (
+        "Validation of arguments failed for role tf_x, entry point contract:\n"
+        "host w1: argument 'tf_x_timeout' is of type str\n"
+        "Preflight refused the run: host w1: tf_x_pattern '(' is not a regular expression; "
+        "host w2: tf_x_dir 'x' must be absolute")
+
+
+@pytest.mark.parametrize(("errors", "problems", "expected"), [
+    ([], ["host w1: p"], "Refused: host w1: p"),
+    (["host w1: e"], [], "Validation of arguments failed for role tf_x, entry point contract:\nhost w1: e"),
+])
+def test_either_kind_alone_gives_its_own_part(errors: list[str], problems: list[str], expected: str) -> None:
+    assert action.refusal_message("tf_x", "contract", errors, problems, "Refused: ") == expected
+
+
+def test_the_contract_and_the_preflight_refuse_their_problems_in_their_input_check() -> None:
+    """The ranges and the stall pattern (contract), the inputs that would fail late
+    (preflight): each the `problems` of its role's tf_role_inputs task, no task of their own."""
+    for tasks, needles in ((ROLES / "tf" / "tasks" / "contract.yml", ("tf_range_problems_hosts", "tf_pattern_problem")),
+                           (ROLES / "tf_preflight" / "tasks" / "main.yml", ("__tf_preflight_input_problems",))):
+        [check] = [task for task in yaml.safe_load(tasks.read_text())
+                   if "tf_runbook.multiworker.tf_role_inputs" in task]
+        problems = str(check["tf_runbook.multiworker.tf_role_inputs"]["problems"])
+        for needle in needles:
+            assert needle in problems, (tasks, needle)
+    assert "ansible.builtin.assert" not in (ROLES / "tf" / "tasks" / "contract.yml").read_text()
+    assert "Refuse patterns, paths and addresses" not in (ROLES / "tf_preflight" / "tasks" / "main.yml").read_text()
