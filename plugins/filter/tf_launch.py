@@ -4,37 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import launched_workers
+
 
 def tf_launched_workers(result: dict[str, Any] | None, went: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """One entry per worker the launch tried to start, in index order: its index,
-    directory, supervisor pid and launch error (None when it started). None of a dry run
-    (check mode), a skipped task or a host without a result.
-
-    ``went`` is the result of an armed launch's go (tf_worker_go, for every worker of the
-    run): a worker of this host that the go did not start gets the go's error as its
-    launch error, so that the wait reports it failed at once instead of waiting for its
-    armed supervisor to give up."""
-    not_started = {
-        int(entry["index"]): entry.get("error") or "no answer"
-        for entry in (went or {}).get("workers") or []
-        if not entry.get("started")
-    }
-    launched = []
-    for worker in (result or {}).get("workers") or []:
-        pid, error = worker.get("supervisor_pid"), worker.get("error")
-        if pid is None and not error:
-            continue
-        if not error and int(worker["index"]) in not_started:
-            error = f"the launch's go did not start it: {not_started[int(worker['index'])]}"
-        launched.append(
-            {
-                "index": int(worker["index"]),
-                "dir": worker["dir"],
-                "supervisor_pid": None if pid is None else int(pid),
-                "launch_error": error or None,
-            }
-        )
-    return sorted(launched, key=lambda entry: entry["index"])
+    """The launched workers of a launch's result, with what the go started: the contract's
+    launched_workers (module_utils/tf_run_files.py), which the launch module also returns
+    as its fact tf_launch_jobs."""
+    return launched_workers(result, went)
 
 
 def tf_launch_job_seconds(deadline: int | str, started: int | str) -> int:

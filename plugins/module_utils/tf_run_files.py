@@ -460,7 +460,7 @@ def read_back_problems(read_back: list[dict[str, Any]], cluster: list[str]) -> l
     cluster list, or gives its worker another index."""
     problems = []
     for item in read_back:
-        where = f"worker-{int(item['index'])}"
+        where = worker_dir_name(int(item["index"]))
         try:
             data = json.loads(item["content"])
             workers = [str(w) for w in data["cluster"]["worker"]]
@@ -491,3 +491,35 @@ def run_facts(
         "tf_worker_interpreter": interpreter,
         "tf_launch_jobs": jobs,
     }
+
+
+def launched_workers(result: dict[str, Any] | None, went: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One entry per worker the launch tried to start, in index order: its index,
+    directory, supervisor pid and launch error (None when it started). None of a dry run
+    (check mode), a skipped task or a host without a result.
+
+    ``went`` is the result of an armed launch's go (tf_worker_go, for every worker of the
+    run): a worker of this host that the go did not start gets the go's error as its
+    launch error, so that the wait reports it failed at once instead of waiting for its
+    armed supervisor to give up."""
+    not_started = {
+        int(entry["index"]): entry.get("error") or "no answer"
+        for entry in (went or {}).get("workers") or []
+        if not entry.get("started")
+    }
+    launched = []
+    for worker in (result or {}).get("workers") or []:
+        pid, error = worker.get("supervisor_pid"), worker.get("error")
+        if pid is None and not error:
+            continue
+        if not error and int(worker["index"]) in not_started:
+            error = f"the launch's go did not start it: {not_started[int(worker['index'])]}"
+        launched.append(
+            {
+                "index": int(worker["index"]),
+                "dir": worker["dir"],
+                "supervisor_pid": None if pid is None else int(pid),
+                "launch_error": error or None,
+            }
+        )
+    return sorted(launched, key=lambda entry: entry["index"])

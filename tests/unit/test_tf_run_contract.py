@@ -194,10 +194,18 @@ def test_no_plugin_spells_out_the_contract(path: Path) -> None:
 
 
 def test_plugins_that_touch_a_runs_files_import_the_contract() -> None:
-    touching = [p for p in plugin_files() if "module_utils.tf_run import" in p.read_text(encoding="utf-8")]
+    # tf_run_files (a run's files on a host, shared by tf_run_dir and tf_worker_launch)
+    # imports the contract itself; a plugin that imports it imports the contract with it.
+    shared = REPO / "plugins" / "module_utils" / "tf_run_files.py"
+    assert "module_utils.tf_run import" in shared.read_text(encoding="utf-8")
+    assert not code_literals(shared) & CONTRACT_LITERALS
+    touching = [
+        p for p in plugin_files()
+        if any(f"module_utils.{name} import" in p.read_text(encoding="utf-8") for name in ("tf_run", "tf_run_files"))
+    ]  # fmt: skip
     names = {p.name for p in touching}
     assert {
-        "tf_run_dir.py", "tf_preflight_probe.py", "tf_worker_status.py", "tf_worker_stop.py",
+        "tf_run_dir.py", "tf_worker_launch.py", "tf_preflight_probe.py", "tf_worker_status.py", "tf_worker_stop.py",
         "tf_collect_bundle.py", "tf_verdict.py", "tf_cluster.py", "tf_worker_config.py", "tf_run_id.py",
     } <= names  # fmt: skip
 
