@@ -523,3 +523,28 @@ def launched_workers(result: dict[str, Any] | None, went: dict[str, Any] | None 
             }
         )
     return sorted(launched, key=lambda entry: entry["index"])
+
+
+def reattach_facts(found: dict[str, Any], first: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's facts on a host from what the reattach's finder (tf_worker_status with
+    ``run_dir``) read there: the same names as the launch's (run_facts), plus the run's
+    attempt and deadline (``tf_run_attempt``, ``tf_launch_deadline``, on the controller's
+    clock) taken from ``first``, one host's ``launch`` record, so that every host gets one
+    value for the run. Raises ValueError when the finder found no launch record."""
+    launch = found.get("launch") or {}
+    if "python" not in launch:
+        raise ValueError(f"run directory {found.get('run_dir')} holds no launch record")
+    workers = sorted(found.get("workers_found") or [], key=lambda w: int(w["index"]))
+    run = first if first and "attempt" in first else launch
+    return {
+        **run_facts(
+            str(found["run_dir"]),
+            os.path.dirname(str(launch["script"])),
+            str(launch["checkpoint_dir"]),
+            {str(int(w["index"])): str(w["dir"]) for w in workers},
+            str(launch["python"]),
+            workers,
+        ),
+        "tf_run_attempt": int(run["attempt"]),
+        "tf_launch_deadline": int(run.get("deadline_at_controller") or 0),
+    }
