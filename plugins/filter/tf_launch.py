@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import launched_workers
+from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import (
+    launched_workers,
+    published_facts,
+)
 
 
 def tf_launched_workers(result: dict[str, Any] | None, went: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -12,6 +16,17 @@ def tf_launched_workers(result: dict[str, Any] | None, went: dict[str, Any] | No
     launched_workers (module_utils/tf_run_files.py), which the launch module also returns
     as its fact tf_launch_jobs."""
     return launched_workers(result, went)
+
+
+def tf_launch_facts(
+    source: dict[str, Any], run: dict[str, Any] | None = None, went: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The run's facts the launch role publishes on a host (tasks/publish.yml), from a
+    launch's result or from the reattach's finder result (published_facts)."""
+    try:
+        return published_facts(source or {}, run or None, went or None)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"cannot publish the run's facts: {exc}") from None
 
 
 def tf_launch_job_seconds(deadline: int | str, started: int | str) -> int:
@@ -47,6 +62,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "tf_launched_workers": tf_launched_workers,
+            "tf_launch_facts": tf_launch_facts,
             "tf_launch_job_seconds": tf_launch_job_seconds,
             "tf_launch_controller_timeout": tf_launch_controller_timeout,
             "tf_launch_go_timeout": tf_launch_go_timeout,

@@ -480,9 +480,9 @@ def run_facts(
     jobs: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The facts a launched run publishes on its host, read by the wait, the stop, the
-    restarts and the checkpoints' copy: returned as ``ansible_facts`` by the launch
-    (tf_worker_launch) and by the reattach (tf_launch_publish), so that both publish the
-    same names from one place."""
+    restarts and the checkpoints' copy: returned by the launch (tf_worker_launch, its
+    ``facts``) and made from the reattach's finder (reattach_facts), so that the launch
+    role publishes the same names from one place (published_facts)."""
     return {
         "tf_worker_run_dir": run_dir,
         "tf_worker_job_dir": job_dir,
@@ -548,3 +548,20 @@ def reattach_facts(found: dict[str, Any], first: dict[str, Any] | None = None) -
         "tf_run_attempt": int(run["attempt"]),
         "tf_launch_deadline": int(run.get("deadline_at_controller") or 0),
     }
+
+
+def published_facts(
+    source: dict[str, Any], run: dict[str, Any] | None = None, went: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The run's facts on a host from either source the launch role publishes: a launch's
+    result (tf_worker_launch with deploy: its ``facts``, its workers updated with what an
+    armed launch's go ``went`` started) or the reattach's finder result (reattach_facts,
+    with ``run`` for the run's attempt and deadline). Raises ValueError for anything else."""
+    if "facts" in source:
+        facts = dict(source["facts"])
+        if went:
+            facts["tf_launch_jobs"] = launched_workers(source, went)
+        return facts
+    if "workers_found" in source:
+        return reattach_facts(source, run)
+    raise ValueError("neither a launch's result (facts) nor a reattach's (workers_found)")

@@ -57,10 +57,11 @@ description:
   - In check mode, reports what it would start and starts nothing; with O(deploy), writes
     nothing either and, in diff mode, shows this host's part of the run as
     M(tf_runbook.multiworker.tf_run_dir) does.
-  - Returns, as C(ansible_facts), the facts a launched run publishes on its host
+  - Returns, as C(facts), the facts a launched run publishes on its host
     (C(tf_worker_run_dir), C(tf_worker_job_dir), C(tf_worker_checkpoint_dir),
-    C(tf_worker_dirs), C(tf_worker_interpreter), C(tf_launch_jobs)), so that no task has
-    to publish them.
+    C(tf_worker_dirs), C(tf_worker_interpreter), C(tf_launch_jobs)), for the launch role's
+    one C(set_fact) (not as C(ansible_facts), since facts a module returns become host facts,
+    whose injection as variables is deprecated).
 extends_documentation_fragment:
   - tf_runbook.multiworker.attributes
 options:
@@ -258,7 +259,7 @@ deploy:
     C(checkpoint_dir), C(worker_dirs), C(written), C(read_back)).
   type: dict
   returned: with deploy
-ansible_facts:
+facts:
   description: The run's facts on this host, C(tf_worker_run_dir), C(tf_worker_job_dir),
     C(tf_worker_checkpoint_dir), C(tf_worker_dirs) (only with O(deploy)),
     C(tf_worker_interpreter) and C(tf_launch_jobs) (the launched workers, see the filter
@@ -567,7 +568,7 @@ def main() -> None:
             workers=planned,
             failed_workers=[],
             msg=f"host {host}: would start {len(slots)} supervisor(s)",
-            ansible_facts=facts(planned),
+            facts=facts(planned),
             **extra,
         )
     problems = refusals(slots)
@@ -586,7 +587,7 @@ def main() -> None:
         changed=any(r["supervisor_pid"] is not None for r in results),
         workers=results,
         failed_workers=[r["index"] for r in results if r["error"] is not None],
-        ansible_facts=facts(results),
+        facts=facts(results),
         **extra,
     )
 

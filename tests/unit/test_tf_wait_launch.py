@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import reattach_facts, run_facts
-from tf_launch import tf_launched_workers
+from ansible.errors import AnsibleFilterError
+from tf_launch import tf_launch_facts, tf_launched_workers
 from tf_wait import tf_wait_outcome
 
 HOSTS = ["node-a", "node-b", "node-c"]
@@ -294,22 +295,20 @@ def test_a_reattach_without_a_launch_record_is_refused() -> None:
         reattach_facts({**found_on_host(), "launch": {}})
 
 
-def test_the_publish_action_returns_the_facts_and_fails_naming_the_run_dir() -> None:
-    import importlib.util
-    from unittest import mock
-
-    from conftest import PLUGINS
-
-    spec = importlib.util.spec_from_file_location("tf_launch_publish_action", PLUGINS / "action" / "tf_launch_publish.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-
-    def run(args: dict[str, Any]) -> dict[str, Any]:
-        task = mock.MagicMock(args=args, async_val=0, check_mode=False, diff=False)
-        action = module.ActionModule(task, mock.MagicMock(), mock.MagicMock(), None, None, None)
-        return action.run(task_vars={})
-
-    ok = run({"found": found_on_host()})
-    assert ok["ansible_facts"] == reattach_facts(found_on_host()) and not ok.get("failed")
-    bad = run({"found": {**found_on_host(), "launch": {}}})
-    assert bad["failed"] is True and bad["msg"].endswith("run directory /h/runs/r1 holds no launch record")
+def test_the_launch_role_publishes_either_source_through_one_filter() -> None:
+    """tasks/publish.yml: a launch's result gives its facts, with what the go started; a
+    reattach's finder result gives the same names; anything else is refused."""
+    jobs = [{"index": 0, "dir": "/r/worker-0", "supervisor_pid": 7, "launch_error": None}]
+    facts = run_facts("/r", "/r/job", "/r/checkpoints", {"0": "/r/worker-0"}, "/py", jobs)
+    launched = {"facts": facts, "workers": [{"index": 0, "dir": "/r/worker-0", "supervisor_pid": 7, "error": None}]}
+    assert tf_launch_facts(launched) == facts
+    went = {"workers": [{"index": 0, "started": False, "error": "refused"}]}
+    assert tf_launch_facts(launched, None, went)["tf_launch_jobs"] == [
+        {**jobs[0], "launch_error": "the launch's go did not start it: refused"}
+    ]
+    assert facts["tf_launch_jobs"] == jobs, "the launch's own result is left as it was"
+    assert tf_launch_facts(found_on_host(), {}) == reattach_facts(found_on_host())
+    with pytest.raises(AnsibleFilterError, match="cannot publish the run's facts: neither a launch's result"):
+        tf_launch_facts({"changed": False})
+    with pytest.raises(AnsibleFilterError, match="holds no launch record"):
+        tf_launch_facts({**found_on_host(), "launch": {}})

@@ -316,7 +316,7 @@ def test_deploy_writes_the_attempt_then_starts_its_workers_in_one_run(tmp_path: 
         "--run-id", "r1", "--", "--epochs", "2",
     ]  # fmt: skip
     assert all(Path(d, "state.json").is_file() for d in dirs.values())
-    facts = result["ansible_facts"]
+    facts = result["facts"]
     assert facts["tf_worker_run_dir"] == str(run_dir) and facts["tf_worker_job_dir"] == job_dir
     assert facts["tf_worker_dirs"] == dirs and facts["tf_worker_interpreter"] == sys.executable
     assert facts["tf_worker_checkpoint_dir"] == f"{run_dir}/checkpoints"
@@ -376,7 +376,7 @@ def test_check_mode_with_deploy_writes_and_starts_nothing_and_shows_the_diff(tmp
     assert not (tmp_path / "base").exists()
     assert "TF_CONFIG cluster (2 workers): 127.0.0.1:2222, 127.0.0.1:2223" in result["diff"]["after"]
     assert result["diff"]["before"] == ""
-    assert result["ansible_facts"]["tf_launch_jobs"] == []
+    assert result["facts"]["tf_launch_jobs"] == []
     assert all(w["supervisor_pid"] is None for w in result["workers"])
 
 
