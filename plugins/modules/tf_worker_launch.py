@@ -288,6 +288,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     LAUNCH_OUTPUT_FILE,
     LAUNCH_RECORDS,
     STATE_FILE,
+    SUPERVISOR_FILE,
     printable,
     read_json,
 )
@@ -542,7 +543,7 @@ def main() -> None:
                 deploy={k: v for k, v in deployed.items() if k != "diff"},
             )
         dirs = deployed["worker_dirs"]
-        supervisor = supervisor or os.path.join(deployed["job_dir"], "tf_supervisor.py")
+        supervisor = supervisor or os.path.join(deployed["job_dir"], SUPERVISOR_FILE)
         args = deployed_args(deployed, python, params["script"], args)
     try:
         slots = plan(params["workers"], dirs, python, supervisor, args)
