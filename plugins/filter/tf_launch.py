@@ -4,37 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import (
+    launched_workers,
+    published_facts,
+)
+
 
 def tf_launched_workers(result: dict[str, Any] | None, went: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """One entry per worker the launch tried to start, in index order: its index,
-    directory, supervisor pid and launch error (None when it started). None of a dry run
-    (check mode), a skipped task or a host without a result.
+    """The launched workers of a launch's result, with what the go started: the contract's
+    launched_workers (module_utils/tf_run_files.py), which the launch module also returns
+    as its fact tf_launch_jobs."""
+    return launched_workers(result, went)
 
-    ``went`` is the result of an armed launch's go (tf_worker_go, for every worker of the
-    run): a worker of this host that the go did not start gets the go's error as its
-    launch error, so that the wait reports it failed at once instead of waiting for its
-    armed supervisor to give up."""
-    not_started = {
-        int(entry["index"]): entry.get("error") or "no answer"
-        for entry in (went or {}).get("workers") or []
-        if not entry.get("started")
-    }
-    launched = []
-    for worker in (result or {}).get("workers") or []:
-        pid, error = worker.get("supervisor_pid"), worker.get("error")
-        if pid is None and not error:
-            continue
-        if not error and int(worker["index"]) in not_started:
-            error = f"the launch's go did not start it: {not_started[int(worker['index'])]}"
-        launched.append(
-            {
-                "index": int(worker["index"]),
-                "dir": worker["dir"],
-                "supervisor_pid": None if pid is None else int(pid),
-                "launch_error": error or None,
-            }
-        )
-    return sorted(launched, key=lambda entry: entry["index"])
+
+def tf_launch_facts(
+    source: dict[str, Any], run: dict[str, Any] | None = None, went: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The run's facts the launch role publishes on a host (tasks/publish.yml), from a
+    launch's result or from the reattach's finder result (published_facts)."""
+    try:
+        return published_facts(source or {}, run or None, went or None)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"cannot publish the run's facts: {exc}") from None
 
 
 def tf_launch_job_seconds(deadline: int | str, started: int | str) -> int:
@@ -70,6 +62,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "tf_launched_workers": tf_launched_workers,
+            "tf_launch_facts": tf_launch_facts,
             "tf_launch_job_seconds": tf_launch_job_seconds,
             "tf_launch_controller_timeout": tf_launch_controller_timeout,
             "tf_launch_go_timeout": tf_launch_go_timeout,

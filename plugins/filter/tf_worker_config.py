@@ -30,8 +30,9 @@ def tf_config_readback(read_back: list[dict[str, Any]], host: str) -> list[dict[
     return [{"host": host, "index": int(item["index"]), "content": item["content"]} for item in read_back]
 
 
-def tf_config_check(readbacks: list[dict[str, Any]], spec: dict[str, Any]) -> dict[str, Any]:
-    """Check the TF_CONFIG files as written on the hosts; return a short report."""
+def tf_config_problems(readbacks: list[dict[str, Any]], spec: dict[str, Any]) -> list[str]:
+    """Why the TF_CONFIG files as written on the hosts do not make the cluster of ``spec``,
+    each naming its host and worker; empty when they do."""
     expected = cluster_checksum(spec["cluster"])
     seen: dict[int, str] = {}
     problems: list[str] = []
@@ -59,9 +60,16 @@ def tf_config_check(readbacks: list[dict[str, Any]], spec: dict[str, Any]) -> di
         problems.append(f"host {hosts.get(index, '?')} worker-{index}: no TF_CONFIG was written")
     for index in sorted(i for i in seen if not 0 <= i < size):
         problems.append(f"{seen[index]}: task.index {index} is outside the cluster 0..{size - 1}")
+    return problems
+
+
+def tf_config_check(readbacks: list[dict[str, Any]], spec: dict[str, Any]) -> dict[str, Any]:
+    """Check the TF_CONFIG files as written on the hosts; return a short report, or raise
+    naming every problem (tf_config_problems)."""
+    problems = tf_config_problems(readbacks, spec)
     if problems:
         raise AnsibleFilterError("TF_CONFIG check failed: " + "; ".join(problems))
-    return {"checksum": expected, "workers": len(seen)}
+    return {"checksum": cluster_checksum(spec["cluster"]), "workers": len(readbacks)}
 
 
 def tf_pip_download_args(target: str, requirements: str, dest: str) -> list[str]:
@@ -95,5 +103,6 @@ class FilterModule:
             "tf_config_readback": tf_config_readback,
             "tf_config_files": tf_config_files,
             "tf_config_check": tf_config_check,
+            "tf_config_problems": tf_config_problems,
             "tf_pip_download_args": tf_pip_download_args,
         }

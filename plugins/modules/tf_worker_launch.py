@@ -1,16 +1,26 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, tf-runbook contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Start the supervisor of every worker of this host in one module run (issue 13)."""
+"""Write an attempt's files and start the supervisor of every worker of this host in one
+module run (issues 13 and 26)."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: tf_worker_launch
-short_description: Start the supervisors of this host's training workers, detached
+short_description: Write this host's part of an attempt and start its workers' supervisors, detached
 version_added: "0.1.0"
 author: tf-runbook contributors (!UNKNOWN)
 description:
+  - With O(deploy), first does what M(tf_runbook.multiworker.tf_run_dir) does with the same
+    options (the run's private directories, the job's files, each worker's TF_CONFIG and
+    environment, read back from disk), checks that every TF_CONFIG read back names the
+    cluster O(cluster) and its own worker's index, and only then starts the supervisors,
+    in the same module run (deploy and launch cost one module run per host). The
+    supervisor is then the job directory's C(tf_supervisor.py) and the module puts
+    C(--python), C(--script), C(--heartbeat-file) (the contract's C(HEARTBEAT_FILE) in the
+    run's directory) and C(--checkpoint-dir) before O(args). A refusal of either step
+    names the host and starts nothing.
   - Starts C(tf_supervisor.py) once per worker of the host, with the argv
     C([python, supervisor, --worker-dir, <dir>] + args) and the worker directory as its
     working directory, fully detached from the module (a new session, stdin from
@@ -44,7 +54,14 @@ description:
     send and hear on the workers' ports (with C(--peer-timeout)); the key reaches them
     through their environment (C(TF_RUNBOOK_ANNOUNCE_KEY)), never a command line, and
     never reaches the job.
-  - In check mode, reports what it would start and starts nothing.
+  - In check mode, reports what it would start and starts nothing; with O(deploy), writes
+    nothing either and, in diff mode, shows this host's part of the run as
+    M(tf_runbook.multiworker.tf_run_dir) does.
+  - Returns, as C(facts), the facts a launched run publishes on its host
+    (C(tf_worker_run_dir), C(tf_worker_job_dir), C(tf_worker_checkpoint_dir),
+    C(tf_worker_dirs), C(tf_worker_interpreter), C(tf_launch_jobs)), for the launch role's
+    one C(set_fact) (not as C(ansible_facts), since facts a module returns become host facts,
+    whose injection as variables is deprecated).
 extends_documentation_fragment:
   - tf_runbook.multiworker.attributes
 options:
@@ -54,17 +71,100 @@ options:
     elements: dict
     required: true
   dirs:
-    description: Worker index (a string) to that worker's directory on the host.
+    description: Worker index (a string) to that worker's directory on the host; required
+      without O(deploy), which gives them otherwise.
     type: dict
-    required: true
   python:
-    description: Interpreter that runs the supervisor.
-    type: str
+    description: Interpreter that runs the supervisor and the job (C(~) allowed).
+    type: path
     required: true
   supervisor:
-    description: Path of C(tf_supervisor.py) on the host.
+    description: Path of C(tf_supervisor.py) on the host; required without O(deploy),
+      which puts it in the job directory.
     type: str
-    required: true
+    default: ""
+  deploy:
+    description: The options of M(tf_runbook.multiworker.tf_run_dir) (C(base_dir),
+      C(run_id), C(indices), C(attempt), C(checkpoint_root), C(job_files), C(configs),
+      C(job_archive), C(job_env), C(visible_devices), C(pythonpath), C(interpreter));
+      this attempt's files are written first, in this module run. Omitted, the worker
+      directories O(dirs) must exist already.
+    type: dict
+    suboptions:
+      base_dir:
+        description: Where this host keeps its runs.
+        type: path
+        required: true
+      run_id:
+        description: The run id; one path component.
+        type: str
+        required: true
+      indices:
+        description: Worker indices that run on this host.
+        type: list
+        elements: int
+        required: true
+      checkpoint_root:
+        description: Where the user keeps checkpoints (C(tf_checkpoint_dir)); C(~) is the
+          remote user's home; it must then be absolute. Empty means under the run.
+        type: path
+        default: ""
+      attempt:
+        description: Restart attempt; 0 is the first launch.
+        type: int
+        default: 0
+      job_files:
+        description: Files of the job, each C(name) and C(content), written (mode 0600) into
+          the job directory when missing or different.
+        type: list
+        elements: dict
+        default: []
+      configs:
+        description: Each worker's TF_CONFIG, C(index) and C(content), written to
+          C(tf_config.json) in its directory when missing or different, then read back.
+        type: list
+        elements: dict
+        default: []
+      job_archive:
+        description: A gzipped tar on this host (the user's project directory) unpacked into
+          the job directory; members must stay inside it. Refused, before anything is unpacked,
+          are absolute or escaping names, members below a symlink, symlinks that point outside
+          the job directory or through another symlink of the archive, and anything but files,
+          directories and symlinks; each member is checked again on the disk as it is written
+          (tarfile's C(data) filter where the host's Python has it, else its real path). Empty
+          for none.
+        type: path
+        default: ""
+      job_env:
+        description: Environment of every worker of this host, written with O(visible_devices)
+          and O(pythonpath) to C(job_env.json) (mode 0600) in each worker's directory, for the
+          supervisor. Never returned; the option is C(no_log), so its values are masked in
+          the module's results and logs even when the task has no C(no_log).
+        type: dict
+        default: {}
+      visible_devices:
+        description: Worker index (a string) to its C(CUDA_VISIBLE_DEVICES); null for none.
+        type: dict
+        default: {}
+      pythonpath:
+        description: Put the job directory first on each worker's C(PYTHONPATH).
+        type: bool
+        default: false
+      interpreter:
+        description: The interpreter that will run the job; only shown in the diff (C(~) allowed).
+        type: path
+        default: ""
+  script:
+    description: With O(deploy), the job's script, relative to the job directory.
+    type: str
+    default: ""
+  cluster:
+    description: With O(deploy), every worker's address in index order, as TF_CONFIG lists them; each
+      TF_CONFIG read back must name this list and its worker's index, or nothing starts.
+      Empty to skip the check.
+    type: list
+    elements: str
+    default: []
   args:
     description: The supervisor's arguments after C(--worker-dir <dir>), the same for
       every worker of the run.
@@ -96,13 +196,31 @@ attributes:
     support: full
     details: Reports what would be started; starts nothing.
   diff_mode:
-    support: none
+    support: full
+    details: With O(deploy), this host's part of the run before and after.
   platform:
     platforms: posix
 """
 
 EXAMPLES = r"""
-- name: Start this host's workers
+- name: Write this attempt's files and start this host's workers
+  tf_runbook.multiworker.tf_worker_launch:
+    workers: "{{ tf_cluster_local_workers }}"
+    python: /opt/tf/bin/python
+    deploy:
+      base_dir: ~/tf-runbook
+      run_id: mnist-20260101-1200
+      indices: [0, 1]
+      job_files:
+        - name: train.py
+          content: "{{ lookup('ansible.builtin.file', 'files/train.py') }}"
+      configs: "{{ tf_cluster_local_workers | tf_runbook.multiworker.tf_config_files(tf_cluster_spec) }}"
+    script: train.py
+    cluster: "{{ tf_cluster_spec.cluster.worker }}"
+    args: [--run-id, mnist-20260101-1200, --]
+    host: "{{ inventory_hostname }}"
+
+- name: Start this host's workers in directories made earlier
   tf_runbook.multiworker.tf_worker_launch:
     workers: "{{ tf_cluster_local_workers }}"
     dirs: "{{ tf_worker_dirs }}"
@@ -135,6 +253,23 @@ failed_workers:
   elements: int
   returned: always
   sample: []
+deploy:
+  description: With O(deploy), the result of writing the attempt's files, as
+    M(tf_runbook.multiworker.tf_run_dir) returns it (C(base_dir), C(run_dir), C(job_dir),
+    C(checkpoint_dir), C(worker_dirs), C(written), C(read_back)).
+  type: dict
+  returned: with deploy
+facts:
+  description: The run's facts on this host, C(tf_worker_run_dir), C(tf_worker_job_dir),
+    C(tf_worker_checkpoint_dir), C(tf_worker_dirs) (only with O(deploy)),
+    C(tf_worker_interpreter) and C(tf_launch_jobs) (the launched workers, see the filter
+    tf_runbook.multiworker.tf_launched_workers).
+  type: dict
+  returned: always
+diff:
+  description: With O(deploy) in diff mode, this host's part of the run before and after.
+  type: dict
+  returned: diff mode, with deploy
 """
 
 import json
@@ -149,11 +284,21 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     ANNOUNCE_KEY_ENV,
     EXIT_FILE,
     GO_TOKEN_ENV,
+    HEARTBEAT_FILE,
     LAUNCH_OUTPUT_FILE,
     LAUNCH_RECORDS,
     STATE_FILE,
+    SUPERVISOR_FILE,
     printable,
     read_json,
+)
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import (
+    RUN_FILES_SPEC,
+    RunFilesError,
+    launched_workers,
+    prepare_run,
+    read_back_problems,
+    run_facts,
 )
 
 POLL_SECONDS = 0.02
@@ -344,50 +489,107 @@ def launch_detached(
         raise RuntimeError("the launch's waiter process ended without reporting what it started") from None
 
 
+def deployed_args(paths: dict, python: str, script: str, args: list[str]) -> list[str]:
+    """The supervisor's arguments for an attempt whose files this module run wrote: the
+    interpreter, the job's script, the heartbeat and the checkpoint directory, all
+    derived from the run's paths and the contract, then ``args``."""
+    return [
+        "--python", python,
+        "--script", os.path.join(paths["job_dir"], script),
+        "--heartbeat-file", os.path.join(paths["run_dir"], HEARTBEAT_FILE),
+        "--checkpoint-dir", paths["checkpoint_dir"],
+        *[str(arg) for arg in args],
+    ]  # fmt: skip
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "workers": {"type": "list", "elements": "dict", "required": True},
-            "dirs": {"type": "dict", "required": True},
-            "python": {"type": "str", "required": True},
-            "supervisor": {"type": "str", "required": True},
+            "dirs": {"type": "dict"},
+            "python": {"type": "path", "required": True},
+            "supervisor": {"type": "str", "default": ""},
+            "deploy": {"type": "dict", "options": RUN_FILES_SPEC},
+            "script": {"type": "str", "default": ""},
+            "cluster": {"type": "list", "elements": "str", "default": []},
             "args": {"type": "list", "elements": "str", "default": []},
             "settle": {"type": "float", "default": 2},
             "host": {"type": "str", "default": ""},
             "go_token": {"type": "str", "default": "", "no_log": True},
             "announce_key": {"type": "str", "default": "", "no_log": True},
         },
+        required_one_of=[("deploy", "dirs")],
+        required_by={"dirs": ("supervisor",)},
         supports_check_mode=True,
     )
     params = module.params
     host = params["host"] or socket.gethostname()
+    python, args, dirs, supervisor = params["python"], params["args"], params["dirs"], params["supervisor"]
+    deployed: dict = {}
+    if params["deploy"] is not None:
+        if module.no_log:
+            # As in tf_run_dir: the task hides the whole result already, and masking
+            # job_env's values would corrupt the TF_CONFIGs read back. go_token and
+            # announce_key are hidden with it.
+            module.no_log_values.clear()
+        try:
+            deployed = prepare_run(params["deploy"], module.check_mode, module._diff)
+        except RunFilesError as exc:
+            module.fail_json(msg=f"host {host}: nothing was launched: {exc}", **exc.fields)
+        problems = [] if module.check_mode else read_back_problems(deployed["read_back"], params["cluster"])
+        if params["cluster"] and problems:
+            module.fail_json(
+                msg=f"host {host}: nothing was launched: TF_CONFIG check failed: " + "; ".join(problems),
+                deploy={k: v for k, v in deployed.items() if k != "diff"},
+            )
+        dirs = deployed["worker_dirs"]
+        supervisor = supervisor or os.path.join(deployed["job_dir"], SUPERVISOR_FILE)
+        args = deployed_args(deployed, python, params["script"], args)
     try:
-        slots = plan(params["workers"], params["dirs"], params["python"], params["supervisor"], params["args"])
+        slots = plan(params["workers"], dirs, python, supervisor, args)
     except (KeyError, TypeError, ValueError) as exc:
         module.fail_json(msg=f"host {host}: cannot launch: {exc}")
+    extra: dict = {}
+    if deployed:
+        extra["deploy"] = {k: v for k, v in deployed.items() if k != "diff"}
+        if "diff" in deployed:
+            extra["diff"] = deployed["diff"]
+
+    def facts(workers: list[dict]) -> dict:
+        jobs = launched_workers({"workers": workers})
+        if not deployed:
+            return {"tf_worker_interpreter": python, "tf_launch_jobs": jobs}
+        return run_facts(deployed["run_dir"], deployed["job_dir"], deployed["checkpoint_dir"],
+                         deployed["worker_dirs"], python, jobs)  # fmt: skip
+
     if module.check_mode:
+        planned = [{**slot, "supervisor_pid": None, "recorded": False, "error": None} for slot in slots]
         module.exit_json(
             changed=bool(slots),
-            workers=[{**slot, "supervisor_pid": None, "recorded": False, "error": None} for slot in slots],
+            workers=planned,
             failed_workers=[],
             msg=f"host {host}: would start {len(slots)} supervisor(s)",
+            facts=facts(planned),
+            **extra,
         )
     problems = refusals(slots)
     if problems:
-        module.fail_json(msg=f"host {host}: nothing was launched: " + "; ".join(problems), workers=[])
+        module.fail_json(msg=f"host {host}: nothing was launched: " + "; ".join(problems), workers=[], **extra)
     # The module returns once every supervisor settled (at most `settle` seconds); it
     # never waits for training, so Ansible's next host (with --forks below the number of
     # hosts) starts right after, as with the async launch this replaced.
     try:
         results, failures = launch_detached(slots, params["settle"], params["go_token"], params["announce_key"])
     except (OSError, RuntimeError) as exc:
-        module.fail_json(msg=f"host {host}: cannot launch: {exc}")
+        module.fail_json(msg=f"host {host}: cannot launch: {exc}", **extra)
     for failure in failures:
         module.warn(f"host {host}: {failure}")
     module.exit_json(
         changed=any(r["supervisor_pid"] is not None for r in results),
         workers=results,
         failed_workers=[r["index"] for r in results if r["error"] is not None],
+        facts=facts(results),
+        **extra,
     )
 
 

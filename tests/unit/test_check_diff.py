@@ -94,3 +94,20 @@ def test_the_diff_of_a_deployed_run_is_empty_and_shows_a_changed_file(tmp_path: 
 def test_no_diff_is_returned_unless_asked(tmp_path: Path) -> None:
     args = dict(diff_args(tmp_path), _ansible_diff=False)
     assert "diff" not in run_module(tf_run_dir.__file__, args, check_mode=True)
+
+
+def test_the_launch_shows_the_same_diff_and_starts_nothing_in_check_mode(tmp_path: Path) -> None:
+    """The deploy's diff comes from the launch's module run now (tf_worker_launch with
+    deploy): the same lines as tf_run_dir's, nothing written, nothing started."""
+    import tf_worker_launch
+
+    args = diff_args(tmp_path / "fresh")
+    deploy = {k: v for k, v in args.items() if not k.startswith("_")}
+    launch = {"workers": [{"index": 0}, {"index": 1}], "python": "~/venv/bin/python", "deploy": deploy,
+              "script": "train.py", "cluster": CLUSTER, "host": "node-a", "_ansible_diff": True}  # fmt: skip
+    launched = run_module(tf_worker_launch.__file__, launch, check_mode=True)
+    alone = run_module(tf_run_dir.__file__, args, check_mode=True)
+    assert launched.get("failed") is not True, launched
+    assert launched["diff"] == alone["diff"] and not (tmp_path / "fresh").exists()
+    assert launched["msg"] == "host node-a: would start 2 supervisor(s)"
+    assert [w["supervisor_pid"] for w in launched["workers"]] == [None, None]

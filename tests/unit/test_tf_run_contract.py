@@ -77,6 +77,23 @@ def test_the_deploy_ships_the_supervisor_with_what_it_imports() -> None:
         assert ((HOST_FILES if own else MODULE_UTILS) / entry["name"]).is_file()
 
 
+def test_the_launch_ships_the_supervisor_with_what_it_imports() -> None:
+    """The launch's module run writes the job directory (tf_worker's directories.yml only
+    where the managed virtualenv or a resume needs it first): the same files, from the
+    same sources."""
+    tasks = yaml.safe_load((REPO / "roles" / "tf_launch" / "tasks" / "main.yml").read_text(encoding="utf-8"))
+    variables = next(t for t in tasks if "tf_runbook.multiworker.tf_worker_launch" in t)["vars"]
+    shipped = variables["__tf_launch_host_files"]
+    assert [entry["name"] for entry in shipped] == [tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER, *tf_run.SHARED_MODULES]
+    assert variables["__tf_launch_shared"] == "{{ role_path ~ '/../../plugins/module_utils' }}"
+    assert variables["__tf_launch_worker_files"] == "{{ role_path ~ '/../tf_worker/files' }}"
+    for entry in shipped:
+        own = entry["name"] in (tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER)
+        source = f"__tf_launch_worker_files ~ '/{entry['name']}'" if own else f"__tf_launch_shared ~ '/{entry['name']}'"
+        assert f"lookup('ansible.builtin.file', {source}, rstrip=false)" in entry["content"]
+        assert ((HOST_FILES if own else MODULE_UTILS) / entry["name"]).is_file()
+
+
 @pytest.mark.parametrize("shared", tf_run.SHARED_MODULES)
 def test_the_shipped_modules_need_only_the_standard_library(shared: str) -> None:
     """They run under the worker's interpreter, which has no Ansible: anything else they
@@ -194,10 +211,18 @@ def test_no_plugin_spells_out_the_contract(path: Path) -> None:
 
 
 def test_plugins_that_touch_a_runs_files_import_the_contract() -> None:
-    touching = [p for p in plugin_files() if "module_utils.tf_run import" in p.read_text(encoding="utf-8")]
+    # tf_run_files (a run's files on a host, shared by tf_run_dir and tf_worker_launch)
+    # imports the contract itself; a plugin that imports it imports the contract with it.
+    shared = REPO / "plugins" / "module_utils" / "tf_run_files.py"
+    assert "module_utils.tf_run import" in shared.read_text(encoding="utf-8")
+    assert not code_literals(shared) & CONTRACT_LITERALS
+    touching = [
+        p for p in plugin_files()
+        if any(f"module_utils.{name} import" in p.read_text(encoding="utf-8") for name in ("tf_run", "tf_run_files"))
+    ]  # fmt: skip
     names = {p.name for p in touching}
     assert {
-        "tf_run_dir.py", "tf_preflight_probe.py", "tf_worker_status.py", "tf_worker_stop.py",
+        "tf_run_dir.py", "tf_worker_launch.py", "tf_preflight_probe.py", "tf_worker_status.py", "tf_worker_stop.py",
         "tf_collect_bundle.py", "tf_verdict.py", "tf_cluster.py", "tf_worker_config.py", "tf_run_id.py",
     } <= names  # fmt: skip
 

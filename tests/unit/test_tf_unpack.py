@@ -14,6 +14,7 @@ from typing import Iterator
 import pytest
 
 import tf_run_dir
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_run_files
 from helpers import run_module
 
 
@@ -46,10 +47,10 @@ ESCAPE = [
 def guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Each test runs with tarfile's data filter and again as on a host Python without it."""
     if request.param == "data-filter":
-        if tf_run_dir.DATA_FILTER is None:
+        if tf_run_files.DATA_FILTER is None:
             pytest.fail("this Python has no tarfile.data_filter: the test needs 3.12+ (or a backport)")
     else:
-        monkeypatch.setattr(tf_run_dir, "DATA_FILTER", None)
+        monkeypatch.setattr(tf_run_files, "DATA_FILTER", None)
     yield request.param
 
 
@@ -69,7 +70,7 @@ def test_the_reviews_escape_is_refused_and_nothing_is_written(tmp_path: Path, gu
     job = deep_job(tmp_path)
     archive = make_archive(tmp_path / "evil.tar.gz", ESCAPE)
     with pytest.raises(ValueError, match="archive symlink 'c' points through another symlink of the archive"):
-        tf_run_dir.unpack_job_archive(archive, str(job), check)
+        tf_run_files.unpack_job_archive(archive, str(job), check)
     assert not (tmp_path / "ESCAPED.txt").exists() and not (tmp_path / "l1" / "ESCAPED.txt").exists()
     assert files_below(tmp_path) == ["evil.tar.gz"]
 
@@ -103,7 +104,7 @@ def test_unsafe_members_are_refused_by_name_before_anything_is_written(
     job = deep_job(tmp_path)
     archive = make_archive(tmp_path / "bad.tar.gz", [member("train.py", data=b"print()\n"), *members])
     with pytest.raises(ValueError, match=re.escape(refused)):
-        tf_run_dir.unpack_job_archive(archive, str(job), False)
+        tf_run_files.unpack_job_archive(archive, str(job), False)
     assert files_below(job) == []  # train.py came first in the archive and was not written either
 
 
@@ -116,7 +117,7 @@ def test_a_symlink_already_on_the_host_is_not_written_through(tmp_path: Path, gu
     (job / "data").symlink_to(outside)
     archive = make_archive(tmp_path / "a.tar.gz", [member("data/x.txt", data=b"x")])
     with pytest.raises(ValueError, match="'data/x.txt'"):
-        tf_run_dir.unpack_job_archive(archive, str(job), False)
+        tf_run_files.unpack_job_archive(archive, str(job), False)
     assert list(outside.iterdir()) == []
 
 
@@ -127,9 +128,9 @@ def test_a_symlink_member_resolved_through_links_on_the_host_is_refused(tmp_path
     (job / "b").symlink_to(".")
     link, _data = member("c", tarfile.SYMTYPE, "b/b/b/../../..")
     with pytest.raises(ValueError, match="'c'"):
-        tf_run_dir.guard_member(link, str(job))
+        tf_run_files.guard_member(link, str(job))
     safe, _data = member("d", tarfile.SYMTYPE, "b/b/b")
-    tf_run_dir.guard_member(safe, str(job))  # loops back into the job directory: allowed
+    tf_run_files.guard_member(safe, str(job))  # loops back into the job directory: allowed
 
 
 def test_a_good_archive_unpacks_with_its_links_and_modes_and_again_changes_nothing(tmp_path: Path, guard: str) -> None:
@@ -144,14 +145,14 @@ def test_a_good_archive_unpacks_with_its_links_and_modes_and_again_changes_nothi
         member("train.py", data=b"import model\n"),
         run,
     ])
-    written = tf_run_dir.unpack_job_archive(archive, str(job), False)
+    written = tf_run_files.unpack_job_archive(archive, str(job), False)
     assert sorted(os.path.relpath(p, job) for p in written) == [
         "model.py", "pkg", "pkg/model.py", "pkg/up.py", "run.sh", "train.py"
     ]
     assert (job / "model.py").read_text() == "X = 1\n" and (job / "pkg" / "up.py").read_text() == "import model\n"
     assert oct((job / "run.sh").stat().st_mode & 0o777) == "0o700"
     assert oct((job / "train.py").stat().st_mode & 0o777) == "0o600"
-    assert tf_run_dir.unpack_job_archive(archive, str(job), False) == []
+    assert tf_run_files.unpack_job_archive(archive, str(job), False) == []
 
 
 def test_the_guard_on_the_disk_alone_stops_the_reviews_escape(
@@ -159,9 +160,9 @@ def test_the_guard_on_the_disk_alone_stops_the_reviews_escape(
 ) -> None:
     """Without the check by name, the reproduction still writes nothing outside: ``b -> .``
     is written, then ``c`` is refused on the disk, by the data filter or by its stand-in."""
-    monkeypatch.setattr(tf_run_dir, "archive_problem", lambda *_args: "")
+    monkeypatch.setattr(tf_run_files, "archive_problem", lambda *_args: "")
     job = deep_job(tmp_path)
     archive = make_archive(tmp_path / "evil.tar.gz", ESCAPE)
     with pytest.raises(ValueError, match="'c'"):
-        tf_run_dir.unpack_job_archive(archive, str(job), False)
+        tf_run_files.unpack_job_archive(archive, str(job), False)
     assert files_below(tmp_path) == ["evil.tar.gz", "l1/l2/l3/job/b"]

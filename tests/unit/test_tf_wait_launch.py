@@ -1,4 +1,5 @@
-"""Filters of the wait and launch phases: tf_wait_outcome and tf_launched_workers."""
+"""Filters of the wait and launch phases: tf_wait_outcome and tf_launched_workers; the run's
+facts the launch and the reattach publish (issue 25: one role publishes them)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from tf_launch import tf_launched_workers
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import reattach_facts, run_facts
+from ansible.errors import AnsibleFilterError
+from tf_launch import tf_launch_facts, tf_launched_workers
 from tf_wait import tf_wait_outcome
 
 HOSTS = ["node-a", "node-b", "node-c"]
@@ -254,3 +257,58 @@ def test_launched_workers_string_index_and_pid_become_numbers() -> None:
     result = launch_result((4, 44))
     result["workers"][0].update(index="4", supervisor_pid="44")
     assert tf_launched_workers(result) == [{"index": 4, "dir": DIRS["4"], "supervisor_pid": 44, "launch_error": None}]
+
+
+# --- one place publishes the run's facts: the launch and the reattach ----------------------
+
+
+def found_on_host(deadline: float | None = 1796000300.0, attempt: int = 1) -> dict[str, Any]:
+    """What the reattach's finder (tf_worker_status with run_dir) returns on a host."""
+    return {
+        "run_dir": "/h/runs/r1",
+        "workers_found": [{"index": 3, "dir": "/h/runs/r1/retry-1/worker-3"},
+                          {"index": 2, "dir": "/h/runs/r1/retry-1/worker-2"}],
+        "launch": {"python": "/opt/py", "script": "/h/runs/r1/job/train.py", "checkpoint_dir": "/ck/r1",
+                   "attempt": attempt, "deadline_at_controller": deadline},
+    }  # fmt: skip
+
+
+def test_a_reattach_publishes_the_names_and_values_the_launch_publishes() -> None:
+    facts = reattach_facts(found_on_host())
+    launched = run_facts(
+        "/h/runs/r1", "/h/runs/r1/job", "/ck/r1",
+        {"2": "/h/runs/r1/retry-1/worker-2", "3": "/h/runs/r1/retry-1/worker-3"}, "/opt/py",
+        [{"index": 2, "dir": "/h/runs/r1/retry-1/worker-2"}, {"index": 3, "dir": "/h/runs/r1/retry-1/worker-3"}],
+    )  # fmt: skip
+    assert facts == {**launched, "tf_run_attempt": 1, "tf_launch_deadline": 1796000300}
+
+
+def test_a_reattach_takes_one_attempt_and_deadline_for_the_run() -> None:
+    first = found_on_host(deadline=1796000999.4, attempt=2)["launch"]
+    facts = reattach_facts(found_on_host(), first)
+    assert (facts["tf_run_attempt"], facts["tf_launch_deadline"]) == (2, 1796000999)
+    assert reattach_facts(found_on_host(deadline=None))["tf_launch_deadline"] == 0
+
+
+def test_a_reattach_without_a_launch_record_is_refused() -> None:
+    with pytest.raises(ValueError, match="run directory /h/runs/r1 holds no launch record"):
+        reattach_facts({**found_on_host(), "launch": {}})
+
+
+def test_the_launch_role_publishes_either_source_through_one_filter() -> None:
+    """tasks/publish.yml: a launch's result gives its facts, with what the go started; a
+    reattach's finder result gives the same names; anything else is refused."""
+    jobs = [{"index": 0, "dir": "/r/worker-0", "supervisor_pid": 7, "launch_error": None}]
+    facts = run_facts("/r", "/r/job", "/r/checkpoints", {"0": "/r/worker-0"}, "/py", jobs)
+    launched = {"facts": facts, "workers": [{"index": 0, "dir": "/r/worker-0", "supervisor_pid": 7, "error": None}]}
+    assert tf_launch_facts(launched) == facts
+    went = {"workers": [{"index": 0, "started": False, "error": "refused"}]}
+    assert tf_launch_facts(launched, None, went)["tf_launch_jobs"] == [
+        {**jobs[0], "launch_error": "the launch's go did not start it: refused"}
+    ]
+    assert facts["tf_launch_jobs"] == jobs, "the launch's own result is left as it was"
+    assert tf_launch_facts(found_on_host(), {}) == reattach_facts(found_on_host())
+    with pytest.raises(AnsibleFilterError, match="cannot publish the run's facts: neither a launch's result"):
+        tf_launch_facts({"changed": False})
+    with pytest.raises(AnsibleFilterError, match="holds no launch record"):
+        tf_launch_facts({**found_on_host(), "launch": {}})

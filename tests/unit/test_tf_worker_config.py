@@ -9,7 +9,14 @@ from typing import Any, Callable
 import pytest
 
 from tf_cluster import tf_cluster_spec, tf_workers_on
-from tf_worker_config import AnsibleFilterError, tf_config, tf_config_check, tf_config_files, tf_config_readback
+from tf_worker_config import (
+    AnsibleFilterError,
+    tf_config,
+    tf_config_check,
+    tf_config_files,
+    tf_config_problems,
+    tf_config_readback,
+)
 
 HOSTS = [
     {"host": "node-a", "address": "10.0.0.1", "port": 2222, "slots": 2},
@@ -186,3 +193,21 @@ def test_check_reports_every_problem_at_once(spec: dict[str, Any]) -> None:
     assert "host node-a worker-0: cluster list" in message
     assert "host node-c worker-4: TF_CONFIG is not valid" in message
     assert "host node-c worker-4: no TF_CONFIG was written" in message
+
+
+def test_problems_are_empty_for_correct_files(spec: dict[str, Any]) -> None:
+    assert tf_config_problems(readbacks(spec), spec) == []
+
+
+def test_problems_name_what_the_check_refuses_without_raising(spec: dict[str, Any]) -> None:
+    """The launch decides from the list, before the go, whether to stop the armed workers:
+    the same problems tf_config_check raises with, each naming its host and worker."""
+    entries = readbacks(spec)
+    wrong = {**entries[1], "content": json.dumps({"cluster": {"worker": ["x:1"]}, "task": {"index": 1}})}
+    bad = [entries[0], wrong, *entries[2:]]
+    problems = tf_config_problems(bad, spec)
+    assert len(problems) == 1 and problems[0].startswith(f"host {wrong['host']} worker-1: cluster list")
+    with pytest.raises(AnsibleFilterError, match=re.escape("TF_CONFIG check failed: " + problems[0])):
+        tf_config_check(bad, spec)
+    missing = tf_config_problems(entries[1:], spec)
+    assert missing == [f"host {entries[0]['host']} worker-0: no TF_CONFIG was written"]

@@ -270,3 +270,116 @@ def test_check_mode_reports_what_it_would_start_and_starts_nothing(tmp_path: Pat
          "argv": [sys.executable, str(fake), "--worker-dir", dirs["0"], "--python", "py", "--"]}
     ]  # fmt: skip
     assert sorted(os.listdir(dirs["0"])) == ["mode"]
+
+
+# --- deploy and launch in one module run (issue 26) -------------------------------------
+
+
+CLUSTER = ["127.0.0.1:2222", "127.0.0.1:2223"]
+
+
+def deploy_args(tmp_path: Path, fake: Path, cluster: list[str] | None = None, **deploy: Any) -> dict[str, Any]:
+    """The module's arguments for attempt 0 of run r1 with both workers on this host: the
+    fake supervisor is the job's tf_supervisor.py."""
+    configs = [
+        {"index": i, "content": json.dumps({"cluster": {"worker": CLUSTER}, "task": {"type": "worker", "index": i}})}
+        for i in (0, 1)
+    ]
+    return {
+        "workers": [{"index": 0}, {"index": 1}],
+        "python": sys.executable,
+        "deploy": {
+            "base_dir": str(tmp_path / "base"), "run_id": "r1", "indices": [0, 1], "configs": configs,
+            "job_files": [{"name": "tf_supervisor.py", "content": fake.read_text()},
+                          {"name": "train.py", "content": "print('train')\n"}],
+            **deploy,
+        },
+        "script": "train.py",
+        "cluster": CLUSTER if cluster is None else cluster,
+        "args": ["--run-id", "r1", "--", "--epochs", "2"],
+        "host": "node-a",
+    }  # fmt: skip
+
+
+def test_deploy_writes_the_attempt_then_starts_its_workers_in_one_run(tmp_path: Path, fake: Path, pids: list[int]) -> None:
+    result = helpers.run_module(MODULE, deploy_args(tmp_path, fake))
+    pids.extend(w["supervisor_pid"] for w in result.get("workers", []))
+    assert result.get("failed") is not True, result
+    run_dir = tmp_path / "base" / "runs" / "r1"
+    dirs = result["deploy"]["worker_dirs"]
+    assert sorted(dirs) == ["0", "1"] and all(Path(d, "tf_config.json").is_file() for d in dirs.values())
+    job_dir = str(run_dir / "job")
+    assert result["workers"][0]["argv"] == [
+        sys.executable, f"{job_dir}/tf_supervisor.py", "--worker-dir", dirs["0"],
+        "--python", sys.executable, "--script", f"{job_dir}/train.py",
+        "--heartbeat-file", f"{run_dir}/controller.heartbeat", "--checkpoint-dir", f"{run_dir}/checkpoints",
+        "--run-id", "r1", "--", "--epochs", "2",
+    ]  # fmt: skip
+    assert all(Path(d, "state.json").is_file() for d in dirs.values())
+    facts = result["facts"]
+    assert facts["tf_worker_run_dir"] == str(run_dir) and facts["tf_worker_job_dir"] == job_dir
+    assert facts["tf_worker_dirs"] == dirs and facts["tf_worker_interpreter"] == sys.executable
+    assert facts["tf_worker_checkpoint_dir"] == f"{run_dir}/checkpoints"
+    assert [(j["index"], j["dir"], j["launch_error"]) for j in facts["tf_launch_jobs"]] == [
+        (0, dirs["0"], None), (1, dirs["1"], None)
+    ]
+    assert [j["supervisor_pid"] for j in facts["tf_launch_jobs"]] == [w["supervisor_pid"] for w in result["workers"]]
+
+
+def test_the_heartbeat_file_is_the_contracts() -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import HEARTBEAT_FILE
+    from tf_worker_launch import deployed_args
+
+    args = deployed_args({"job_dir": "/r/job", "run_dir": "/r", "checkpoint_dir": "/c"}, "py", "t.py", ["--"])
+    assert args[args.index("--heartbeat-file") + 1] == f"/r/{HEARTBEAT_FILE}"
+
+
+@pytest.mark.parametrize(
+    ("cluster", "problem"),
+    [
+        (["127.0.0.1:2222", "127.0.0.1:9999"], r"worker-0: cluster list \['127.0.0.1:2222', '127.0.0.1:2223'\] differs"),
+        (["127.0.0.1:2222"], r"worker-1: cluster list .* differs from the spec \['127.0.0.1:2222'\]"),
+    ],
+)
+def test_a_read_back_that_does_not_make_the_cluster_starts_nothing(
+    tmp_path: Path, fake: Path, cluster: list[str], problem: str
+) -> None:
+    result = helpers.run_module(MODULE, deploy_args(tmp_path, fake, cluster=cluster))
+    assert result["failed"] is True
+    assert re.match(r"host node-a: nothing was launched: TF_CONFIG check failed: .*" + problem, result["msg"]), result
+    for wdir in result["deploy"]["worker_dirs"].values():
+        assert not Path(wdir, "started").exists() and not Path(wdir, "supervisor.out").exists()
+
+
+def test_a_read_back_with_another_index_starts_nothing(tmp_path: Path, fake: Path) -> None:
+    args = deploy_args(tmp_path, fake)
+    args["deploy"]["configs"][1]["content"] = json.dumps({"cluster": {"worker": CLUSTER}, "task": {"index": 0}})
+    result = helpers.run_module(MODULE, args)
+    assert result["failed"] is True and result["msg"].endswith("worker-1: task.index is 0, expected 1"), result
+    assert not any(Path(d, "started").exists() for d in result["deploy"]["worker_dirs"].values())
+
+
+def test_deploy_refuses_an_attempt_launched_before_naming_the_host(tmp_path: Path, fake: Path, pids: list[int]) -> None:
+    first = helpers.run_module(MODULE, deploy_args(tmp_path, fake))
+    pids.extend(w["supervisor_pid"] for w in first["workers"])
+    again = helpers.run_module(MODULE, deploy_args(tmp_path, fake))
+    assert again["failed"] is True
+    assert again["msg"].startswith("host node-a: nothing was launched: run id 'r1' was already launched here")
+    assert again["run_dir"] == str(tmp_path / "base" / "runs" / "r1")
+
+
+def test_check_mode_with_deploy_writes_and_starts_nothing_and_shows_the_diff(tmp_path: Path, fake: Path) -> None:
+    args = dict(deploy_args(tmp_path, fake), _ansible_diff=True)
+    result = helpers.run_module(MODULE, args, check_mode=True)
+    assert result.get("failed") is not True, result
+    assert result["msg"] == "host node-a: would start 2 supervisor(s)"
+    assert not (tmp_path / "base").exists()
+    assert "TF_CONFIG cluster (2 workers): 127.0.0.1:2222, 127.0.0.1:2223" in result["diff"]["after"]
+    assert result["diff"]["before"] == ""
+    assert result["facts"]["tf_launch_jobs"] == []
+    assert all(w["supervisor_pid"] is None for w in result["workers"])
+
+
+def test_without_deploy_the_directories_and_supervisor_are_required(tmp_path: Path, fake: Path) -> None:
+    result = helpers.run_module(MODULE, {"workers": [{"index": 0}], "python": sys.executable, "host": "node-a"})
+    assert result["failed"] is True and "one of the following is required: deploy, dirs" in result["msg"]
