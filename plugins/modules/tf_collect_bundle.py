@@ -58,9 +58,9 @@ options:
       share. A log over its share is sent as its head and its tail, cut at line ends, with
       a marker line between that says how many bytes were cut (64 KiB at least in all); it
       is listed in RV(truncated). Any other file that does not fit is listed in
-      RV(left_out).
+      RV(left_out). The role passes C(tf_collect_max_mb).
     type: int
-    default: 500
+    required: true
   dest:
     description: Controller directory that receives the files (created when missing);
       read by the action plugin, the module on the host ignores it.
@@ -149,7 +149,7 @@ def main() -> None:
             "run_id": {"type": "str", "required": True},
             "patterns": {"type": "list", "elements": "str", "required": True},
             "artifacts": {"type": "list", "elements": "str", "default": []},
-            "max_mb": {"type": "int", "default": 500},
+            "max_mb": {"type": "int", "required": True},
             # Read by the action plugin on the controller; nothing to do on the host.
             "dest": {"type": "path", "required": True},
         },

@@ -88,8 +88,11 @@ options:
     elements: str
     default: []
   timeout:
-    description: Seconds to keep trying one endpoint (V(connect)), for a listener to live
-      (V(host) with O(listen)), or to wait for the ports to be free (V(stop)).
+    description:
+      - Seconds to keep trying one endpoint (V(connect)), for a listener to live
+        (V(host) with O(listen)), or to wait for the ports to be free (V(stop)).
+      - The roles pass it for V(connect) and V(host); V(stop) uses this default (the one
+        place of that value).
     type: float
     default: 10
   addresses:

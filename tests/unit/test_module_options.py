@@ -29,3 +29,12 @@ def test_the_project_archive_needs_its_size_limit_from_the_role(tmp_path: Path) 
     )
     assert result.get("failed"), result
     assert "max_mb" in result["msg"], result["msg"]
+
+
+def test_the_collect_needs_its_size_limit_from_the_role(tmp_path: Path) -> None:
+    result = helpers.run_module(
+        PLUGINS / "modules" / "tf_collect_bundle.py",
+        {"base_dir": str(tmp_path), "run_id": "r1", "dest": str(tmp_path / "out")},
+    )
+    assert result.get("failed"), result
+    assert "max_mb" in result["msg"], result["msg"]

@@ -76,10 +76,10 @@ def test_the_bundle_module_runs_as_ansible_runs_it(tmp_path: Path) -> None:
     make_run(tmp_path)
     # dest is the action's (the controller directory); the module accepts it and ignores it.
     dest = str(tmp_path / "controller")
-    result = run_module(module.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS, "dest": dest})
+    result = run_module(module.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "patterns": PATTERNS, "dest": dest, "max_mb": 500})
     assert result["bundle"].endswith("runs/r1/.collect.tar.gz") and len(result["files"]) == 4
     assert not os.path.exists(dest)
-    missing = run_module(module.__file__, {"base_dir": str(tmp_path), "run_id": "nope", "patterns": PATTERNS, "dest": dest})
+    missing = run_module(module.__file__, {"base_dir": str(tmp_path), "run_id": "nope", "patterns": PATTERNS, "dest": dest, "max_mb": 500})
     assert missing["files"] == [] and missing["bundle"] == ""
 
 
