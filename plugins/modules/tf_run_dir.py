@@ -177,16 +177,10 @@ diff:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import (  # noqa: F401
-    DATA_FILTER,
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import (
     RUN_FILES_SPEC,
     RunFilesError,
-    archive_problem,
-    describe_layout,
-    guard_member,
-    job_env_files,
     prepare_run,
-    unpack_job_archive,
 )
 
 

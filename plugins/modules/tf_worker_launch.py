@@ -136,8 +136,8 @@ options:
         type: path
         default: ""
       job_env:
-        description: Environment of every worker of this host, written with O(visible_devices)
-          and O(pythonpath) to C(job_env.json) (mode 0600) in each worker's directory, for the
+        description: Environment of every worker of this host, written with O(deploy.visible_devices)
+          and O(deploy.pythonpath) to C(job_env.json) (mode 0600) in each worker's directory, for the
           supervisor. Never returned; the option is C(no_log), so its values are masked in
           the module's results and logs even when the task has no C(no_log).
         type: dict

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import tf_run_dir
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_run_files
 from helpers import run_module
 
 CLUSTER = ["10.0.0.1:2222", "10.0.0.1:2223", "10.0.0.2:2222"]
@@ -19,7 +20,7 @@ def config(index: int, cluster: list[str] = CLUSTER) -> str:
 
 
 def test_the_layout_names_the_cluster_once_then_each_workers_index_and_port() -> None:
-    text = tf_run_dir.describe_layout(
+    text = tf_run_files.describe_layout(
         "/opt/py/bin/python",
         ["/r/job", "/r/worker-0", "/r/worker-1"],
         [("/r/job/train.py", "ab" * 32)],
@@ -46,7 +47,7 @@ def test_the_layout_names_the_cluster_once_then_each_workers_index_and_port() ->
     ],
 )
 def test_a_worker_whose_cluster_differs_or_is_unreadable_is_shown_on_its_own(second: str, expected: str) -> None:
-    text = tf_run_dir.describe_layout("", [], [], [("/r/w0", config(0)), ("/r/w1", second)])
+    text = tf_run_files.describe_layout("", [], [], [("/r/w0", config(0)), ("/r/w1", second)])
     assert expected in text.splitlines()
     assert not text.startswith("interpreter")
 

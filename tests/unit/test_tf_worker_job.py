@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 import tf_job_archive as archive
-import tf_run_dir
 import tf_supervisor
 import tf_verdict
 import tf_worker_job as job
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_bundle as bundle
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_run_files
 
 SECRET = "s3cr3t-value-42"
 
@@ -188,14 +188,14 @@ def test_a_symlink_inside_is_kept_relative_and_unpacked(tmp_path: Path) -> None:
     tar.write_bytes(archive.pack(str(root), seen["entries"]))
     job_dir = tmp_path / "job"
     job_dir.mkdir()
-    written = tf_run_dir.unpack_job_archive(str(tar), str(job_dir), check=False)
+    written = tf_run_files.unpack_job_archive(str(tar), str(job_dir), check=False)
     assert os.readlink(job_dir / "current.json") == "configs/run.json"
     assert (job_dir / "current.json").read_text() == '{"epochs": 2}\n'
     assert (job_dir / "mypkg" / "model.py").read_text() == "def build():\n    return 1\n"
     assert not (job_dir / ".git").exists() and len(written) == 7
     assert oct(os.stat(job_dir / "train.py").st_mode & 0o777) == "0o600"
     # Unpacking again (a restart attempt, a second deploy) changes nothing.
-    assert tf_run_dir.unpack_job_archive(str(tar), str(job_dir), check=False) == []
+    assert tf_run_files.unpack_job_archive(str(tar), str(job_dir), check=False) == []
 
 
 @pytest.mark.parametrize(
@@ -212,7 +212,7 @@ def test_an_archive_member_outside_the_job_directory_is_refused(tmp_path: Path, 
         tar.addfile(info, io.BytesIO(b""))
     (tmp_path / "job").mkdir()
     with pytest.raises(ValueError, match="archive"):
-        tf_run_dir.unpack_job_archive(str(tar_path), str(tmp_path / "job"), check=False)
+        tf_run_files.unpack_job_archive(str(tar_path), str(tmp_path / "job"), check=False)
     assert list((tmp_path / "job").iterdir()) == []
 
 
@@ -220,7 +220,7 @@ def test_an_archive_member_outside_the_job_directory_is_refused(tmp_path: Path, 
 
 
 def test_each_worker_gets_the_hosts_env_its_own_gpus_and_the_job_dir_on_pythonpath() -> None:
-    files = tf_run_dir.job_env_files(
+    files = tf_run_files.job_env_files(
         {"2": "/r/worker-2", "3": "/r/worker-3"}, {"MARK": SECRET, "PYTHONPATH": "/opt/lib", "N": 1},
         {"2": "0,1", "3": "2,3"}, "/r/job", True,
     )
@@ -231,8 +231,8 @@ def test_each_worker_gets_the_hosts_env_its_own_gpus_and_the_job_dir_on_pythonpa
 
 
 def test_nothing_is_written_for_todays_users() -> None:
-    assert tf_run_dir.job_env_files({"0": "/r/worker-0"}, {}, {"0": None}, "/r/job", False) == []
-    hidden = tf_run_dir.job_env_files({"0": "/r/worker-0"}, {}, {"0": ""}, "/r/job", False)
+    assert tf_run_files.job_env_files({"0": "/r/worker-0"}, {}, {"0": None}, "/r/job", False) == []
+    hidden = tf_run_files.job_env_files({"0": "/r/worker-0"}, {}, {"0": ""}, "/r/job", False)
     assert json.loads(str(hidden[0]["content"])) == {"CUDA_VISIBLE_DEVICES": ""}
 
 
