@@ -305,6 +305,14 @@ UP_TO_DEPLOY = """\
   ansible.builtin.import_playbook: {repo}/playbooks/deploy.yml
 """
 
+# The attempt's files (job_env.json among them) are written by the launch's module run,
+# which starts the workers in the same run: a job without TensorFlow that ends at once.
+UP_TO_LAUNCH = UP_TO_DEPLOY + """\
+- name: Launch
+  ansible.builtin.import_playbook: {repo}/playbooks/launch.yml
+"""
+TRIVIAL_JOB = REPO / "tests" / "integration" / "jobs" / "trivial_job.py"
+
 
 @pytest.fixture
 def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -364,11 +372,12 @@ ASK = "Ask each worker's TensorFlow how many of its GPUs it sees"
 
 
 def test_a_cpu_run_on_gpu_hosts_and_a_cuda_tensorflow_pass(cluster: LocalCluster, two_gpus: Path, tmp_path: Path) -> None:
-    play = tmp_path / "up-to-deploy.yml"
-    play.write_text(UP_TO_DEPLOY.format(repo=REPO))
+    play = tmp_path / "up-to-launch.yml"
+    play.write_text(UP_TO_LAUNCH.format(repo=REPO))
     # tf_worker_gpus_per_slot: 0 says a CPU run is meant: every GPU hidden, nothing to ask.
     result = run_playbook(str(play), inventory=cluster.inventory(),
-                          extra={"tf_runs_dir": str(cluster.runs), "tf_run_id": "cpu-run", "tf_worker_gpus_per_slot": 0})
+                          extra={"tf_runs_dir": str(cluster.runs), "tf_run_id": "cpu-run", "tf_worker_gpus_per_slot": 0,
+                                 "tf_train_script": str(TRIVIAL_JOB)})
     assert result.returncode == 0, result.stdout[-3000:]
     assert task_block(result.stdout, ASK) == ""
     env = json.loads((tmp_path / "w0" / "runs" / "cpu-run" / "worker-0" / "job_env.json").read_text())
@@ -378,7 +387,8 @@ def test_a_cpu_run_on_gpu_hosts_and_a_cuda_tensorflow_pass(cluster: LocalCluster
     for host in cluster.hosts.values():
         host["tf_worker_python"] = str(python)
     result = run_playbook(str(play), inventory=cluster.inventory(),
-                          extra={"tf_runs_dir": str(cluster.runs), "tf_run_id": "gpu-run"})
+                          extra={"tf_runs_dir": str(cluster.runs), "tf_run_id": "gpu-run",
+                                 "tf_train_script": str(TRIVIAL_JOB)})
     assert result.returncode == 0, result.stdout[-3000:]
     asked = task_block(result.stdout, ASK)
     assert "ok: [w0]" in asked and "ok: [w1]" in asked, result.stdout[-3000:]
