@@ -86,6 +86,9 @@ SCENARIOS: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
     ),
     "stubborn": (STUBBORN, ("--job-timeout", "1", "--grace", "1"), {}),
     "leaves-child": (LEAVES_CHILD, ("--grace", "1"), {}),
+    # A long grace that nothing should wait for: the job ends by itself, or at the SIGTERM.
+    "exits-long-grace": ("import json, time\njson.dump(time.time(), open('ended.json', 'w'))\n", ("--grace", "20"), {}),
+    "stopped-long-grace": (SLEEPER, ("--job-timeout", "1", "--grace", "20"), {}),
     "no-interpreter": ("print('never')\n", (), {"python": "missing"}),
     "module-not-found": ("import json\nimport nonexistent_pkg_xyz\n", (), {}),
     # Issue 24, point 10: a job that writes a record's name in its working directory.
@@ -390,6 +393,29 @@ def test_children_left_by_a_finished_job_do_not_outlive_it(runs: dict[str, Run])
     assert_group_gone(run.json("pids.json")["pgid"])
     exit_ = run.json("exit.json")
     assert (exit_["returncode"], exit_["reason"]) == (0, "exited")
+
+
+def test_a_finished_job_is_recorded_without_waiting_for_the_grace(runs: dict[str, Run]) -> None:
+    # The keeper, which blocks SIGTERM, stayed in the group after the job's exit, and the
+    # supervisor waited the whole grace for it: two seconds added to every run's end.
+    run = runs["exits-long-grace"].finish()
+    assert run.returncode == 0, run.stderr
+    exit_ = run.json("exit.json")
+    assert (exit_["returncode"], exit_["reason"]) == (0, "exited")
+    # From the job's last statement to the record: the supervisor's poll (0.2 s), not the
+    # 2 s it gave leftovers after a finished job.
+    late = exit_["finished_at"] - run.json("ended.json")
+    assert late < 1.5, f"recorded {late:.1f} s after the job ended: the supervisor waited for its keeper"
+    assert_group_gone(run.json("state.json")["pgid"])
+
+
+def test_a_job_that_ends_at_the_sigterm_is_not_waited_for_until_the_grace(runs: dict[str, Run]) -> None:
+    run = runs["stopped-long-grace"].finish()
+    exit_ = run.json("exit.json")
+    assert exit_["reason"] == "job deadline of 1 s passed"
+    assert exit_["signal"] == "SIGTERM", "the job should have ended at the SIGTERM, not at a SIGKILL"
+    assert run.elapsed < 12, f"took {run.elapsed:.1f} s with a grace of 20 s"
+    assert_group_gone(run.json("state.json")["pgid"])
 
 
 # --- (h) an interpreter that does not exist --------------------------------------------

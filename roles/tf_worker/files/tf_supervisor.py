@@ -134,15 +134,16 @@ PR_SET_PDEATHSIG = 1
 MAX_TIMED_LINES = 20000
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether anything of the group still runs (a zombie waiting for its reaper does not)."""
+def group_alive(pgid: int, keeper: int | None = None) -> bool:
+    """Whether anything of the group still runs (a zombie waiting for its reaper does not),
+    the keeper aside: it blocks SIGTERM and lives until the supervisor lets it go."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass
-    return bool(group_members(pgid))
+    return any(pid != keeper for pid in group_members(pgid))
 
 
 def signal_group(pgid: int, sig: int) -> bool:
@@ -161,15 +162,19 @@ def signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-def stop_group(pgid: int, child: subprocess.Popen[bytes], grace: float, terminate: bool = True) -> None:
+def stop_group(
+    pgid: int, child: subprocess.Popen[bytes], grace: float, terminate: bool = True, keeper: int | None = None
+) -> None:
     """SIGTERM the process group (unless ``terminate`` is false: it got one already), then
-    SIGKILL whatever is left after ``grace`` seconds."""
+    SIGKILL whatever is left after ``grace`` seconds. Done as soon as nothing but the
+    ``keeper`` is left: it outlives any SIGTERM by design, and waiting for it would make
+    every stop, and every finished job, last the whole grace."""
     if terminate and not signal_group(pgid, signal.SIGTERM):
         return
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         child.poll()
-        if not group_alive(pgid):
+        if not group_alive(pgid, keeper):
             return
         time.sleep(POLL_SECONDS)
     signal_group(pgid, signal.SIGKILL)
@@ -984,6 +989,7 @@ def supervise(args: argparse.Namespace) -> int:
         "keeper_pid": next((p for p in group_members(pgid) if p != child.pid), None),
         "started_at": started,
     }
+    keeper = state["keeper_pid"]
     write_json_atomic(worker_dir / STATE_FILE, state)
     guard = RecordGuard(worker_dir)
     guard.wrote(STATE_FILE)
@@ -999,13 +1005,12 @@ def supervise(args: argparse.Namespace) -> int:
         """A SIGTERM from outside the runbook (a preemption, a host's shutdown): the job gets
         its grace to save. The group gets one SIGTERM: forwarded only when it did not get
         it too (then pending on the keeper, which blocks it)."""
-        keeper = state["keeper_pid"]
         end = time.monotonic() + FORWARD_CHECK_SECONDS
         got_it = False
         while keeper and not got_it and time.monotonic() < end and child.poll() is None:
             got_it = bool(signal_pending(keeper, signal.SIGTERM))
             time.sleep(0.05)
-        stop_group(pgid, child, args.grace, terminate=not got_it and child.poll() is None)
+        stop_group(pgid, child, args.grace, terminate=not got_it and child.poll() is None, keeper=keeper)
 
     watcher = LogWatcher(log_path, args.startup_pattern)
     peer_watch = PeerWatch(peers, args.peer_timeout) if args.peer_timeout and peers else None
@@ -1022,7 +1027,7 @@ def supervise(args: argparse.Namespace) -> int:
                 if stopped_by == "signal":
                     stop_from_outside()
                 else:
-                    stop_group(pgid, child, args.grace)
+                    stop_group(pgid, child, args.grace, keeper=keeper)
                 break
             now = time.monotonic()
             elapsed = now - t0
@@ -1062,20 +1067,20 @@ def supervise(args: argparse.Namespace) -> int:
                     if found:
                         stopped_by, reason = "peer", found
             if stopped_by is not None:
-                stop_group(pgid, child, args.grace)
+                stop_group(pgid, child, args.grace, keeper=keeper)
                 break
             time.sleep(POLL_SECONDS)
     except Exception as exc:  # noqa: BLE001 - the job must not outlive a broken supervisor
         stopped_by, reason = "supervisor", f"supervisor error: {type(exc).__name__}: {exc}"
-        stop_group(pgid, child, args.grace)
+        stop_group(pgid, child, args.grace, keeper=keeper)
     returncode = child.wait()
     clock.poll(final=True)
     if reason == "exited" and stop_reason:
         # The job ended on the same signal the supervisor got, before the loop saw it.
         stopped_by, reason, stop_cause = stop_reason[0]
     # The job may have left children of its own in the group: none may outlive the run.
-    if group_alive(pgid):
-        stop_group(pgid, child, min(args.grace, 2.0))
+    if group_alive(pgid, keeper):
+        stop_group(pgid, child, min(args.grace, 2.0), keeper=keeper)
     os.close(keeper_write)
     result = exit_record(returncode, reason, stopped_by, started, watcher.poll())
     result["timed_lines"] = clock.lines
