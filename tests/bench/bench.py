@@ -21,8 +21,8 @@ script prints the plan and its expected time, from the last run's figures, befor
           task results and module runs per host and phase, SSH operations, first worker
           start, last exit to verdict), this tree side by side with a checkout of
           --baseline-ref (interleaved runs, each tree with its own ansible.cfg and
-          playbooks, measured by this tree's instruments); and this tree with --forks 64
-          at 64 hosts (--forks-at), after the run with ansible.cfg's forks = 32
+          playbooks, measured by this tree's instruments); and, at the sizes of
+          --forks-at, this tree again with --forks N after the run with ansible.cfg's forks
   mitogen the smoke and N = 8, 32 under Mitogen's mitogen_linear strategy (installed
           into .cache/mitogen) side by side with the default strategy, and a one-line
           recommendation computed from the figures
@@ -1232,9 +1232,9 @@ def main() -> int:
     parser.add_argument("--orch-reps", type=int, default=3, help="runs of each tree at each N of the orch part")
     parser.add_argument("--orch-reps-at", default="64:1",
                         help="fewer runs at the largest N, for time: SIZE:REPS pairs ('' for --orch-reps everywhere)")
-    parser.add_argument("--forks-at", default="64",
+    parser.add_argument("--forks-at", default="",
                         help="sizes at which the orch part also runs this tree with --forks N, after the run with "
-                             "ansible.cfg's forks (32): at 64 hosts the preflight takes one more module run per host "
+                             "ansible.cfg's forks (64): above it, the preflight takes one more module run per host "
                              "with forks below the host count ('' for none)")
     parser.add_argument("--mitogen-sizes", default="8,32")
     parser.add_argument("--baseline-ref", default=BASELINE_REF,

@@ -57,6 +57,7 @@ is shipped next to it, never copied into it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import errno
 import hmac
@@ -1069,7 +1070,10 @@ def supervise(args: argparse.Namespace) -> int:
             if stopped_by is not None:
                 stop_group(pgid, child, args.grace, keeper=keeper)
                 break
-            time.sleep(POLL_SECONDS)
+            # Returns as soon as the job ends (Popen polls every few ms while it waits), so
+            # that its exit is recorded at once rather than up to a poll later.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(POLL_SECONDS)
     except Exception as exc:  # noqa: BLE001 - the job must not outlive a broken supervisor
         stopped_by, reason = "supervisor", f"supervisor error: {type(exc).__name__}: {exc}"
         stop_group(pgid, child, args.grace, keeper=keeper)
