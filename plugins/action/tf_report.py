@@ -26,15 +26,28 @@ import jinja2
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_report_view import tf_report_view
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import printable
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import REPORT_FILE, SUMMARY_FILE, printable
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 
 # The options (documented in plugins/modules/tf_report.py, the documentation-only module).
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    "summary": {"type": "path", "required": True},
+    "run_dir": {"type": "path"},
+    "summary": {"type": "path"},
     "template": {"type": "path", "required": True},
-    "dest": {"type": "path", "required": True},
+    "dest": {"type": "path"},
 }
+
+
+def report_paths(args: dict[str, Any]) -> tuple[str, str]:
+    """The summary to read and the report to write: O(summary) and O(dest) where given,
+    else the run directory's own, as the contract names them (tf_run.py)."""
+    run_dir = args.get("run_dir")
+    summary = args.get("summary") or (os.path.join(run_dir, SUMMARY_FILE) if run_dir else None)
+    dest = args.get("dest") or (os.path.join(run_dir, REPORT_FILE) if run_dir else None)
+    if not summary or not dest:
+        missing = " and ".join(name for name, value in (("summary", summary), ("dest", dest)) if not value)
+        raise AnsibleActionFail(f"tf_report needs run_dir, or {missing}")
+    return summary, dest
 
 
 # The culprit's last log lines shown in the report, read from at most the log's last bytes.
@@ -157,13 +170,14 @@ class ActionModule(ControllerAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
 
     def work(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        summary, dest = report_paths(args)
         template = self._find_needle("templates", args["template"])
         if self._task.check_mode:
-            return {"changed": True, "path": args["dest"], "msg": "check mode: the report would be written"}
-        result = {**write_report(args["summary"], template, args["dest"]), "changed": True}
+            return {"changed": True, "path": dest, "msg": "check mode: the report would be written"}
+        result = {**write_report(summary, template, dest), "changed": True}
         if "error" in result:
             result["warnings"] = [
-                f"the report could not be drawn ({result['error']}); {args['dest']} says so, and the verdict "
-                f"and {args['summary']} stand"
+                f"the report could not be drawn ({result['error']}); {dest} says so, and the verdict "
+                f"and {summary} stand"
             ]
         return result

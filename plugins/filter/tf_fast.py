@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.errors import AnsibleFilterError
-
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_config_readback import config_readbacks
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges import (
     collection_range_problems as tf_range_problems,
 )
@@ -18,12 +17,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges i
 
 def tf_config_readbacks(by_host: dict[str, Any]) -> list[dict[str, Any]]:
     """Every host's read-back TF_CONFIGs as tf_config_check entries."""
-    entries: list[dict[str, Any]] = []
-    for host, read_back in by_host.items():
-        if not isinstance(read_back, list):
-            raise AnsibleFilterError(f"host {host}: no TF_CONFIG was read back (got {read_back!r})")
-        entries.extend({"host": host, "index": int(item["index"]), "content": item["content"]} for item in read_back)
-    return entries
+    return config_readbacks(by_host)
 
 
 def tf_range_problems_hosts(own: dict[str, Any], host: str, others: dict[str, Any]) -> list[str]:

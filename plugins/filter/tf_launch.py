@@ -9,6 +9,10 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_file
     launched_workers,
     published_facts,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_config_readback import (
+    config_problems,
+    config_readbacks,
+)
 
 
 def tf_launched_workers(result: dict[str, Any] | None, went: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -56,6 +60,26 @@ def tf_launch_go_timeout(timeout: int | str, forks: int | str, hosts: int | str)
     return 60 + 10 * (batches - 1)
 
 
+def tf_launch_refusals(results: dict[str, Any], spec: dict[str, Any]) -> list[str]:
+    """Why an armed launch must get no go, each reason naming its host: first every host
+    whose launch failed (its module run started nothing there: a launch's result without
+    its ``facts``), then every TF_CONFIG the other hosts read back that does not make the
+    cluster of ``spec``; empty when every host armed and read the cluster back."""
+    failed: dict[str, str] = {}
+    read_back: dict[str, Any] = {}
+    for host, result in results.items():
+        result = result if isinstance(result, dict) else {}
+        if "facts" not in result:
+            msg = str(result.get("msg") or "its launch returned no result").strip()
+            failed[host] = msg if msg.startswith(f"host {host}:") else f"host {host}: {msg}"
+            continue
+        read_back[host] = (result.get("deploy") or {}).get("read_back")
+    # A failed host's workers wrote no TF_CONFIG: said once, by its failure.
+    unwritten = tuple(f"host {host} worker-" for host in failed)
+    problems = config_problems(config_readbacks(read_back), spec)
+    return [*failed.values(), *(p for p in problems if not (unwritten and p.startswith(unwritten)))]
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -66,4 +90,5 @@ class FilterModule:
             "tf_launch_job_seconds": tf_launch_job_seconds,
             "tf_launch_controller_timeout": tf_launch_controller_timeout,
             "tf_launch_go_timeout": tf_launch_go_timeout,
+            "tf_launch_refusals": tf_launch_refusals,
         }

@@ -7,6 +7,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import cluster_checksum
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_config_readback import config_problems
 
 
 def tf_config(spec: dict[str, Any], index: Any) -> dict[str, Any]:
@@ -32,35 +33,8 @@ def tf_config_readback(read_back: list[dict[str, Any]], host: str) -> list[dict[
 
 def tf_config_problems(readbacks: list[dict[str, Any]], spec: dict[str, Any]) -> list[str]:
     """Why the TF_CONFIG files as written on the hosts do not make the cluster of ``spec``,
-    each naming its host and worker; empty when they do."""
-    expected = cluster_checksum(spec["cluster"])
-    seen: dict[int, str] = {}
-    problems: list[str] = []
-    for item in readbacks:
-        where = f"host {item['host']} worker-{item['index']}"
-        try:
-            data = json.loads(item["content"])
-            index = int(data["task"]["index"])
-            got = cluster_checksum(data["cluster"])
-        except (ValueError, KeyError, TypeError) as exc:
-            problems.append(f"{where}: TF_CONFIG is not valid ({exc})")
-            continue
-        if got != expected:
-            problems.append(
-                f"{where}: cluster list {data['cluster']} differs from the spec {spec['cluster']}"
-            )
-        if index != int(item["index"]):
-            problems.append(f"{where}: task.index is {index}, expected {item['index']}")
-        if index in seen:
-            problems.append(f"{where}: task.index {index} is also used by {seen[index]}")
-        seen[index] = where
-    size = int(spec["size"])
-    hosts = {int(w["index"]): w["host"] for w in spec.get("workers", [])}
-    for index in sorted(set(range(size)) - set(seen)):
-        problems.append(f"host {hosts.get(index, '?')} worker-{index}: no TF_CONFIG was written")
-    for index in sorted(i for i in seen if not 0 <= i < size):
-        problems.append(f"{seen[index]}: task.index {index} is outside the cluster 0..{size - 1}")
-    return problems
+    each naming its host and worker; empty when they do (plugin_utils/tf_config_readback.py)."""
+    return config_problems(readbacks, spec)
 
 
 def tf_config_check(readbacks: list[dict[str, Any]], spec: dict[str, Any]) -> dict[str, Any]:

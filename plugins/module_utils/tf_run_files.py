@@ -360,12 +360,20 @@ def _make_private_dirs(wanted: list[str], private: set[str], check: bool) -> boo
         elif mode is not None and (os.stat(path).st_mode & 0o777) != mode:
             changed = True
             if not check:
-                os.chmod(path, mode)
+                _make_private(path, mode)
         if mode is not None and not check and os.path.isdir(path):
             # makedirs honours the umask; the run's directories must be private anyway.
             if (os.stat(path).st_mode & 0o777) != mode:
-                os.chmod(path, mode)
+                _make_private(path, mode)
     return changed
+
+
+def _make_private(path: str, mode: int) -> None:
+    """chmod, or RunFilesError naming the directory (one of another user, say)."""
+    try:
+        os.chmod(path, mode)
+    except OSError as exc:
+        raise RunFilesError(f"cannot make {path} private (mode {mode:o}): {exc}") from None
 
 
 def prepare_run(params: dict[str, Any], check: bool, want_diff: bool) -> dict[str, Any]:

@@ -14,7 +14,8 @@ author: tf-runbook contributors (!UNKNOWN)
 description:
   - Reads O(summary) (written by the M(tf_runbook.multiworker.tf_verdict) module), lays it
     out with the C(tf_runbook.multiworker.tf_report_view) filter and renders O(template)
-    into O(dest), atomically, mode 0600.
+    into O(dest), atomically, mode 0600. With O(run_dir), those are the run directory's
+    C(summary.json) and C(report.html).
   - Runs on the controller only (an action plugin); the hosts are not contacted.
   - Much faster than M(ansible.builtin.template) for a large run, because the summary is
     rendered with Jinja2 directly rather than through Ansible's templating.
@@ -30,10 +31,15 @@ description:
 extends_documentation_fragment:
   - tf_runbook.multiworker.attributes
 options:
+  run_dir:
+    description:
+      - The run's directory on the controller, C(runs/<run_id>). O(summary) defaults to
+        its C(summary.json) and O(dest) to its C(report.html).
+      - Either O(run_dir), or both O(summary) and O(dest).
+    type: path
   summary:
     description: Path of the run's summary.json on the controller.
     type: path
-    required: true
   template:
     description: The report's Jinja template, looked up as M(ansible.builtin.template)
       looks up its source (the role's C(templates/) first); it gets the layout as
@@ -43,7 +49,6 @@ options:
   dest:
     description: Path of the report to write on the controller.
     type: path
-    required: true
 attributes:
   check_mode:
     support: full
@@ -55,6 +60,12 @@ attributes:
 """
 
 EXAMPLES = r"""
+- name: Write the run's report into its directory, from its summary
+  tf_runbook.multiworker.tf_report:
+    run_dir: runs/mnist-20260101-1200
+    template: report.html.j2
+  run_once: true
+
 - name: Write the run's report next to its summary
   tf_runbook.multiworker.tf_report:
     summary: runs/mnist-20260101-1200/summary.json

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import pwd
 import subprocess
 from pathlib import Path
 from typing import Any, Callable
@@ -161,3 +163,34 @@ def test_managed_virtualenv_is_built_offline_from_the_controllers_wheelhouse(
     # ansible.cfg hides skipped tasks: the pip task shows only when it ran.
     assert "Install the worker requirements into the virtualenv" in result.stdout
     assert "Install the worker requirements into the virtualenv" not in again.stdout
+
+
+def test_a_launch_that_fails_on_one_host_stops_what_the_others_armed(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path
+) -> None:
+    """An armed launch whose module run fails on one host (nothing started there): the
+    refusal names that host and why, and the workers the other hosts armed are stopped
+    before the playbook ends, not left holding their ports until the go's timeout."""
+    hosts = make_ns_hosts(count=2)
+    trivial = Path(__file__).parent / "jobs" / "trivial_job.py"
+    book = Runbook(hosts, tmp_path, groupvars={"tf_worker_python": HOST_PYTHON, "tf_train_script": str(trivial)})
+    # node1's runs/ belongs to root: the preflight passes (it judges the base directory,
+    # which is the user's), and the launch there cannot make runs/ private.
+    node1 = hosts.hosts[1]
+    base = node1.private_path(f"{node1.home}/tf-runbook")
+    (base / "runs").mkdir(parents=True)
+    user = pwd.getpwnam(node1.user)
+    os.chown(base, user.pw_uid, user.pw_gid)
+    base.chmod(0o700)
+    (base / "runs").chmod(0o755)
+    result = book.play("train.yml", extra={"tf_run_id": "armfail"})
+    assert result.returncode != 0
+    assert "The launch failed on 1 host(s), no worker was started" in result.stdout, result.stdout[-4000:]
+    assert f"host node1: nothing was launched: cannot make {node1.home}/tf-runbook/runs private" in result.stdout
+    # node0 had armed its worker: stopped by the refusal, nothing of the run left.
+    assert book.run_processes(0, "armfail") == []
+    rc, out, _ = hosts.run(0, "cat ~/tf-runbook/runs/armfail/worker-0/exit.json")
+    assert rc == 0, out
+    record = json.loads(out)
+    assert record["stopped_by"] == "runbook" and "the launch was refused before the go: host node1" in record["reason"]
+    assert book.run_processes(1, "armfail") == []

@@ -353,3 +353,25 @@ def test_the_collect_and_the_wait_pack_the_same_bundle_and_receive_unpacks_it(tm
     assert fetched == [waited["bundle"]]
     assert bundle.receive(fetch, waited, str(dest)) == []
     assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == waited["files"]
+
+
+def test_run_dir_names_a_runs_directory_it_cannot_make_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One of another user (root's, say): a clear refusal that names it, not a traceback."""
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_run_files
+
+    base = tmp_path / "base"
+    (base / "runs").mkdir(parents=True)
+    (base / "runs").chmod(0o755)
+    real_chmod = os.chmod
+
+    def chmod(path: str, mode: int) -> None:
+        if str(path) == str(base / "runs"):
+            raise PermissionError(1, "Operation not permitted")
+        real_chmod(path, mode)
+
+    monkeypatch.setattr(tf_run_files.os, "chmod", chmod)
+    params = {**run_dir_args(base), "attempt": 0, "checkpoint_root": "", "job_files": [], "job_archive": "",
+              "job_env": {}, "visible_devices": {}, "pythonpath": False, "configs": [], "interpreter": ""}
+    with pytest.raises(tf_run_files.RunFilesError, match=f"cannot make {base / 'runs'} private \\(mode 700\\): "):
+        tf_run_files.prepare_run(params, check=False, want_diff=False)
+    assert not (base / "runs" / "r1").exists()

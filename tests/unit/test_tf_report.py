@@ -30,7 +30,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_report_v
     nice_ticks,
     tf_report_view,
 )
-from tf_report_action import ActionModule, culprit_log_tails, draw, log_tail, write_report
+from tf_report_action import ActionModule, culprit_log_tails, draw, log_tail, report_paths, write_report
 from tf_verdict import summarize
 
 MARKER = "multiworker-complete.txt"
@@ -390,6 +390,17 @@ def test_report_without_a_summary_is_refused_and_nothing_written(tmp_path: Path)
     with pytest.raises(AnsibleActionFail, match=r"cannot read the run's summary .*/missing/summary.json"):
         write_report(str(tmp_path / "missing" / "summary.json"), str(TEMPLATE), str(tmp_path / "report.html"))
     assert not (tmp_path / "report.html").exists()
+
+
+def test_the_run_directory_names_the_summary_and_the_report_as_the_contract_does() -> None:
+    # The role passes the run's directory alone: no YAML names either file.
+    assert report_paths({"run_dir": "/runs/r1"}) == ("/runs/r1/summary.json", "/runs/r1/report.html")
+    assert report_paths({"run_dir": "/runs/r1", "dest": "/tmp/page.html"}) == ("/runs/r1/summary.json", "/tmp/page.html")
+    assert report_paths({"summary": "/s.json", "dest": "/p.html"}) == ("/s.json", "/p.html")
+    with pytest.raises(AnsibleActionFail, match="tf_report needs run_dir, or summary and dest"):
+        report_paths({})
+    with pytest.raises(AnsibleActionFail, match="tf_report needs run_dir, or dest$"):
+        report_paths({"summary": "/s.json"})
 
 
 def test_checks_not_checked_and_devices_are_shown(succeeded: dict[str, Any]) -> None:

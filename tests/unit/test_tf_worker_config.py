@@ -9,6 +9,7 @@ from typing import Any, Callable
 import pytest
 
 from tf_cluster import tf_cluster_spec, tf_workers_on
+from tf_launch import tf_launch_refusals
 from tf_worker_config import (
     AnsibleFilterError,
     tf_config,
@@ -211,3 +212,36 @@ def test_problems_name_what_the_check_refuses_without_raising(spec: dict[str, An
         tf_config_check(bad, spec)
     missing = tf_config_problems(entries[1:], spec)
     assert missing == [f"host {entries[0]['host']} worker-0: no TF_CONFIG was written"]
+
+
+def launch_results(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every host's launch result as the armed launch registers it: its facts, and what
+    its deploy read back."""
+    by_host: dict[str, dict[str, Any]] = {}
+    for entry in readbacks(spec):
+        result = by_host.setdefault(entry["host"], {"facts": {"tf_worker_run_dir": "/r"}, "deploy": {"read_back": []}})
+        result["deploy"]["read_back"].append({"index": entry["index"], "content": entry["content"]})
+    return by_host
+
+
+def test_an_armed_launch_that_armed_everywhere_and_read_the_cluster_back_is_not_refused(spec: dict[str, Any]) -> None:
+    assert tf_launch_refusals(launch_results(spec), spec) == []
+
+
+def test_a_host_whose_launch_failed_is_named_first_and_its_read_back_not_asked_for(spec: dict[str, Any]) -> None:
+    """Its module run started nothing (no facts, nothing read back): the launch must stop
+    what the other hosts armed, and say why."""
+    results = launch_results(spec)
+    results["node-b"] = {"failed": False, "msg": "host node-b: nothing was launched: cannot make /h/runs private"}
+    results["node-c"] = {"failed": False, "msg": "Permission denied"}
+    wrong = json.dumps({"cluster": {"worker": ["x:1"]}, "task": {"index": 0}})
+    results["node-a"]["deploy"]["read_back"][0]["content"] = wrong
+    problems = tf_launch_refusals(results, spec)
+    assert problems[:2] == [
+        "host node-b: nothing was launched: cannot make /h/runs private", "host node-c: Permission denied",
+    ]
+    assert problems[2].startswith("host node-a worker-0: cluster list")
+    # The failed hosts' workers wrote no TF_CONFIG: said once, by the failure.
+    assert len(problems) == 3, problems
+    results["node-a"] = {}
+    assert tf_launch_refusals(results, spec)[0] == "host node-a: its launch returned no result"
