@@ -472,6 +472,15 @@ def port_free(hosts: NamespaceHosts, index: int, port: int) -> bool:
     return rc == 0 and out.strip() == "free"
 
 
+def port_listening(hosts: NamespaceHosts, index: int, port: int) -> bool:
+    """Whether a socket listens on ``port`` on that host, read from /proc/net/tcp*: a
+    check that binds the port itself, as port_free does, can take it from under a
+    process that binds it at that moment."""
+    script = f"awk '$2 ~ /:{port:04X}$/ && $4 == \"0A\"' /proc/net/tcp /proc/net/tcp6 | grep -q ."
+    rc, _, _ = hosts.run(index, script)
+    return rc == 0
+
+
 @pytest.mark.multihost
 def test_a_worker_port_blocked_between_hosts_is_refused_before_launch(
     make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str,
@@ -520,7 +529,7 @@ def test_a_port_taken_on_a_remote_host_is_refused_naming_its_process(
     pid = int(out.strip())
     try:
         deadline = time.monotonic() + 10
-        while port_free(hosts, 1, 2222):
+        while not port_listening(hosts, 1, 2222):
             assert time.monotonic() < deadline
             time.sleep(0.2)
         result = ns_play(hosts, tmp_path, inventory={"groupvars": {"tf_worker_python": worker_python}},
