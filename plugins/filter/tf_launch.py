@@ -60,11 +60,12 @@ def tf_launch_go_timeout(timeout: int | str, forks: int | str, hosts: int | str)
     return 60 + 10 * (batches - 1)
 
 
-def tf_launch_refusals(results: dict[str, Any], spec: dict[str, Any]) -> list[str]:
-    """Why an armed launch must get no go, each reason naming its host: first every host
-    whose launch failed (its module run started nothing there: a launch's result without
-    its ``facts``), then every TF_CONFIG the other hosts read back that does not make the
-    cluster of ``spec``; empty when every host armed and read the cluster back."""
+def tf_launch_refusals(results: dict[str, Any], spec: dict[str, Any]) -> dict[str, list[str]]:
+    """Why an armed launch must get no go: ``reasons``, each naming its host, first every
+    host whose launch failed (its module run started nothing there: a launch's result
+    without its ``facts``), then every TF_CONFIG the other hosts read back that does not
+    make the cluster of ``spec``; and ``failed_hosts``, those whose launch failed. Both
+    empty when every host armed and read the cluster back."""
     failed: dict[str, str] = {}
     read_back: dict[str, Any] = {}
     for host, result in results.items():
@@ -77,7 +78,8 @@ def tf_launch_refusals(results: dict[str, Any], spec: dict[str, Any]) -> list[st
     # A failed host's workers wrote no TF_CONFIG: said once, by its failure.
     unwritten = tuple(f"host {host} worker-" for host in failed)
     problems = config_problems(config_readbacks(read_back), spec)
-    return [*failed.values(), *(p for p in problems if not (unwritten and p.startswith(unwritten)))]
+    reasons = [*failed.values(), *(p for p in problems if not (unwritten and p.startswith(unwritten)))]
+    return {"reasons": reasons, "failed_hosts": list(failed)}
 
 
 class FilterModule:

@@ -225,7 +225,7 @@ def launch_results(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_an_armed_launch_that_armed_everywhere_and_read_the_cluster_back_is_not_refused(spec: dict[str, Any]) -> None:
-    assert tf_launch_refusals(launch_results(spec), spec) == []
+    assert tf_launch_refusals(launch_results(spec), spec) == {"reasons": [], "failed_hosts": []}
 
 
 def test_a_host_whose_launch_failed_is_named_first_and_its_read_back_not_asked_for(spec: dict[str, Any]) -> None:
@@ -236,7 +236,9 @@ def test_a_host_whose_launch_failed_is_named_first_and_its_read_back_not_asked_f
     results["node-c"] = {"failed": False, "msg": "Permission denied"}
     wrong = json.dumps({"cluster": {"worker": ["x:1"]}, "task": {"index": 0}})
     results["node-a"]["deploy"]["read_back"][0]["content"] = wrong
-    problems = tf_launch_refusals(results, spec)
+    refusal = tf_launch_refusals(results, spec)
+    assert refusal["failed_hosts"] == ["node-b", "node-c"]
+    problems = refusal["reasons"]
     assert problems[:2] == [
         "host node-b: nothing was launched: cannot make /h/runs private", "host node-c: Permission denied",
     ]
@@ -244,4 +246,6 @@ def test_a_host_whose_launch_failed_is_named_first_and_its_read_back_not_asked_f
     # The failed hosts' workers wrote no TF_CONFIG: said once, by the failure.
     assert len(problems) == 3, problems
     results["node-a"] = {}
-    assert tf_launch_refusals(results, spec)[0] == "host node-a: its launch returned no result"
+    refusal = tf_launch_refusals(results, spec)
+    assert refusal["reasons"][0] == "host node-a: its launch returned no result"
+    assert refusal["failed_hosts"] == ["node-a", "node-b", "node-c"]
