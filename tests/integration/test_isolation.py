@@ -212,7 +212,7 @@ def firewall(netns: str, **args: Any) -> dict[str, Any]:
 
 
 def nft(netns: str, *args: str) -> str:
-    return subprocess.run(["ip", "netns", "exec", netns, "nft", *args], capture_output=True, text=True,
+    return subprocess.run(["ip", "netns", "exec", netns, "/usr/sbin/nft", *args], capture_output=True, text=True,
                           check=True).stdout
 
 

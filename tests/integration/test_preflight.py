@@ -493,7 +493,7 @@ def test_a_worker_port_blocked_between_hosts_is_refused_before_launch(
     # A firewall on node2 that drops node0's connections to the TensorFlow port.
     rules = (f"table inet testblock {{\n chain input {{\n type filter hook input priority 0;\n"
              f" ip saddr {node0.address} tcp dport 2222 drop\n }}\n}}\n")
-    proc = subprocess.run(["nsenter", "--target", str(node2.sshd_pid), "--net", "nft", "-f", "-"],
+    proc = subprocess.run(["nsenter", "--target", str(node2.sshd_pid), "--net", "/usr/sbin/nft", "-f", "-"],
                           input=rules, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     result = ns_play(hosts, tmp_path, inventory={"groupvars": {"tf_worker_python": worker_python}},
@@ -572,7 +572,7 @@ def can_connect(hosts: NamespaceHosts, index: int, address: str, port: int) -> b
 
 def nft_tables(hosts: NamespaceHosts, index: int) -> str:
     node = hosts.host(index)
-    return subprocess.run(["nsenter", "--target", str(node.sshd_pid), "--net", "nft", "list", "tables"],
+    return subprocess.run(["nsenter", "--target", str(node.sshd_pid), "--net", "/usr/sbin/nft", "list", "tables"],
                           capture_output=True, text=True, check=True).stdout
 
 
