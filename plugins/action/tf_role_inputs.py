@@ -20,6 +20,8 @@ from typing import Any
 import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import VariableLayer
+from ansible.utils.vars import validate_variable_name
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges import (
     RangesError,
@@ -34,6 +36,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "hosts": {"type": "list", "elements": "str"},
     "problems": {"type": "list", "elements": "str", "default": []},
     "refusal": {"type": "str", "default": "Refused: "},
+    "facts": {"type": "dict", "default": {}},
 }
 
 
@@ -129,4 +132,15 @@ class ActionModule(ControllerAction):
             result["msg"] = refusal_message(role, args["entry_point"], errors, problems, args["refusal"])
         else:
             result["msg"] = f"The inputs of role {role} ({args['entry_point']}) are valid on {len(others) + 1} host(s)"
+            if args["facts"]:
+                result["ansible_facts"] = self.publish(args["facts"])
         return result
+
+    def publish(self, facts: dict[str, Any]) -> dict[str, Any]:
+        """Set ``facts`` as ansible.builtin.set_fact does: not cached, at set_fact's
+        precedence (a cached fact would outlive the playbook run in a fact cache)."""
+        for name in facts:
+            validate_variable_name(name)
+        self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)
+        self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
+        return facts

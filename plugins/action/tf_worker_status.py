@@ -260,7 +260,16 @@ class ActionModule(ActionBase):
         started = time.monotonic()
         last_shown: list[str] = []
         status: dict[str, Any] = {}
+        # This worker process's parent is ansible-playbook's main process. A worker is a
+        # session of its own, so a SIGKILL of ansible-playbook (the OOM killer, kill -9)
+        # leaves it running: it must then stop renewing the controller heartbeat, or the
+        # supervisors would never see the controller go (tf_controller_timeout).
+        controller = os.getppid()
         for _round in range(rounds):
+            if os.getppid() != controller:
+                return {**result, **status, "failed": True, "controller_gone": True,
+                        "msg": f"host {host}: the wait stopped: ansible-playbook (pid {controller}) ended, so "
+                               "nothing renews the controller heartbeat any more"}
             try:
                 status = self._execute_module(
                     module_name="tf_runbook.multiworker.tf_worker_status",

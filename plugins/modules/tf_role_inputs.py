@@ -56,6 +56,14 @@ options:
     description: What the message says before O(problems) (joined by C(; )).
     type: str
     default: "Refused: "
+  facts:
+    description:
+      - Variables to set once every input passed, as M(ansible.builtin.set_fact) sets them
+        (not cached, above play variables), on every host of a C(run_once) task. They are
+        what the role settles from its checked inputs, in the same task.
+      - Nothing is set when the task fails.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -78,6 +86,8 @@ EXAMPLES = r"""
     role_path: "{{ role_path }}"
     entry_point: contract
     problems: ["{{ tf_x_pattern | tf_runbook.multiworker.tf_pattern_problem('tf_x_pattern', inventory_hostname) }}"]
+    facts:
+      __tf_x_checked: true
   run_once: true
 """
 
@@ -97,6 +107,10 @@ problems:
   type: list
   elements: str
   returned: always
+ansible_facts:
+  description: O(facts), where the inputs passed and it is not empty.
+  type: dict
+  returned: success
 validate_args_context:
   description: The role, entry point and path checked, as M(ansible.builtin.validate_argument_spec) returns it.
   type: dict

@@ -263,6 +263,13 @@ clock_offset:
   description: Controller's clock minus the host's, in seconds, measured by the action.
   type: float
   returned: always
+controller_gone:
+  description: Set by the action (with C(failed)) when C(ansible-playbook)'s main process
+    ended while it waited (a C(kill -9)). It then calls the host no more, so that the
+    controller heartbeat is no longer renewed and the supervisors stop the run within their
+    controller timeout.
+  type: bool
+  returned: when ansible-playbook ended during the wait
 stalled:
   description: Set by the action when the run stalled, C(seconds) without a progress line
     and C(detail).

@@ -49,6 +49,7 @@ TF_BENCH_KEEP_EVENTS=DIR, each run's callback events are kept in DIR for a close
 from __future__ import annotations
 
 import argparse
+import configparser
 import json
 import os
 import platform
@@ -148,6 +149,19 @@ def cgroup2_root() -> Path | None:
     return None
 
 
+def configured_callbacks(tree: Path) -> list[str]:
+    """The callbacks the tree's own ansible.cfg enables (the bench's environment variable
+    replaces that list, so the bench names them again, after its own)."""
+    import configparser
+
+    config = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
+    try:
+        config.read(tree / "ansible.cfg", encoding="utf-8")
+    except configparser.Error:
+        return []
+    value = config.get("defaults", "callbacks_enabled", fallback="")
+    return [name.strip() for name in value.split(",") if name.strip()]
+
 class Instruments:
     """Runs ansible-playbook in a cgroup of its own, with the bench's callback and ssh log."""
 
@@ -178,7 +192,8 @@ class Instruments:
         cgroup = self.cgroups / f"tf-bench-{os.getpid()}-{self.count}"
         cgroup.mkdir()
         env = dict(os.environ, ANSIBLE_CONFIG=str(tree / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                   ANSIBLE_CALLBACK_PLUGINS=str(BENCH / "callback"), ANSIBLE_CALLBACKS_ENABLED="tf_bench",
+                   ANSIBLE_CALLBACK_PLUGINS=str(BENCH / "callback"),
+                   ANSIBLE_CALLBACKS_ENABLED=",".join(["tf_bench", *configured_callbacks(tree)]),
                    TF_BENCH_CPU_STAT=str(cgroup / "cpu.stat"), TF_BENCH_EVENTS=str(events),
                    TF_BENCH_OPLOG=str(work / "oplog"), TF_BENCH_REAL_SSH_DIR=self.real_ssh_dir,
                    ANSIBLE_SSH_EXECUTABLE=str(self.bin / "ssh"), ANSIBLE_SFTP_EXECUTABLE=str(self.bin / "sftp"),

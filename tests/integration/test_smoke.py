@@ -231,6 +231,37 @@ def test_a_crashed_worker_stops_the_others_and_fails_the_run(dirs: dict[str, Pat
     assert (dirs["runs"] / "crash" / "localhost" / "worker-1" / "worker.log").is_file()
 
 
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` now."""
+    found = []
+    for child in helpers.processes():
+        stat = helpers.proc_stat(child)
+        if stat is not None and stat[1][1] == str(pid):
+            found.append(child)
+    return found
+
+
+def kill_if_still(pid: int, marker: bytes) -> None:
+    """SIGKILL ``pid`` if its command line still holds ``marker``: a process this test
+    started, not another that reused its pid."""
+    try:
+        ours = marker in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        ours = False
+    if ours:
+        helpers.kill_quietly(pid)
+
+
+def wait_for_the_children(controller: subprocess.Popen[str], files: list[Path]) -> None:
+    """Until every worker recorded its state and started its child (``files``), while the
+    playbook still runs."""
+    deadline = time.monotonic() + 120
+    while not all(p.exists() and p.stat().st_size for p in files):
+        assert time.monotonic() < deadline, "the workers never started their children"
+        assert controller.poll() is None, "the playbook ended early"
+        time.sleep(0.5)
+
+
 def test_stop_playbook_ends_a_run_the_controller_abandoned(dirs: dict[str, Path], tmp_path: Path) -> None:
     job = write_fake_job(tmp_path)
     # Each job starts a child, as a data loader or a launcher does (issue 24, point 24): the
@@ -240,12 +271,11 @@ def test_stop_playbook_ends_a_run_the_controller_abandoned(dirs: dict[str, Path]
     run = dirs["base"] / "runs" / "abandoned"
     states = [run / f"worker-{i}" / "state.json" for i in (0, 1)]
     child_pids = [run / f"worker-{i}" / "child.pid" for i in (0, 1)]
-    deadline = time.monotonic() + 120
-    while not all(p.exists() and p.stat().st_size for p in states + child_pids):
-        assert time.monotonic() < deadline, "the workers never started their children"
-        assert controller.poll() is None, "the playbook ended early"
-        time.sleep(0.5)
-    # The controller dies without cleaning up: the workers go on.
+    wait_for_the_children(controller, states + child_pids)
+    # The controller dies without cleaning up: the workers go on. Its own worker
+    # processes are sessions of their own: the kill does not reach them (the finally
+    # below does, by PID, should one outlive the test).
+    ansible_workers = children_of(controller.pid)
     controller.kill()
     controller.wait()
     pids = [json.loads(p.read_text())[key] for p in states for key in ("pid", "supervisor_pid")]
@@ -261,13 +291,11 @@ def test_stop_playbook_ends_a_run_the_controller_abandoned(dirs: dict[str, Path]
         left = [pid for pid in children if helpers.pid_running(pid)]
         assert left == [], f"the jobs' children {left} outlived the stop"
     finally:
-        for pid in children:  # only the test's own children, should they have outlived it
-            try:
-                ours = b"time.sleep(600)" in Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                ours = False
-            if ours:
-                helpers.kill_quietly(pid)
+        # Only the processes this test started, should they have outlived it, by PID.
+        for pid in ansible_workers:
+            kill_if_still(pid, b"ansible-playbook")
+        for pid in children:
+            kill_if_still(pid, b"time.sleep(600)")
     for index in (0, 1):
         record = json.loads((run / f"worker-{index}" / "exit.json").read_text())
         assert record["returncode"] != 0 and "stopped" in record["reason"]
@@ -277,6 +305,52 @@ def test_stop_playbook_ends_a_run_the_controller_abandoned(dirs: dict[str, Path]
     again = run_playbook("playbooks/stop.yml", *extra(dirs, tf_run_id="abandoned"))
     assert again.returncode == 0 and "changed: [localhost]" not in again.stdout
     assert helpers.tree_digest(run) == before
+
+
+def test_a_killed_controller_stops_renewing_the_heartbeat_and_the_run_stops(dirs: dict[str, Path], tmp_path: Path) -> None:
+    """kill -9 of ansible-playbook (the OOM killer, an operator): its worker process that
+    waits on the run is a session of its own and outlives it. It must stop renewing the
+    controller heartbeat, so that the supervisors stop the run within
+    tf_controller_timeout, and end itself."""
+    job = write_fake_job(tmp_path)
+    timeout = 10
+    args = extra(dirs, tf_run_id="killed", tf_train_script=str(job), tf_train_args=["sleep-with-child"],
+                 tf_controller_timeout=timeout, tf_wait_poll_interval=2)
+    controller = helpers.start_playbook("train.yml", "--limit", "localhost", *args, quiet=True)
+    run = dirs["base"] / "runs" / "killed"
+    states = [run / f"worker-{i}" / "state.json" for i in (0, 1)]
+    exits = [run / f"worker-{i}" / "exit.json" for i in (0, 1)]
+    child_pids = [run / f"worker-{i}" / "child.pid" for i in (0, 1)]
+    ansible_workers: list[int] = []
+    children: list[int] = []
+    try:
+        wait_for_the_children(controller, states + child_pids)
+        children = [int(p.read_text()) for p in child_pids]
+        time.sleep(3)  # the wait's first status runs renewed the heartbeat
+        ansible_workers = children_of(controller.pid)
+        assert ansible_workers, "no worker process of ansible-playbook was waiting on the run"
+        controller.kill()
+        controller.wait()
+        killed_at = time.monotonic()
+        bound = timeout + 20
+        while not all(p.exists() for p in exits) or any(helpers.pid_running(pid) for pid in ansible_workers):
+            assert time.monotonic() - killed_at < bound, (
+                f"{bound} s after the kill: exit records {[p.exists() for p in exits]}, "
+                f"ansible-playbook's workers still running {[pid for pid in ansible_workers if helpers.pid_running(pid)]}")
+            time.sleep(0.5)
+        for path in exits:
+            record = json.loads(path.read_text())
+            assert record["stopped_by"] == "controller", record
+        assert not [pid for pid in children if helpers.pid_running(pid)]
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+            controller.wait()
+        # Only the processes this test started, should they have outlived it, by PID.
+        for pid in ansible_workers:
+            kill_if_still(pid, b"ansible-playbook")
+        for pid in children:
+            kill_if_still(pid, b"time.sleep(600)")
 
 
 def uninterrupted_epochs(tmp: Path, train_args: list[str]) -> list[str]:

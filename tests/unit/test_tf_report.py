@@ -250,6 +250,30 @@ def test_culprit_from_the_wait_when_no_exit_record_says(tmp_path: Path) -> None:
 # --- rendered pages -------------------------------------------------------------------------
 
 
+def test_the_compiled_template_is_cached_and_a_changed_template_compiled_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, succeeded: dict[str, Any]
+) -> None:
+    """Compiling the template was most of the report's time: Jinja2's bytecode cache keeps
+    it, keyed by the template's text, so an edited template is never served stale."""
+    import tempfile
+
+    import jinja2
+
+    from tf_report_action import render_report
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the cache's default place
+    first = render_report(succeeded, "run {{ __tf_verdict_report.run.id }}")
+    compiled: list[str] = []
+    real = jinja2.Environment.compile
+    monkeypatch.setattr(jinja2.Environment, "compile",
+                        lambda self, source, *a, **k: compiled.append(source) or real(self, source, *a, **k))
+    assert render_report(succeeded, "run {{ __tf_verdict_report.run.id }}") == first
+    assert compiled == []
+    assert render_report(succeeded, "status {{ __tf_verdict_report.run.status }}") == f"status {succeeded['status']}"
+    assert len(compiled) == 1
+    assert list((tmp_path / f"_jinja2-cache-{os.getuid()}").iterdir())
+
+
 def test_succeeded_run_page(succeeded: dict[str, Any]) -> None:
     html, root = page(succeeded)
     assert_self_contained(html)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.plugins.action import VariableLayer
 
 import tf_role_inputs_action as action
 
@@ -110,6 +112,50 @@ def test_an_unknown_entry_point_is_refused_naming_the_ones_there(tmp_path: Path)
     assert action.entry_point_options(str(tmp_path), "deploy") == {}
     with pytest.raises(AnsibleActionFail, match="no entry point 'main' .*it has deploy"):
         action.entry_point_options(str(tmp_path), "main")
+
+
+def _action_on(role: Path, args: dict, variables: dict) -> tuple[dict, list]:
+    """The action's result for ``args`` with the task's variables ``variables``, and the
+    variables it registered for the host, by layer (as set_fact registers them)."""
+    task = mock.MagicMock(args=args, async_val=0, check_mode=False, diff=False)
+    templar = mock.MagicMock()
+    templar.template.side_effect = lambda value: value
+    instance = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), None, templar, None)
+    registered: list = []
+    with mock.patch.object(instance, "register_host_variables", lambda values, layer: registered.append((layer, values))):
+        result = instance.work({"role_path": str(role), "hosts": None, "problems": [], "refusal": "Refused: ", **args},
+                               {"inventory_hostname": "w1", "ansible_play_hosts": ["w1"], **variables})
+    return result, registered
+
+
+def _role_with_timeout(root: Path) -> Path:
+    (root / "meta").mkdir(parents=True)
+    (root / "meta" / "argument_specs.yml").write_text(
+        "argument_specs:\n  deploy:\n    options:\n      tf_x_timeout: {type: int, required: true}\n")
+    return root
+
+
+def test_facts_are_set_as_set_fact_sets_them_once_every_input_passed(tmp_path: Path) -> None:
+    role = _role_with_timeout(tmp_path / "tf_x")
+    facts = {"tf_x_id": "run-1", "__tf_x_checked": True}
+    result, registered = _action_on(role, {"entry_point": "deploy", "facts": facts}, {"tf_x_timeout": 5})
+    assert not result.get("failed") and result["ansible_facts"] == facts
+    # Not cached (a fact cache would carry them into the next playbook run), at set_fact's precedence.
+    assert registered == [(VariableLayer.CACHEABLE_FACT, {}), (VariableLayer.EPHEMERAL_FACT, facts)]
+
+
+@pytest.mark.parametrize(("variables", "problems"), [({"tf_x_timeout": "soon"}, []), ({"tf_x_timeout": 5}, ["host w1: p"])])
+def test_no_fact_is_set_when_an_input_is_refused(tmp_path: Path, variables: dict, problems: list) -> None:
+    role = _role_with_timeout(tmp_path / "tf_x")
+    result, registered = _action_on(role, {"entry_point": "deploy", "facts": {"tf_x_id": "run-1"}, "problems": problems},
+                                    variables)
+    assert result["failed"] and "ansible_facts" not in result and registered == []
+
+
+def test_a_fact_that_is_not_a_variable_name_is_refused(tmp_path: Path) -> None:
+    role = _role_with_timeout(tmp_path / "tf_x")
+    with pytest.raises(AnsibleError, match="tf-x"):
+        _action_on(role, {"entry_point": "deploy", "facts": {"tf-x": 1}}, {"tf_x_timeout": 5})
 
 
 def _entry_points(role: Path) -> dict[str, dict]:

@@ -79,6 +79,21 @@ def test_a_passed_deadline_is_seen_on_the_controller(monkeypatch: pytest.MonkeyP
     assert result["deadline_passed"]
 
 
+def test_the_wait_stops_renewing_the_heartbeat_once_ansible_playbook_is_gone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A worker process outlives a SIGKILLed ansible-playbook (its own session): once its
+    parent is no longer the process it started under, it calls the host no more (each call
+    renews the heartbeat) and ends, so that the supervisors see the controller go."""
+    parents = iter([4242, 4242, 4242] + [1] * 10)
+    monkeypatch.setattr(action.os, "getppid", lambda: next(parents))
+    host = FastHost(offset=0, done_after=1000)
+    result, _ = run_action(monkeypatch, tmp_path, host)
+    assert len(host.calls) == 2
+    assert result["failed"] and result["controller_gone"]
+    assert "ansible-playbook (pid 4242) ended" in result["msg"]
+
+
 @pytest.mark.parametrize(
     ("deadline", "now", "passed"),
     [(0, 10**10, False), ("", 5, False), (None, 5, False), (100, 99.5, False), (100, 100.5, True), ("100", 101, True), ("x", 1, False)],
