@@ -8,7 +8,6 @@ hosts' values, and that no role has an entry point Ansible would check per host 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from unittest import mock
 
@@ -226,8 +225,8 @@ def test_each_check_is_the_first_task_of_its_file() -> None:
         names = [next(iter(k for k in task if "." in k and not k.startswith("ansible.builtin.meta")), "")
                  for task in yaml.safe_load(tasks.read_text()) or []]
         if "tf_runbook.multiworker.tf_role_inputs" in names:
-            assert names.index("tf_runbook.multiworker.tf_role_inputs") == 0 or re.search(
-                r"tf/tasks/contract", str(tasks)), f"{tasks}: the inputs are checked after other tasks ran"
+            assert names.index("tf_runbook.multiworker.tf_role_inputs") == 0, \
+                f"{tasks}: the inputs are checked after other tasks ran"
 
 
 # -- one task refuses every reason at once (issue 26: fewer controller tasks) ----------------
@@ -255,12 +254,12 @@ def test_either_kind_alone_gives_its_own_part(errors: list[str], problems: list[
 def test_the_contract_and_the_preflight_refuse_their_problems_in_their_input_check() -> None:
     """The ranges and the stall pattern (contract), the inputs that would fail late
     (preflight): each the `problems` of its role's tf_role_inputs task, no task of their own."""
-    for tasks, needles in ((ROLES / "tf" / "tasks" / "contract.yml", ("tf_range_problems_hosts", "tf_pattern_problem")),
+    for tasks, needles in ((ROLES / "tf" / "tasks" / "main.yml", ("tf_range_problems_hosts", "tf_pattern_problem")),
                            (ROLES / "tf_preflight" / "tasks" / "main.yml", ("__tf_preflight_input_problems",))):
         [check] = [task for task in yaml.safe_load(tasks.read_text())
                    if "tf_runbook.multiworker.tf_role_inputs" in task]
         problems = str(check["tf_runbook.multiworker.tf_role_inputs"]["problems"])
         for needle in needles:
             assert needle in problems, (tasks, needle)
-    assert "ansible.builtin.assert" not in (ROLES / "tf" / "tasks" / "contract.yml").read_text()
+    assert "ansible.builtin.assert" not in (ROLES / "tf" / "tasks" / "main.yml").read_text()
     assert "Refuse patterns, paths and addresses" not in (ROLES / "tf_preflight" / "tasks" / "main.yml").read_text()

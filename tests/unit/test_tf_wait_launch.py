@@ -3,9 +3,11 @@ facts the launch and the reattach publish (issue 25: one role publishes them).""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import reattach_facts, run_facts
 from ansible.errors import AnsibleFilterError
@@ -312,3 +314,15 @@ def test_the_launch_role_publishes_either_source_through_one_filter() -> None:
         tf_launch_facts({"changed": False})
     with pytest.raises(AnsibleFilterError, match="holds no launch record"):
         tf_launch_facts({**found_on_host(), "launch": {}})
+
+
+def test_the_launch_reads_the_controller_clock_once_per_attempt() -> None:
+    """The attempt's start and the run's deadline come from one reading of the clock: two
+    readings in one task could fall on either side of a second's turn, in either order,
+    and gave the job tf_job_timeout - 1 s (seen once in the fault test of the deadline)."""
+    tasks = Path(__file__).resolve().parents[2] / "roles" / "tf_launch" / "tasks" / "main.yml"
+    text = tasks.read_text()
+    assert text.count("now(") == 1
+    check, note = yaml.safe_load(text)[:2]
+    assert "now(" in check["tf_runbook.multiworker.tf_role_inputs"]["facts"]["tf_launch_started_at"]
+    assert "tf_launch_started_at | int + tf_job_timeout" in note["ansible.builtin.set_fact"]["tf_launch_deadline"]
