@@ -10,15 +10,25 @@ entry point of ``meta/argument_specs.yml``, and the whole numbers among them aga
 ranges the role declares beside it in ``meta/ranges.yml`` (argument specs check types
 only). Its options and results are documented in plugins/modules/tf_role_inputs.py (a
 documentation-only module).
+
+With ``later``, the same task also checks the entry points of the roles a playbook run
+reaches after this one (the preflight names the launch's, the wait's, the collect's, the
+verdict's...), so that their bad values are refused before anything is launched instead
+of after hours of training. Those roles are not in this play: only the values defined
+here are checked (the user's; their defaults are the project's), none is required (the
+runbook computes some later), a value whose template names what is not set yet is left
+to the role's own check, and their ranges are the contract's (role tf), checked before.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
 from typing import Any
 
 import yaml
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import VariableLayer
 from ansible.utils.vars import validate_variable_name
@@ -28,6 +38,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges i
     range_problems,
     role_ranges,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_role_files import read_yaml
 
 # The options (documented in plugins/modules/tf_role_inputs.py, the documentation-only module).
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
@@ -37,6 +48,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "problems": {"type": "list", "elements": "str", "default": []},
     "refusal": {"type": "str", "default": "Refused: "},
     "facts": {"type": "dict", "default": {}},
+    "later": {"type": "list", "elements": "str", "default": []},
 }
 
 
@@ -44,14 +56,23 @@ def entry_point_options(role_path: str, entry_point: str) -> dict[str, Any]:
     """The options of ``entry_point`` in the role's meta/argument_specs.yml."""
     path = os.path.join(role_path, "meta", "argument_specs.yml")
     try:
-        with open(path, encoding="utf-8") as handle:
-            specs = (yaml.safe_load(handle) or {}).get("argument_specs") or {}
+        specs = (read_yaml(path) or {}).get("argument_specs") or {}
     except (OSError, yaml.YAMLError) as exc:
         raise AnsibleActionFail(f"tf_role_inputs: cannot read the argument specs {path}: {exc}") from exc
     if entry_point not in specs:
         raise AnsibleActionFail(
             f"tf_role_inputs: {path} has no entry point {entry_point!r} (it has {', '.join(sorted(specs)) or 'none'})")
     return (specs[entry_point] or {}).get("options") or {}
+
+
+# Ansible's validator names the class of a value it cannot convert, which for a user's
+# value is one of Ansible's own wrappers (<class '..._AnsibleTaggedDict'>).
+_WRAPPED_CLASS = re.compile(r"<class '(?:[\w.]+\.)?_Ansible(?:Tagged|LazyTemplate)(\w+)'>")
+
+
+def plain(message: str) -> str:
+    """An argument error with Ansible's wrapper classes named as the YAML types they hold."""
+    return _WRAPPED_CLASS.sub(lambda match: match.group(1).lower(), message)
 
 
 def _typed(result: Any, values: dict[str, Any], ranges: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +95,7 @@ def input_errors(options: dict[str, Any], own_host: str, own: dict[str, Any],
     """
     ranges = {name: entry for name, entry in (ranges or {}).items() if name in options}
     result = ArgumentSpecValidator(options).validate(own, validate_role_argument_spec=True)
-    errors = [f"host {own_host}: {message}" for message in result.error_messages]
+    errors = [f"host {own_host}: {plain(message)}" for message in result.error_messages]
     errors.extend(range_problems(_typed(result, own, ranges), own_host, ranges))
     for host, values in others.items():
         differing = {name: value for name, value in values.items()
@@ -82,20 +103,51 @@ def input_errors(options: dict[str, Any], own_host: str, own: dict[str, Any],
         if differing:
             subset = {name: options[name] for name in differing}
             result = ArgumentSpecValidator(subset).validate(differing, validate_role_argument_spec=True)
-            errors.extend(f"host {host}: {message}" for message in result.error_messages)
+            errors.extend(f"host {host}: {plain(message)}" for message in result.error_messages)
             errors.extend(range_problems(_typed(result, differing, ranges), host, ranges))
     return errors
 
 
-def refusal_message(role: str, entry_point: str, errors: list[str], problems: list[str], refusal: str) -> str:
+def refusal_message(role: str, entry_point: str, errors: list[str], problems: list[str], refusal: str,
+                    later: list[tuple[str, str, list[str]]] | None = None) -> str:
     """One message for every refusal at once: the argument errors as Ansible words its
-    own check, then the caller's ``problems`` after ``refusal``, joined by '; '."""
+    own check (those of each ``later`` role and entry point after this one's), then the
+    caller's ``problems`` after ``refusal``, joined by '; '."""
     parts = []
-    if errors:
-        parts.append(f"Validation of arguments failed for role {role}, entry point {entry_point}:\n" + "\n".join(errors))
+    for name, point, found in [(role, entry_point, errors), *(later or [])]:
+        if found:
+            parts.append(f"Validation of arguments failed for role {name}, entry point {point}:\n" + "\n".join(found))
     if problems:
         parts.append(refusal + "; ".join(problems))
     return "\n".join(parts)
+
+
+def later_role(role_path: str, spec: str) -> tuple[str, str, str]:
+    """A ``later`` entry, ``role:entry_point`` of a role beside ``role_path`` (a role of
+    the same collection or roles directory): its name, entry point and directory."""
+    role, separator, entry_point = str(spec).partition(":")
+    if not separator or not role or not entry_point or "/" in role or role in (".", ".."):
+        raise AnsibleActionFail(f"tf_role_inputs: later entry {spec!r} must be role:entry_point, a role beside this one")
+    return role, entry_point, os.path.join(os.path.dirname(os.path.normpath(role_path)), role)
+
+
+def none_required(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` of which none is required: a later phase's value the runbook computes
+    first is not there yet, and a missing one is the role's own check's to name."""
+    return {name: {key: value for key, value in (spec or {}).items() if key != "required"}
+            for name, spec in options.items()}
+
+
+def defined(names: list[str], read: Callable[[str], Any]) -> dict[str, Any]:
+    """Each of ``names`` as ``read`` gives it (templated), leaving out those whose template
+    names a variable that is not set yet: a later phase sets it, and its role checks it then."""
+    values = {}
+    for name in names:
+        try:
+            values[name] = read(name)
+        except AnsibleUndefinedVariable:
+            continue
+    return values
 
 
 class ActionModule(ControllerAction):
@@ -120,21 +172,39 @@ class ActionModule(ControllerAction):
         except RangesError as exc:
             raise AnsibleActionFail(f"tf_role_inputs: {exc}") from exc
         errors = input_errors(options, own_host, own, others, ranges)
+        later = [self.later_errors(spec, args["role_path"], own_host, others, task_vars) for spec in args["later"]]
         result["validate_args_context"] = {"type": "role", "name": role, "argument_spec_name": args["entry_point"],
                                            "path": args["role_path"]}
         result["changed"] = False
         result["hosts"] = [own_host, *others]
+        result["later"] = [f"{name}:{point}" for name, point, _errors in later]
         problems = [problem for problem in args["problems"] if problem]
         result["problems"] = problems
-        if errors or problems:
+        all_errors = errors + [error for _name, _point, found in later for error in found]
+        if all_errors or problems:
             result["failed"] = True
-            result["argument_errors"] = errors
-            result["msg"] = refusal_message(role, args["entry_point"], errors, problems, args["refusal"])
+            result["argument_errors"] = all_errors
+            result["msg"] = refusal_message(role, args["entry_point"], errors, problems, args["refusal"], later)
         else:
-            result["msg"] = f"The inputs of role {role} ({args['entry_point']}) are valid on {len(others) + 1} host(s)"
+            checked = ", ".join([f"role {role} ({args['entry_point']})", *(f"{name} ({point})" for name, point, _errors in later)])
+            result["msg"] = f"The inputs of {checked} are valid on {len(others) + 1} host(s)"
             if args["facts"]:
                 result["ansible_facts"] = self.publish(args["facts"])
         return result
+
+    def later_errors(self, spec: str, role_path: str, own_host: str, others: dict[str, dict[str, Any]],
+                     task_vars: dict[str, Any]) -> tuple[str, str, list[str]]:
+        """The errors of a ``later`` role's entry point over the same hosts: the values
+        defined here, types only (their ranges are the contract's), none required."""
+        name, entry_point, path = later_role(role_path, spec)
+        options = none_required(entry_point_options(path, entry_point))
+        own = defined([key for key in options if key in task_vars], lambda key: self._templar.template(task_vars[key]))
+        hostvars = task_vars.get("hostvars", {})
+        theirs = {}
+        for host in others:
+            variables = hostvars[host]
+            theirs[host] = defined([key for key in options if key in variables], variables.__getitem__)
+        return name, entry_point, input_errors(options, own_host, own, theirs)
 
     def publish(self, facts: dict[str, Any]) -> dict[str, Any]:
         """Set ``facts`` as ansible.builtin.set_fact does: not cached, at set_fact's

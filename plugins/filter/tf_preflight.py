@@ -7,6 +7,7 @@ value; an empty list means the run may go on.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_base_dir import base_dir_problems
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import marker_inside
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_messages import type_name
 
 
 def _worker_at(spec: dict[str, Any], host: str, port: int) -> str:
@@ -196,6 +199,7 @@ INPUT_NAMES = (
     "tf_verdict_report",
     "tf_verdict_report_template",
     "tf_verdict_expected_size",
+    "tf_verdict_marker",
     "tf_runs_dir",
     "tf_controller_timeout",
     "tf_wait_poll_interval",
@@ -216,7 +220,7 @@ def _bad_characters(value: str) -> str:
 def _remote_path_problem(name: str, value: Any, empty: str = "") -> str:
     """A path on a worker host: absolute, or under the remote user's home (``~/...``)."""
     if not isinstance(value, str):
-        return f"{name} must be a path (a string), got {type(value).__name__} {value!r}"
+        return f"{name} must be a path (a string), got {type_name(value)}: {value!r}"
     if value == "" and empty:
         return ""
     bad = _bad_characters(value)
@@ -230,7 +234,7 @@ def _remote_path_problem(name: str, value: Any, empty: str = "") -> str:
 
 def _pattern_problem(value: Any) -> str:
     if not isinstance(value, str):
-        return f"tf_startup_pattern must be a regular expression (a string), got {type(value).__name__} {value!r}"
+        return f"tf_startup_pattern must be a regular expression (a string), got {type_name(value)}: {value!r}"
     try:
         re.compile(value)
     except re.error as exc:
@@ -269,7 +273,7 @@ def _template_problem(value: Any, report: Any) -> str:
     if report is not None and str(report).lower() in ("false", "no", "off", "0"):
         return ""
     if not isinstance(value, str):
-        return f"tf_verdict_report_template must be a path (a string), got {type(value).__name__} {value!r}"
+        return f"tf_verdict_report_template must be a path (a string), got {type_name(value)}: {value!r}"
     if value == "":
         return ""
     path = os.path.expanduser(value)
@@ -282,6 +286,15 @@ def _template_problem(value: Any, report: Any) -> str:
     if not os.access(path, os.R_OK):
         return f"tf_verdict_report_template {value} cannot be read on the controller"
     return ""
+
+
+def _marker_problem(value: Any) -> str:
+    """The chief's completion marker, judged by the verdict inside each worker directory
+    (the verdict's own rule, marker_inside): a path outside it could never be found."""
+    rule = "must be a relative path inside the worker directory (multiworker-complete.txt, model/model.keras)"
+    if not isinstance(value, str):
+        return f"tf_verdict_marker {rule}, got {type_name(value)}: {value!r}"
+    return "" if marker_inside(value) else f"tf_verdict_marker {json.dumps(value)} {rule}"
 
 
 def _runs_dir_problem(value: Any) -> str:
@@ -333,6 +346,7 @@ def input_problems(values: dict[str, Any], cluster_size: int = 0) -> list[str]:
         "tf_worker_base_dir": lambda v: _remote_path_problem("tf_worker_base_dir", v),
         "tf_worker_venv_dir": lambda v: _remote_path_problem("tf_worker_venv_dir", v, "venv under tf_worker_base_dir"),
         "tf_verdict_report_template": lambda v: _template_problem(v, values.get("tf_verdict_report")),
+        "tf_verdict_marker": _marker_problem,
         "tf_runs_dir": _runs_dir_problem,
     }
     for name, check in checks.items():

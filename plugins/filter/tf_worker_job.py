@@ -10,6 +10,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_messages import type_name
+
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by the runbook itself; a user's value would break the cluster or the resume contract.
@@ -18,15 +20,8 @@ RESERVED_PREFIX = "TF_RUNBOOK_"
 
 
 def _type_name(value: Any) -> str:
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return "a boolean (quote it: 'true')"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return type(value).__name__
+    # An unquoted true in YAML is a boolean, where the environment wants its text.
+    return "a boolean (quote it: 'true')" if isinstance(value, bool) else type_name(value)
 
 
 def tf_worker_env_problems(envs: dict[str, Any]) -> list[str]:

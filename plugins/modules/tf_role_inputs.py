@@ -25,6 +25,7 @@ description:
     C(meta/ranges.yml), beside its argument spec (a low, a high, what 0 means); an
     argument spec checks types only.
   - Each error names its host. The task fails when there is any.
+  - With O(later), the same task checks the types of later phases' inputs too.
   - O(problems) adds what argument specs and ranges cannot say (a pattern that does not
     compile, a path that does not exist), computed by the task, so that one task refuses
     the run with every reason at once.
@@ -64,6 +65,23 @@ options:
       - Nothing is set when the task fails.
     type: dict
     default: {}
+  later:
+    description:
+      - Entry points of the roles a playbook run reaches after this one, each as
+        C(role:entry_point) of a role beside this one (the same collection or roles
+        directory), checked in the same task and refused with its own part of the message,
+        so that their bad values are refused before anything is launched rather than at
+        the phase that reads them, hours later. The preflight names every later phase's.
+      - Those roles are not in this play, so only the values defined in it are checked,
+        the user's (inventory, extra vars, play variables), and not those roles' defaults,
+        which are the project's own. None of their options is required here (the runbook
+        computes some of them later), and a value whose template names a variable that is
+        not set yet is left to the role's own check.
+      - Their whole numbers are not range-checked here, since every role's ranges are the
+        contract's (role C(tf)), checked in the play's first task.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -104,6 +122,11 @@ argument_errors:
   returned: failure
 problems:
   description: The non-empty entries of O(problems).
+  type: list
+  elements: str
+  returned: always
+later:
+  description: The entry points of O(later) checked, as C(role:entry_point).
   type: list
   elements: str
   returned: always

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_role_files import read_yaml
 
 RANGES_FILE = os.path.join("meta", "ranges.yml")
 # Upper bounds of sanity, named in messages: a value past them is a typo (milliseconds,
@@ -62,8 +63,7 @@ def role_ranges(role_path: str) -> dict[str, dict[str, Any]]:
     if not os.path.isfile(path):
         return {}
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+        data = read_yaml(path)
     except (OSError, yaml.YAMLError) as exc:
         raise RangesError(f"cannot read {path}: {exc}") from exc
     return parse_ranges(data, path)

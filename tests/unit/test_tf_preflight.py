@@ -627,7 +627,7 @@ def test_good_inputs_pass(tmp_path: Path) -> None:
     ("values", "problem"),
     [
         ({"tf_startup_pattern": "joined("}, "tf_startup_pattern 'joined(' is not a valid regular expression: missing ),"),
-        ({"tf_startup_pattern": 5}, "tf_startup_pattern must be a regular expression (a string), got int 5"),
+        ({"tf_startup_pattern": 5}, "tf_startup_pattern must be a regular expression (a string), got a whole number: 5"),
         ({"tf_worker_base_dir": "tf-runbook"}, "tf_worker_base_dir 'tf-runbook' must be an absolute path or start with ~/"),
         ({"tf_worker_base_dir": ""}, "tf_worker_base_dir '' must be an absolute path or start with ~/"),
         ({"tf_worker_base_dir": "~alice/tf"}, "tf_worker_base_dir '~alice/tf' must be an absolute path or start with ~/"),
@@ -644,6 +644,14 @@ def test_good_inputs_pass(tmp_path: Path) -> None:
         ({"tf_runs_dir": "runs"}, "tf_runs_dir 'runs' must be an absolute path or start with ~/"),
         ({"tf_runs_dir": "/etc/hostname"}, "tf_runs_dir /etc/hostname exists and is not a directory"),
         ({"tf_verdict_expected_size": 3}, "tf_verdict_expected_size 3 is not the cluster's 2 worker(s)"),
+        ({"tf_verdict_marker": "../model.keras"},
+         'tf_verdict_marker "../model.keras" must be a relative path inside the worker directory (multiworker-complete'),
+        ({"tf_verdict_marker": "/tmp/done"}, 'tf_verdict_marker "/tmp/done" must be a relative path inside the worker'),
+        ({"tf_verdict_marker": "a/../../b"}, 'tf_verdict_marker "a/../../b" must be a relative path inside the worker'),
+        ({"tf_verdict_marker": ""}, 'tf_verdict_marker "" must be a relative path inside the worker directory'),
+        ({"tf_verdict_marker": ["done"]},
+         "tf_verdict_marker must be a relative path inside the worker directory (multiworker-complete.txt, "
+         "model/model.keras), got a list: ['done']"),
         (
             {"tf_controller_timeout": 15, "tf_wait_poll_interval": 10},
             "tf_controller_timeout 15 must be at least twice tf_wait_poll_interval (10)",

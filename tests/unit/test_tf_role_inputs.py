@@ -13,7 +13,7 @@ from unittest import mock
 
 import pytest
 import yaml
-from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.errors import AnsibleActionFail, AnsibleError, AnsibleUndefinedVariable
 from ansible.plugins.action import VariableLayer
 
 import tf_role_inputs_action as action
@@ -122,7 +122,8 @@ def _action_on(role: Path, args: dict, variables: dict) -> tuple[dict, list]:
     instance = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), None, templar, None)
     registered: list = []
     with mock.patch.object(instance, "register_host_variables", lambda values, layer: registered.append((layer, values))):
-        result = instance.work({"role_path": str(role), "hosts": None, "problems": [], "refusal": "Refused: ", **args},
+        result = instance.work({"role_path": str(role), "hosts": None, "problems": [], "refusal": "Refused: ",
+                                "facts": {}, "later": [], **args},
                                {"inventory_hostname": "w1", "ansible_play_hosts": ["w1"], **variables})
     return result, registered
 
@@ -263,3 +264,111 @@ def test_the_contract_and_the_preflight_refuse_their_problems_in_their_input_che
             assert needle in problems, (tasks, needle)
     assert "ansible.builtin.assert" not in (ROLES / "tf" / "tasks" / "main.yml").read_text()
     assert "Refuse patterns, paths and addresses" not in (ROLES / "tf_preflight" / "tasks" / "main.yml").read_text()
+
+
+# -- later phases' inputs, checked by the preflight before anything is launched ---------------
+
+
+def _later_roles(root: Path) -> Path:
+    """Role tf_x (the checking role) and tf_y beside it, whose entry point `wait` has a
+    required option the runbook would compute later and a list a user sets."""
+    role = _role_with_timeout(root / "tf_x")
+    (root / "tf_y" / "meta").mkdir(parents=True)
+    (root / "tf_y" / "meta" / "argument_specs.yml").write_text(
+        "argument_specs:\n  wait:\n    options:\n"
+        "      tf_y_deadline: {type: int, required: true}\n"
+        "      tf_y_files: {type: list, elements: str}\n")
+    return role
+
+
+def test_a_later_phases_bad_value_is_refused_by_the_same_task_in_its_own_part(tmp_path: Path) -> None:
+    role = _later_roles(tmp_path)
+    result, registered = _action_on(role, {"entry_point": "deploy", "later": ["tf_y:wait"], "facts": {"tf_x_ok": True}},
+                                    {"tf_x_timeout": 5, "tf_y_files": {"a": 1}})
+    assert result["failed"] and registered == []
+    assert result["msg"].startswith("Validation of arguments failed for role tf_y, entry point wait:\nhost w1: argument 'tf_y_files'")
+    assert "tf_x" not in result["msg"] and result["later"] == ["tf_y:wait"]
+
+
+def test_both_roles_errors_are_named_in_one_message_each_in_its_part(tmp_path: Path) -> None:
+    role = _later_roles(tmp_path)
+    result, _registered = _action_on(role, {"entry_point": "deploy", "later": ["tf_y:wait"], "problems": ["host w1: p"]},
+                                     {"tf_x_timeout": "soon", "tf_y_files": {"a": 1}})
+    parts = result["msg"].split("\n")
+    assert parts[0] == "Validation of arguments failed for role tf_x, entry point deploy:"
+    assert "Validation of arguments failed for role tf_y, entry point wait:" in parts
+    assert parts[-1] == "Refused: host w1: p" and len(result["argument_errors"]) == 2
+
+
+def test_a_later_value_the_runbook_computes_later_is_not_required(tmp_path: Path) -> None:
+    role = _later_roles(tmp_path)
+    result, _registered = _action_on(role, {"entry_point": "deploy", "later": ["tf_y:wait"], "facts": {"tf_x_ok": True}},
+                                     {"tf_x_timeout": 5, "tf_y_files": ["*.log"]})
+    assert not result.get("failed") and result["ansible_facts"] == {"tf_x_ok": True}
+    assert "tf_y (wait)" in result["msg"]
+
+
+def test_a_later_value_whose_template_names_what_is_not_set_yet_is_left_to_its_role(tmp_path: Path) -> None:
+    role = _later_roles(tmp_path)
+    task = mock.MagicMock(args={}, async_val=0, check_mode=False, diff=False)
+    templar = mock.MagicMock()
+
+    def template(value: object) -> object:
+        if value == "{{ later_fact }}":
+            raise AnsibleUndefinedVariable("'later_fact' is undefined")
+        return value
+
+    templar.template.side_effect = template
+    instance = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), None, templar, None)
+    result = instance.work({"role_path": str(role), "hosts": None, "problems": [], "refusal": "Refused: ",
+                            "entry_point": "deploy", "later": ["tf_y:wait"], "facts": {}},
+                           {"inventory_hostname": "w1", "ansible_play_hosts": ["w1"], "tf_x_timeout": 5,
+                            "tf_y_deadline": "{{ later_fact }}", "tf_y_files": "{{ later_fact }}"})
+    assert not result.get("failed"), result["msg"]
+
+
+@pytest.mark.parametrize("spec", ["tf_y", "tf_y:", ":wait", "../tf_y:wait", "a/b:wait", "..:wait"])
+def test_a_later_entry_that_is_not_a_role_beside_and_its_entry_point_is_refused(spec: str) -> None:
+    with pytest.raises(AnsibleActionFail, match="must be role:entry_point"):
+        action.later_role("/roles/tf_x", spec)
+
+
+def test_a_later_role_is_found_beside_the_checking_role() -> None:
+    assert action.later_role("/c/roles/tf_preflight/", "tf_wait:wait") == ("tf_wait", "wait", "/c/roles/tf_wait")
+
+
+def test_ansibles_wrapper_classes_are_named_as_the_yaml_types_they_hold() -> None:
+    message = ("argument 'tf_y_files' is of type dict and we were unable to convert to list: "
+               "<class 'ansible.module_utils._internal._datatag._AnsibleTaggedDict'> cannot be converted to a list")
+    assert action.plain(message) == ("argument 'tf_y_files' is of type dict and we were unable to convert to list: "
+                                     "dict cannot be converted to a list")
+    assert action.plain("<class '_AnsibleLazyTemplateList'>") == "list"
+
+
+def _check_task(tasks: Path, entry_point: str) -> dict:
+    [task] = [task for task in yaml.safe_load(tasks.read_text()) or []
+              if (task.get("tf_runbook.multiworker.tf_role_inputs") or {}).get("entry_point") == entry_point]
+    return task
+
+
+def test_every_check_the_preflight_stands_for_loses_no_input_of_the_user() -> None:
+    """A role's own check is skipped after the preflight's only where the preflight's
+    `later` entry points name every option it checks."""
+    check = _check_task(ROLES / "tf_preflight" / "tasks" / "main.yml", "preflight")["tf_runbook.multiworker.tf_role_inputs"]
+    assert check["facts"]["tf_preflight_inputs_checked"] is True
+    covered: dict[str, set[str]] = {}
+    for spec in check["later"]:
+        role, _, entry_point = spec.partition(":")
+        covered.setdefault(role, set()).update(_entry_points(ROLES / role)[entry_point].get("options") or {})
+    skipped = []
+    for tasks in sorted(ROLES.glob("*/tasks/*.yml")):
+        for task in yaml.safe_load(tasks.read_text()) or []:
+            inputs = task.get("tf_runbook.multiworker.tf_role_inputs")
+            if inputs and "tf_preflight_inputs_checked" in str(task.get("when", "")):
+                role = tasks.parts[-3]
+                options = set(_entry_points(ROLES / role)[inputs["entry_point"]].get("options") or {})
+                assert options <= covered.get(role, set()), (tasks, inputs["entry_point"], options - covered.get(role, set()))
+                skipped.append(f"{role}:{inputs['entry_point']}")
+    # Every later entry point stands for a check that is then skipped, but the launch's,
+    # which also notes when the attempt started.
+    assert set(check["later"]) - set(skipped) == {"tf_launch:launch"}

@@ -1,0 +1,32 @@
+# Copyright: (c) 2026, tf-runbook contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""How the controller's refusals name the kind of a user's value.
+
+Ansible hands plugins its own lazy containers (``_AnsibleLazyTemplateList``, ...) and
+tagged strings, whose class names mean nothing to a user who wrote ``[1]`` in an
+inventory: a message says what the value is in the words of YAML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def type_name(value: Any) -> str:
+    """``value``'s kind, with its article: a list, a mapping, a string, nothing (null)..."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, int):
+        return "a whole number"
+    if isinstance(value, float):
+        return "a number"
+    return f"a {type(value).__name__}"
