@@ -161,18 +161,18 @@ class ActionModule(ControllerAction):
         hosts = args["hosts"] if args["hosts"] is not None else task_vars.get("ansible_play_hosts", [own_host])
         own = self._templar.template({name: task_vars[name] for name in options if name in task_vars})
         hostvars = task_vars.get("hostvars", {})
-        others: dict[str, dict[str, Any]] = {}
-        for host in hosts:
-            if host == own_host or host not in hostvars:
-                continue
-            variables = hostvars[host]
-            others[host] = {name: variables[name] for name in options if name in variables}
+        # Each host's variables, gathered once (each lookup of hostvars[host] computes all
+        # of them): its own entry point's and every later one's are read from the same.
+        views = {host: hostvars[host] for host in hosts if host != own_host and host in hostvars}
+        others: dict[str, dict[str, Any]] = {
+            host: {name: variables[name] for name in options if name in variables} for host, variables in views.items()
+        }
         try:
             ranges = role_ranges(args["role_path"])
         except RangesError as exc:
             raise AnsibleActionFail(f"tf_role_inputs: {exc}") from exc
         errors = input_errors(options, own_host, own, others, ranges)
-        later = [self.later_errors(spec, args["role_path"], own_host, others, task_vars) for spec in args["later"]]
+        later = [self.later_errors(spec, args["role_path"], own_host, views, task_vars) for spec in args["later"]]
         result["validate_args_context"] = {"type": "role", "name": role, "argument_spec_name": args["entry_point"],
                                            "path": args["role_path"]}
         result["changed"] = False
@@ -192,18 +192,16 @@ class ActionModule(ControllerAction):
                 result["ansible_facts"] = self.publish(args["facts"])
         return result
 
-    def later_errors(self, spec: str, role_path: str, own_host: str, others: dict[str, dict[str, Any]],
+    def later_errors(self, spec: str, role_path: str, own_host: str, views: dict[str, Any],
                      task_vars: dict[str, Any]) -> tuple[str, str, list[str]]:
-        """The errors of a ``later`` role's entry point over the same hosts: the values
-        defined here, types only (their ranges are the contract's), none required."""
+        """The errors of a ``later`` role's entry point over the same hosts (``views``, each
+        other host's variables): the values defined here, types only (their ranges are the
+        contract's), none required."""
         name, entry_point, path = later_role(role_path, spec)
         options = none_required(entry_point_options(path, entry_point))
         own = defined([key for key in options if key in task_vars], lambda key: self._templar.template(task_vars[key]))
-        hostvars = task_vars.get("hostvars", {})
-        theirs = {}
-        for host in others:
-            variables = hostvars[host]
-            theirs[host] = defined([key for key in options if key in variables], variables.__getitem__)
+        theirs = {host: defined([key for key in options if key in variables], variables.__getitem__)
+                  for host, variables in views.items()}
         return name, entry_point, input_errors(options, own_host, own, theirs)
 
     def publish(self, facts: dict[str, Any]) -> dict[str, Any]:

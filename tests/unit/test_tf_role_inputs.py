@@ -372,3 +372,26 @@ def test_every_check_the_preflight_stands_for_loses_no_input_of_the_user() -> No
     # Every later entry point stands for a check that is then skipped, but the launch's,
     # which also notes when the attempt started.
     assert set(check["later"]) - set(skipped) == {"tf_launch:launch"}
+
+
+class _CountingHostvars(dict):
+    """hostvars whose every lookup of a host counts (each computes all of that host's
+    variables in Ansible)."""
+
+    def __init__(self, hosts: dict) -> None:
+        super().__init__(hosts)
+        self.lookups: dict[str, int] = {}
+
+    def __getitem__(self, host: str) -> dict:
+        self.lookups[host] = self.lookups.get(host, 0) + 1
+        return super().__getitem__(host)
+
+
+def test_each_hosts_variables_are_gathered_once_for_every_entry_point(tmp_path: Path) -> None:
+    role = _later_roles(tmp_path)
+    hostvars = _CountingHostvars({"w2": {"tf_x_timeout": 5, "tf_y_files": {"a": 1}}, "w3": {"tf_x_timeout": 5}})
+    result, _registered = _action_on(role, {"entry_point": "deploy", "later": ["tf_y:wait", "tf_y:wait"]},
+                                     {"tf_x_timeout": 5, "ansible_play_hosts": ["w1", "w2", "w3"], "hostvars": hostvars})
+    assert hostvars.lookups == {"w2": 1, "w3": 1}
+    # The other host's own bad value is still named, in the later role's part.
+    assert "host w2: argument 'tf_y_files'" in result["msg"] and "host w3" not in result["msg"]
