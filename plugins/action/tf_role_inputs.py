@@ -23,7 +23,6 @@ to the role's own check, and their ranges are the contract's (role tf), checked 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +37,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges i
     range_problems,
     role_ranges,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_messages import plain_types
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_role_files import read_yaml
 
 # The options (documented in plugins/modules/tf_role_inputs.py, the documentation-only module).
@@ -65,16 +65,6 @@ def entry_point_options(role_path: str, entry_point: str) -> dict[str, Any]:
     return (specs[entry_point] or {}).get("options") or {}
 
 
-# Ansible's validator names the class of a value it cannot convert, which for a user's
-# value is one of Ansible's own wrappers (<class '..._AnsibleTaggedDict'>).
-_WRAPPED_CLASS = re.compile(r"<class '(?:[\w.]+\.)?_Ansible(?:Tagged|LazyTemplate)(\w+)'>")
-
-
-def plain(message: str) -> str:
-    """An argument error with Ansible's wrapper classes named as the YAML types they hold."""
-    return _WRAPPED_CLASS.sub(lambda match: match.group(1).lower(), message)
-
-
 def _typed(result: Any, values: dict[str, Any], ranges: dict[str, Any]) -> dict[str, Any]:
     """The range-checked values that passed the type check, as given (so that a message
     quotes what the user wrote); a value of the wrong type is named once, by its type error."""
@@ -95,7 +85,7 @@ def input_errors(options: dict[str, Any], own_host: str, own: dict[str, Any],
     """
     ranges = {name: entry for name, entry in (ranges or {}).items() if name in options}
     result = ArgumentSpecValidator(options).validate(own, validate_role_argument_spec=True)
-    errors = [f"host {own_host}: {plain(message)}" for message in result.error_messages]
+    errors = [f"host {own_host}: {plain_types(message)}" for message in result.error_messages]
     errors.extend(range_problems(_typed(result, own, ranges), own_host, ranges))
     for host, values in others.items():
         differing = {name: value for name, value in values.items()
@@ -103,7 +93,7 @@ def input_errors(options: dict[str, Any], own_host: str, own: dict[str, Any],
         if differing:
             subset = {name: options[name] for name in differing}
             result = ArgumentSpecValidator(subset).validate(differing, validate_role_argument_spec=True)
-            errors.extend(f"host {host}: {plain(message)}" for message in result.error_messages)
+            errors.extend(f"host {host}: {plain_types(message)}" for message in result.error_messages)
             errors.extend(range_problems(_typed(result, differing, ranges), host, ranges))
     return errors
 

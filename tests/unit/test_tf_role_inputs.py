@@ -337,14 +337,6 @@ def test_a_later_role_is_found_beside_the_checking_role() -> None:
     assert action.later_role("/c/roles/tf_preflight/", "tf_wait:wait") == ("tf_wait", "wait", "/c/roles/tf_wait")
 
 
-def test_ansibles_wrapper_classes_are_named_as_the_yaml_types_they_hold() -> None:
-    message = ("argument 'tf_y_files' is of type dict and we were unable to convert to list: "
-               "<class 'ansible.module_utils._internal._datatag._AnsibleTaggedDict'> cannot be converted to a list")
-    assert action.plain(message) == ("argument 'tf_y_files' is of type dict and we were unable to convert to list: "
-                                     "dict cannot be converted to a list")
-    assert action.plain("<class '_AnsibleLazyTemplateList'>") == "list"
-
-
 def _check_task(tasks: Path, entry_point: str) -> dict:
     [task] = [task for task in yaml.safe_load(tasks.read_text()) or []
               if (task.get("tf_runbook.multiworker.tf_role_inputs") or {}).get("entry_point") == entry_point]
