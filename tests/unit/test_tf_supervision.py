@@ -4,6 +4,7 @@ controller or a failed peer, and records who stopped the job."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -286,6 +287,66 @@ def test_only_this_runs_authentic_announcements_are_heard(data: bytes | None, he
     assert tf_supervisor.heard_failure(line, b"", "r1") is None
     forged = line.replace(b"status 3", b"status 4")
     assert tf_supervisor.heard_failure(forged, KEY, "r1") is None
+
+
+def test_a_probe_gives_up_at_once_when_asked() -> None:
+    """A listening peer keeps a probe for half its timeout; asked to give up, it ends
+    within a slice and tells nothing."""
+    quiet = socket.create_server(("127.0.0.1", 0))
+    asked = time.monotonic() + 0.2
+    try:
+        started = time.monotonic()
+        probes = tf_supervisor.probe_peers(
+            [(1, "127.0.0.1", quiet.getsockname()[1])], 6.0, KEY, "r1", lambda: time.monotonic() > asked,
+        )  # fmt: skip
+        took = time.monotonic() - started
+        whole = tf_supervisor.probe_peers([(1, "127.0.0.1", quiet.getsockname()[1])], 1.0, KEY, "r1", lambda: False)
+    finally:
+        quiet.close()
+    assert probes == {}
+    assert took < 1.5  # without giving up: 3 s (half of 6)
+    assert whole == {1: ("listening", "")}
+
+
+def test_the_jobs_exit_is_recorded_while_a_peer_is_probed(supervisor_path: Path, tmp_path: Path) -> None:
+    """The job ends while its supervisor probes a listening peer: the exit is recorded at
+    once, not once the probe has waited out its half second."""
+    peer = socket.create_server(("127.0.0.1", 0))
+    workers = ["127.0.0.1:1", f"127.0.0.1:{peer.getsockname()[1]}"]
+    wdir = worker_dir_with(tmp_path, workers, 0)
+    probed = tmp_path / "probed"
+
+    def accept() -> None:
+        # The supervisor's probe connects: tell the job, then stay silent like TensorFlow's server.
+        conns = []
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = peer.accept()
+                conns.append(conn)
+                probed.touch()
+
+    threading.Thread(target=accept, daemon=True).start()
+    # Exits the moment the first probe reached the peer, and notes when.
+    source = (
+        "import os, sys, time\nprint('joined', flush=True)\n"
+        f"while not os.path.exists({str(probed)!r}):\n    time.sleep(0.005)\n"
+        "open('exited-at', 'w').write(repr(time.time()))\n"
+    )
+    proc = subprocess.Popen(
+        command(supervisor_path, wdir, job(tmp_path, source), "--peer-timeout", "30", "--run-id", "r1"),
+        cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TF_RUNBOOK_ANNOUNCE_KEY": KEY.decode()},
+    )  # fmt: skip
+    try:
+        assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        peer.close()
+    exit_ = read_json(wdir / "exit.json")
+    lag = exit_["finished_at"] - float((wdir / "exited-at").read_text())
+    assert exit_["returncode"] == 0
+    assert lag < 0.3, f"exit recorded {lag:.2f} s after the job ended"  # before: about 0.5 s
 
 
 def test_an_unauthenticated_announcement_is_listening_not_failed() -> None:

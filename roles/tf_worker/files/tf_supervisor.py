@@ -115,6 +115,8 @@ from tf_run import (  # noqa: E402
 POLL_SECONDS = 0.2
 # How often the heartbeat and the peers are checked.
 WATCH_SECONDS = 2.0
+# How often a peer probe looks whether it should give up (its job ended).
+PROBE_SLICE_SECONDS = 0.05
 # Longest time a failed worker keeps announcing its failure.
 ANNOUNCE_SECONDS = 30.0
 # How long a connection may take to send the go line, and how many may be open at once
@@ -323,7 +325,11 @@ def heard_failure(data: bytes, key: bytes, run_id: str) -> str | None:
 
 
 def probe_peers(
-    peers: list[tuple[int, str, int]], timeout: float, key: bytes = b"", run_id: str = ""
+    peers: list[tuple[int, str, int]],
+    timeout: float,
+    key: bytes = b"",
+    run_id: str = "",
+    give_up: Callable[[], bool] | None = None,
 ) -> dict[int, tuple[str, str]]:
     """Connect to every peer port at once: index -> (status, detail).
 
@@ -331,6 +337,11 @@ def probe_peers(
     run's key; detail is its reason), ``listening`` (an announcement that is not this
     run's counts as this), ``refused`` (nothing listens: not started yet, or finished)
     or ``unreachable`` (no answer within ``timeout``).
+
+    ``give_up`` is asked every PROBE_SLICE_SECONDS: once it is true, the probe ends at
+    once and tells nothing (an empty result). The supervisor gives up when its own job
+    ended: a listening peer keeps a probe waiting for half its timeout, and the job's
+    exit would be seen and recorded that much later.
     """
     result: dict[int, tuple[str, str]] = {}
     sel = selectors.DefaultSelector()
@@ -353,7 +364,12 @@ def probe_peers(
     connected: dict[int, bytes] = {}
     end = time.monotonic() + timeout
     while socks and time.monotonic() < end:
-        for ready, events in sel.select(max(0.0, end - time.monotonic())):
+        if give_up is not None and give_up():
+            for sock in socks.values():
+                sock.close()
+            sel.close()
+            return {}
+        for ready, events in sel.select(min(PROBE_SLICE_SECONDS, max(0.0, end - time.monotonic()))):
             index = ready.data
             sock = socks[index]
             if events & selectors.EVENT_WRITE and index not in connected:
@@ -502,7 +518,7 @@ def announce_failure(
         while time.monotonic() < end and not stopped():
             time.sleep(min(WATCH_SECONDS, max(0.0, end - time.monotonic())))
             if peers and not stopped():
-                probes = probe_peers(peers, 1.0, key, run_id)
+                probes = probe_peers(peers, 1.0, key, run_id, stopped)
                 if all(status in ("refused", "unreachable", "failed") for status, _ in probes.values()):
                     return
     finally:
@@ -1064,7 +1080,8 @@ def supervise(args: argparse.Namespace) -> int:
                             f"(tf_controller_timeout {args.controller_timeout:g} s)"
                         )
                 if stopped_by is None and peer_watch is not None:
-                    found = peer_watch.verdict(probe_peers(peers, 1.0, announce_key, args.run_id), time.monotonic())
+                    probes = probe_peers(peers, 1.0, announce_key, args.run_id, lambda: child.poll() is not None)
+                    found = peer_watch.verdict(probes, time.monotonic())
                     if found:
                         stopped_by, reason = "peer", found
             if stopped_by is not None:
