@@ -62,8 +62,8 @@ def tf_launch_go_timeout(timeout: int | str, forks: int | str, hosts: int | str)
 
 def tf_launch_refusals(results: dict[str, Any], spec: dict[str, Any]) -> dict[str, list[str]]:
     """Why an armed launch must get no go: ``reasons``, each naming its host, first every
-    host whose launch failed (its module run started nothing there: a launch's result
-    without its ``facts``), then every TF_CONFIG the other hosts read back that does not
+    host whose launch failed (its module run started nothing there, or it could not be
+    reached: a launch's result without its ``facts``), then every TF_CONFIG the other hosts read back that does not
     make the cluster of ``spec``; and ``failed_hosts``, those whose launch failed. Both
     empty when every host armed and read the cluster back."""
     failed: dict[str, str] = {}
@@ -72,6 +72,8 @@ def tf_launch_refusals(results: dict[str, Any], spec: dict[str, Any]) -> dict[st
         result = result if isinstance(result, dict) else {}
         if "facts" not in result:
             msg = str(result.get("msg") or "its launch returned no result").strip()
+            if result.get("unreachable"):
+                msg = f"could not be reached: {msg}"
             failed[host] = msg if msg.startswith(f"host {host}:") else f"host {host}: {msg}"
             continue
         read_back[host] = (result.get("deploy") or {}).get("read_back")

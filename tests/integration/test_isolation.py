@@ -20,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -145,16 +146,44 @@ def test_a_run_id_used_with_other_hosts_is_refused_on_the_controller(hosts: Name
 
 def test_a_host_that_fails_after_its_table_was_made_loses_the_table_too(hosts: NamespaceHosts, workdir: Path,
                                                                        worker_python: str) -> None:
-    """Point 5: node1 fails in the launch play, after the firewall role made its table;
-    node0 runs on, fails at the startup deadline, and the run is collected."""
-    result = ns_play(
-        hosts, workdir, "--limit", "node0,node1",
-        inventory={"groupvars": {"tf_worker_python": worker_python},
-                   "hostvars": {1: {"tf_launch_stop_grace": "not-a-number"}}},
-        tf_run_id="iso-c", tf_firewall_enabled=True, tf_startup_timeout=15,
-    )
+    """Point 5: node1's launch fails in the launch play, after the firewall role made its
+    table (its runs/ belongs to root: the preflight judges the base directory, which is
+    the user's, and the launch cannot make runs/ private); the refusal stops what node0
+    armed, and both tables go."""
+    node1 = hosts.hosts[1]
+    base = node1.private_path(f"{node1.home}/tf-runbook")
+    runs = base / "runs"
+    user = pwd.getpwnam(node1.user)
+    if not base.exists():  # this test alone: the user's base directory, as a run makes it
+        base.mkdir(parents=True)
+        os.chown(base, user.pw_uid, user.pw_gid)
+        base.chmod(0o700)
+    made = not runs.exists()
+    runs.mkdir(exist_ok=True)
+    mode = runs.stat().st_mode & 0o7777
+    os.chown(runs, 0, 0)
+    runs.chmod(0o755)
+    try:
+        result = ns_play(
+            hosts, workdir, "--limit", "node0,node1",
+            inventory={"groupvars": {"tf_worker_python": worker_python}},
+            tf_run_id="iso-c", tf_firewall_enabled=True, tf_startup_timeout=15,
+        )
+    finally:
+        if made:
+            runs.rmdir()
+        else:
+            os.chown(runs, user.pw_uid, user.pw_gid)
+            runs.chmod(mode)
     assert result.returncode != 0
-    assert "tf_launch_stop_grace" in result.stdout, output(result)
+    assert (f"The launch failed on 1 host(s), no worker was started: host node1: nothing was launched: "
+            f"cannot make {node1.home}/tf-runbook/runs private") in result.stdout, output(result)
+    # node1's table was made before its launch failed, and removed after.
+    blocks = {block.split("]", 1)[0]: block for block in result.stdout.split("TASK [")[1:]}
+    made = blocks["tf_firewall : Accept connections to this host's worker ports only from the cluster"]
+    assert "changed: [node1]" in made, output(result)
+    removed = blocks["tf_firewall : Remove the run's firewall rules from this host"]
+    assert "changed: [node0]" in removed and "changed: [node1]" in removed, output(result)
     for index in (0, 1):
         assert "tf_runbook_" not in nft_tables(hosts, index), f"node{index} kept the run's table"
 

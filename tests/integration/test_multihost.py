@@ -194,3 +194,30 @@ def test_a_launch_that_fails_on_one_host_stops_what_the_others_armed(
     record = json.loads(out)
     assert record["stopped_by"] == "runbook" and "the launch was refused before the go: host node1" in record["reason"]
     assert book.run_processes(1, "armfail") == []
+
+
+def test_a_host_unreachable_at_the_launch_stops_what_the_others_armed(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path
+) -> None:
+    """An armed launch that cannot reach one host (it passed the preflight): the refusal
+    names that host, and the workers the other host armed are stopped before the playbook
+    ends, not left holding their ports until the go's timeout."""
+    hosts = make_ns_hosts(count=2)
+    trivial = Path(__file__).parent / "jobs" / "trivial_job.py"
+    # node1's SSH port turns to one where nothing listens once the launch noted its start
+    # (a controller-side fact, set just before the launch's module run): connection refused.
+    book = Runbook(
+        hosts, tmp_path, groupvars={"tf_worker_python": HOST_PYTHON, "tf_train_script": str(trivial)},
+        hostvars={1: {"ansible_port": "{{ 1 if tf_launch_started_at is defined else 22 }}"}},
+    )  # fmt: skip
+    result = book.play("train.yml", extra={"tf_run_id": "armgone"})
+    assert result.returncode != 0
+    assert "The launch failed on 1 host(s), no worker was started: host node1: could not be reached:" in result.stdout, result.stdout[-4000:]
+    assert "port 1: Connection refused" in result.stdout
+    # node0 had armed its worker: stopped by the refusal, nothing of the run left.
+    assert book.run_processes(0, "armgone") == []
+    rc, out, _ = hosts.run(0, "cat ~/tf-runbook/runs/armgone/worker-0/exit.json")
+    assert rc == 0, out
+    record = json.loads(out)
+    assert record["stopped_by"] == "runbook" and "the launch was refused before the go: host node1" in record["reason"]
+    assert not book.exists(1, "~/tf-runbook/runs/armgone/worker-1/state.json")

@@ -249,3 +249,6 @@ def test_a_host_whose_launch_failed_is_named_first_and_its_read_back_not_asked_f
     refusal = tf_launch_refusals(results, spec)
     assert refusal["reasons"][0] == "host node-a: its launch returned no result"
     assert refusal["failed_hosts"] == ["node-a", "node-b", "node-c"]
+    results["node-a"] = {"unreachable": True, "changed": False, "msg": "ssh: connect to host a port 22: No route"}
+    refusal = tf_launch_refusals(results, spec)
+    assert refusal["reasons"][0] == "host node-a: could not be reached: ssh: connect to host a port 22: No route"
