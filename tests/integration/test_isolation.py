@@ -149,7 +149,8 @@ def test_a_host_that_fails_after_its_table_was_made_loses_the_table_too(hosts: N
     """Point 5: node1's launch fails in the launch play, after the firewall role made its
     table (its runs/ belongs to root: the preflight judges the base directory, which is
     the user's, and the launch cannot make runs/ private); the refusal stops what node0
-    armed, and both tables go."""
+    armed, and both tables go. Then node1 alone, whose launch (not armed) fails its play:
+    its table goes too."""
     node1 = hosts.hosts[1]
     base = node1.private_path(f"{node1.home}/tf-runbook")
     runs = base / "runs"
@@ -169,6 +170,13 @@ def test_a_host_that_fails_after_its_table_was_made_loses_the_table_too(hosts: N
             inventory={"groupvars": {"tf_worker_python": worker_python}},
             tf_run_id="iso-c", tf_firewall_enabled=True, tf_startup_timeout=15,
         )
+        tables = {index: nft_tables(hosts, index) for index in (0, 1)}
+        # node1 alone: a cluster on one host is not armed, and its launch fails the play.
+        alone = ns_play(
+            hosts, workdir, "--limit", "node1",
+            inventory={"groupvars": {"tf_worker_python": worker_python}},
+            tf_run_id="iso-c1", tf_firewall_enabled=True, tf_startup_timeout=15,
+        )
     finally:
         if made:
             runs.rmdir()
@@ -185,7 +193,13 @@ def test_a_host_that_fails_after_its_table_was_made_loses_the_table_too(hosts: N
     removed = blocks["tf_firewall : Remove the run's firewall rules from this host"]
     assert "changed: [node0]" in removed and "changed: [node1]" in removed, output(result)
     for index in (0, 1):
-        assert "tf_runbook_" not in nft_tables(hosts, index), f"node{index} kept the run's table"
+        assert "tf_runbook_" not in tables[index], f"node{index} kept the run's table"
+    assert alone.returncode != 0
+    assert f"host node1: nothing was launched: cannot make {node1.home}/tf-runbook/runs private" in alone.stdout, output(alone)
+    blocks = {block.split("]", 1)[0]: block for block in alone.stdout.split("TASK [")[1:]}
+    assert "changed: [node1]" in blocks["tf_firewall : Accept connections to this host's worker ports only from the cluster"]
+    assert "changed: [node1]" in blocks["tf_firewall : Remove the run's firewall rules from this host"], output(alone)
+    assert "tf_runbook_" not in nft_tables(hosts, 1), "node1 kept the table of the run it launched alone"
 
 
 def start_recorder(hosts: NamespaceHosts, index: int, port: int) -> int:
