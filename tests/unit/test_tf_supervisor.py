@@ -53,7 +53,8 @@ import json, os, sys
 with open("seen.json", "w") as handle:
     json.dump({"tf_config": os.environ.get("TF_CONFIG"), "cwd": os.getcwd(), "pid": os.getpid(),
                "pgid": os.getpgrp(), "sid": os.getsid(0), "argv": sys.argv[1:],
-               "unbuffered": os.environ.get("PYTHONUNBUFFERED")}, handle)
+               "unbuffered": os.environ.get("PYTHONUNBUFFERED"),
+               "grpc": os.environ.get("TF_GRPC_DEFAULT_OPTIONS")}, handle)
 print("hello on stdout")
 print("hello on stderr", file=sys.stderr)
 """
@@ -252,6 +253,7 @@ def test_job_gets_tf_config_cwd_log_and_records(runs: dict[str, Run]) -> None:
     assert seen["cwd"] == str(wdir.resolve())
     assert seen["argv"] == ["--epochs", "3"]
     assert seen["unbuffered"] == "1"
+    assert seen["grpc"] == "grpc.initial_reconnect_backoff_ms=50"
 
     log = (wdir / "worker.log").read_text(encoding="utf-8")
     assert "hello on stdout" in log

@@ -244,6 +244,19 @@ def test_the_supervisor_lays_the_env_file_over_its_environment(tmp_path: Path) -
     assert tf_supervisor.job_environment(tmp_path, {"HOME": "/h"}) == {"HOME": "/x", "MARK": SECRET}
 
 
+@pytest.mark.parametrize(
+    ("current", "given"),
+    [("", "grpc.initial_reconnect_backoff_ms=50"),
+     ("grpc.keepalive_time_ms=60000", "grpc.keepalive_time_ms=60000,grpc.initial_reconnect_backoff_ms=50"),
+     ("grpc.keepalive_time_ms=60000,, ", "grpc.keepalive_time_ms=60000,grpc.initial_reconnect_backoff_ms=50"),
+     # The user's own first backoff (tf_worker_env, or the host's environment) stays as it is.
+     ("grpc.initial_reconnect_backoff_ms=1000", "grpc.initial_reconnect_backoff_ms=1000"),
+     ("a=1, grpc.initial_reconnect_backoff_ms =5", "a=1, grpc.initial_reconnect_backoff_ms =5")],
+)  # fmt: skip
+def test_the_job_gets_a_short_first_grpc_reconnect_unless_it_sets_one(current: str, given: str) -> None:
+    assert tf_supervisor.grpc_default_options(current) == given
+
+
 # -- artifacts back ---------------------------------------------------------------------------
 
 

@@ -117,6 +117,11 @@ POLL_SECONDS = 0.2
 WATCH_SECONDS = 2.0
 # How often a peer probe looks whether it should give up (its job ended).
 PROBE_SLICE_SECONDS = 0.05
+# gRPC's first backoff before it connects again to a port that was closed (the chief's,
+# before its TensorFlow listens), given to the job unless its environment sets one
+# (grpc_default_options); later backoffs grow by gRPC's 1.6 up to TensorFlow's 1 s cap.
+GRPC_RECONNECT_OPTION = "grpc.initial_reconnect_backoff_ms"
+GRPC_RECONNECT_MS = 50
 # Longest time a failed worker keeps announcing its failure.
 ANNOUNCE_SECONDS = 30.0
 # How long a connection may take to send the go line, and how many may be open at once
@@ -203,6 +208,22 @@ def job_environment(worker_dir: Path, base: dict[str, str]) -> dict[str, str]:
         if name != "TF_CONFIG" and not name.startswith("TF_RUNBOOK_"):
             env[str(name)] = str(value)
     return env
+
+
+def grpc_default_options(current: str) -> str:
+    """``TF_GRPC_DEFAULT_OPTIONS`` (TensorFlow's gRPC channel arguments, ``name=value`` by
+    commas) with a first reconnect backoff of GRPC_RECONNECT_MS, unless it sets one.
+
+    A worker whose TensorFlow is up before the chief's finds the chief's port closed, and
+    gRPC tries a closed port again only after its first backoff, a second by default
+    (TensorFlow caps the backoff at a second, and gRPC starts it there): that worker then
+    joined up to a second after the chief listened, at random, in about half of the runs
+    of two workers on one host. Empty items are dropped (TensorFlow logs them as errors).
+    """
+    items = [item.strip() for item in current.split(",") if item.strip()]
+    if any(item.split("=", 1)[0].strip() == GRPC_RECONNECT_OPTION for item in items):
+        return current
+    return ",".join([*items, f"{GRPC_RECONNECT_OPTION}={GRPC_RECONNECT_MS}"])
 
 
 def job_preexec(keeper_fd: int, supervisor_pid: int) -> Callable[[], None]:
@@ -896,6 +917,7 @@ def supervise(args: argparse.Namespace) -> int:
     env = job_environment(worker_dir, dict(os.environ))
     env["TF_CONFIG"] = config_text.strip()
     env["PYTHONUNBUFFERED"] = "1"
+    env["TF_GRPC_DEFAULT_OPTIONS"] = grpc_default_options(env.get("TF_GRPC_DEFAULT_OPTIONS", ""))
     # The runbook's side of the resume contract: which attempt this is, and a directory
     # that outlives attempts, for jobs that back up and restore their training state.
     env["TF_RUNBOOK_ATTEMPT"] = str(args.attempt)
