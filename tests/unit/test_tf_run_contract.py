@@ -82,14 +82,16 @@ def test_the_launch_ships_the_supervisor_with_what_it_imports() -> None:
     where the managed virtualenv or a resume needs it first): the same files, from the
     same sources."""
     tasks = yaml.safe_load((REPO / "roles" / "tf_launch" / "tasks" / "main.yml").read_text(encoding="utf-8"))
-    variables = next(t for t in tasks if "tf_runbook.multiworker.tf_worker_launch" in t)["vars"]
+    # The launch sits in a block (its rescue clears the firewall of a failed launch).
+    flat = [inner for task in tasks for inner in [task, *task.get("block", []), *task.get("rescue", [])]]
+    variables = next(t for t in flat if "tf_runbook.multiworker.tf_worker_launch" in t)["vars"]
     shipped = variables["__tf_launch_host_files"]
     assert [entry["name"] for entry in shipped] == [tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER, *tf_run.SHARED_MODULES]
     assert variables["__tf_launch_shared"] == "{{ role_path ~ '/../../plugins/module_utils' }}"
-    assert variables["__tf_launch_worker_files"] == "{{ role_path ~ '/../tf_worker/files' }}"
+    assert variables["__tf_launch_job_files"] == "{{ role_path ~ '/../tf_worker/files' }}"
     for entry in shipped:
         own = entry["name"] in (tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER)
-        source = f"__tf_launch_worker_files ~ '/{entry['name']}'" if own else f"__tf_launch_shared ~ '/{entry['name']}'"
+        source = f"__tf_launch_job_files ~ '/{entry['name']}'" if own else f"__tf_launch_shared ~ '/{entry['name']}'"
         assert f"lookup('ansible.builtin.file', {source}, rstrip=false)" in entry["content"]
         assert ((HOST_FILES if own else MODULE_UTILS) / entry["name"]).is_file()
 
