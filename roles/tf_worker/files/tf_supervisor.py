@@ -361,8 +361,8 @@ def probe_peers(
 
     ``give_up`` is asked every PROBE_SLICE_SECONDS: once it is true, the probe ends at
     once and tells nothing (an empty result). The supervisor gives up when its own job
-    ended: a listening peer keeps a probe waiting for half its timeout, and the job's
-    exit would be seen and recorded that much later.
+    ended or a stop reached it: a listening peer keeps a probe waiting for half its
+    timeout, and the job's exit (or the stop) would be seen that much later.
     """
     result: dict[int, tuple[str, str]] = {}
     sel = selectors.DefaultSelector()
@@ -1102,7 +1102,10 @@ def supervise(args: argparse.Namespace) -> int:
                             f"(tf_controller_timeout {args.controller_timeout:g} s)"
                         )
                 if stopped_by is None and peer_watch is not None:
-                    probes = probe_peers(peers, 1.0, announce_key, args.run_id, lambda: child.poll() is not None)
+                    # Given up once the job ended or a stop came: either is handled at once.
+                    probes = probe_peers(
+                        peers, 1.0, announce_key, args.run_id, lambda: child.poll() is not None or bool(stop_reason)
+                    )
                     found = peer_watch.verdict(probes, time.monotonic())
                     if found:
                         stopped_by, reason = "peer", found
