@@ -63,9 +63,9 @@ def tf_launch_go_timeout(timeout: int | str, forks: int | str, hosts: int | str)
 def tf_launch_refusals(results: dict[str, Any], spec: dict[str, Any]) -> dict[str, list[str]]:
     """Why an armed launch must get no go: ``reasons``, each naming its host, first every
     host whose launch failed (its module run started nothing there, or it could not be
-    reached: a launch's result without its ``facts``), then every TF_CONFIG the other hosts read back that does not
-    make the cluster of ``spec``; and ``failed_hosts``, those whose launch failed. Both
-    empty when every host armed and read the cluster back."""
+    reached: a launch's result without its ``facts``), then every TF_CONFIG the other
+    hosts read back that does not make the cluster of ``spec``; and ``failed_hosts``,
+    those whose launch failed. Both empty when every host armed and read the cluster back."""
     failed: dict[str, str] = {}
     read_back: dict[str, Any] = {}
     for host, result in results.items():
