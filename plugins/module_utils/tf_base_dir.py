@@ -15,7 +15,11 @@ project directory of a group). The rule, read on the host by the preflight probe
 - one that other users may read or enter (a mode wider than 0700) is made private only
   when it holds nothing but the runbook's own entries (or nothing); one with other
   content is refused, never silently chmod-ed. A 0700 directory with other content is
-  accepted: its mode does not change.
+  accepted: its mode does not change;
+- its ``runs`` (every run's directory is made there, and made private) must be, when it
+  exists, a directory the remote user owns: one left by another user (a run started
+  with sudo, say) would fail the launch on that host, after the other hosts were
+  deployed.
 """
 
 from __future__ import annotations
@@ -74,7 +78,18 @@ def base_dir_state(path: str) -> dict[str, Any]:
         foreign = [name for name in names if name not in RUNBOOK_ENTRIES]
         state["foreign_count"] = len(foreign)
         state["foreign"] = foreign[:FOREIGN_SHOWN]
+        if RUNS_DIR in names:
+            state["runs"] = _entry_state(os.path.join(path, RUNS_DIR))
     return state
+
+
+def _entry_state(path: str) -> dict[str, Any]:
+    """Whether ``path`` (followed, as the launch follows it) is a directory, and whose."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        return {"error": exc.strerror or str(exc)}
+    return {"is_dir": stat.S_ISDIR(info.st_mode), "owner_uid": info.st_uid, "owner": _user(info.st_uid)}
 
 
 def base_dir_problems(host: str, state: dict[str, Any] | None) -> list[str]:
@@ -110,5 +125,27 @@ def base_dir_problems(host: str, state: dict[str, Any] | None) -> list[str]:
             f"host {host}: tf_worker_base_dir {path} is shared (mode {state['mode']}) and holds files that are not "
             f"the runbook's ({listing}): the runbook makes its base directory private (0700) and will not change "
             f"the mode of a directory others use; {own}, or make this one 0700 yourself"
+        ]
+    return _runs_problems(host, path, state)
+
+
+def _runs_problems(host: str, base: str, state: dict[str, Any]) -> list[str]:
+    """Why the base directory's ``runs`` cannot hold this run (see the module)."""
+    runs = state.get("runs")
+    if not runs:
+        return []
+    path = os.path.join(base, RUNS_DIR)
+    other = "move it away or pick another tf_worker_base_dir"
+    if runs.get("error"):
+        return [f"host {host}: {path}, where the runbook keeps its runs, cannot be read: {runs['error']}; {other}"]
+    if not runs.get("is_dir"):
+        return [f"host {host}: {path}, where the runbook keeps its runs, exists and is not a directory; {other}"]
+    if runs.get("owner_uid") != state.get("uid"):
+        user = f"{state.get('user')} (uid {state.get('uid')})"
+        return [
+            f"host {host}: {path}, where the runbook keeps its runs, belongs to {runs.get('owner')} "
+            f"(uid {runs.get('owner_uid')}), not to the remote user {user}: each run's directory is made "
+            f"there and made private (0700); give it back to that user (chown -R) or pick another "
+            "tf_worker_base_dir"
         ]
     return []

@@ -231,8 +231,9 @@ run_launched:
   returned: host mode
 base_dir_state:
   description: What O(base_dir) is on this host (path, user and uid, exists, and is_dir, owner, owner_uid, mode
-    and the entries that are not the runbook's own, or the nearest existing parent and whether the user can
-    create the directory there), judged on the controller by module_utils/tf_base_dir.py.
+    and the entries that are not the runbook's own, and whether its C(runs) is a directory and whose, or the
+    nearest existing parent and whether the user can create the directory there), judged on the controller by
+    module_utils/tf_base_dir.py.
   type: dict
   returned: host mode
 gpus:

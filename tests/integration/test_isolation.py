@@ -147,10 +147,13 @@ def test_a_run_id_used_with_other_hosts_is_refused_on_the_controller(hosts: Name
 def test_a_host_that_fails_after_its_table_was_made_loses_the_table_too(hosts: NamespaceHosts, workdir: Path,
                                                                        worker_python: str) -> None:
     """Point 5: node1's launch fails in the launch play, after the firewall role made its
-    table (its runs/ belongs to root: the preflight judges the base directory, which is
-    the user's, and the launch cannot make runs/ private); the refusal stops what node0
-    armed, and both tables go. Then node1 alone, whose launch (not armed) fails its play:
-    its table goes too."""
+    table; the refusal stops what node0 armed, and both tables go. Then node1 alone, whose
+    launch (not armed) fails its play: its table goes too.
+
+    The launch fails because node1 changed after its preflight: its tf_worker_base_dir,
+    read again by the launch once the launch noted its start, leads under /proc, where
+    nothing can be made. (A runs/ of root's, which failed the launch the same way, is now
+    refused by the preflight, before any table is made: checked first.)"""
     node1 = hosts.hosts[1]
     base = node1.private_path(f"{node1.home}/tf-runbook")
     runs = base / "runs"
@@ -165,17 +168,10 @@ def test_a_host_that_fails_after_its_table_was_made_loses_the_table_too(hosts: N
     os.chown(runs, 0, 0)
     runs.chmod(0o755)
     try:
-        result = ns_play(
+        refused = ns_play(
             hosts, workdir, "--limit", "node0,node1",
             inventory={"groupvars": {"tf_worker_python": worker_python}},
-            tf_run_id="iso-c", tf_firewall_enabled=True, tf_startup_timeout=15,
-        )
-        tables = {index: nft_tables(hosts, index) for index in (0, 1)}
-        # node1 alone: a cluster on one host is not armed, and its launch fails the play.
-        alone = ns_play(
-            hosts, workdir, "--limit", "node1",
-            inventory={"groupvars": {"tf_worker_python": worker_python}},
-            tf_run_id="iso-c1", tf_firewall_enabled=True, tf_startup_timeout=15,
+            tf_run_id="iso-c0", tf_firewall_enabled=True, tf_startup_timeout=15,
         )
     finally:
         if made:
@@ -183,9 +179,27 @@ def test_a_host_that_fails_after_its_table_was_made_loses_the_table_too(hosts: N
         else:
             os.chown(runs, user.pw_uid, user.pw_gid)
             runs.chmod(mode)
+    assert refused.returncode != 0
+    assert (f"host node1: {node1.home}/tf-runbook/runs, where the runbook keeps its runs, belongs to root (uid 0), "
+            f"not to the remote user {node1.user}") in refused.stdout, output(refused)
+    assert "Accept connections to this host's worker ports only from the cluster" not in refused.stdout, output(refused)
+
+    changes = {"tf_worker_base_dir": "{{ '/proc/tf-runbook' if tf_launch_started_at is defined else '~/tf-runbook' }}"}
+    result = ns_play(
+        hosts, workdir, "--limit", "node0,node1",
+        inventory={"groupvars": {"tf_worker_python": worker_python}, "hostvars": {1: changes}},
+        tf_run_id="iso-c", tf_firewall_enabled=True, tf_startup_timeout=15,
+    )
+    tables = {index: nft_tables(hosts, index) for index in (0, 1)}
+    # node1 alone: a cluster on one host is not armed, and its launch fails the play.
+    alone = ns_play(
+        hosts, workdir, "--limit", "node1",
+        inventory={"groupvars": {"tf_worker_python": worker_python}, "hostvars": {1: changes}},
+        tf_run_id="iso-c1", tf_firewall_enabled=True, tf_startup_timeout=15,
+    )
     assert result.returncode != 0
-    assert (f"The launch failed on 1 host(s), no worker was started: host node1: nothing was launched: "
-            f"cannot make {node1.home}/tf-runbook/runs private") in result.stdout, output(result)
+    assert ("The launch failed on 1 host(s), no worker was started: host node1: nothing was launched: "
+            "cannot create /proc/tf-runbook") in result.stdout, output(result)
     # node1's table was made before its launch failed, and removed after.
     blocks = {block.split("]", 1)[0]: block for block in result.stdout.split("TASK [")[1:]}
     made = blocks["tf_firewall : Accept connections to this host's worker ports only from the cluster"]
@@ -195,7 +209,7 @@ def test_a_host_that_fails_after_its_table_was_made_loses_the_table_too(hosts: N
     for index in (0, 1):
         assert "tf_runbook_" not in tables[index], f"node{index} kept the run's table"
     assert alone.returncode != 0
-    assert f"host node1: nothing was launched: cannot make {node1.home}/tf-runbook/runs private" in alone.stdout, output(alone)
+    assert "host node1: nothing was launched: cannot create /proc/tf-runbook" in alone.stdout, output(alone)
     blocks = {block.split("]", 1)[0]: block for block in alone.stdout.split("TASK [")[1:]}
     assert "changed: [node1]" in blocks["tf_firewall : Accept connections to this host's worker ports only from the cluster"]
     assert "changed: [node1]" in blocks["tf_firewall : Remove the run's firewall rules from this host"], output(alone)

@@ -770,3 +770,64 @@ def test_a_base_dir_the_user_cannot_create_is_refused() -> None:
     [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=state)}, SPEC, 1024)
     assert problem.startswith("host a: tf_worker_base_dir /proc/tf does not exist and the remote user alice (uid 1000) "
                               "cannot create it (nearest existing parent: /proc)")
+
+
+def test_a_runs_dir_of_another_user_is_refused_by_the_probe_and_left_alone(tmp_path: Path) -> None:
+    """The launch makes each run's directory under runs/ and runs/ private: one that is
+    not the remote user's fails the launch on that host after the others were deployed,
+    so the preflight refuses it, naming host and path. Root gives runs/ to nobody (65534);
+    any other user gets a runs/ that leads to / (the launch follows it), which is root's."""
+    base = tmp_path / "tf"
+    base.mkdir()
+    runs = base / "runs"
+    if os.geteuid() == 0:
+        runs.mkdir()
+        os.chown(runs, 65534, 65534)
+        runs.chmod(0o755)
+        owner_uid = 65534
+    else:
+        runs.symlink_to("/")
+        owner_uid = 0
+    before = runs.stat()
+    state = probe.probe_host([], str(base), "r1")["base_dir_state"]
+    assert state["runs"] == {"is_dir": True, "owner_uid": owner_uid, "owner": state["runs"]["owner"]}
+    [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=state)}, SPEC, 1024)
+    assert problem.startswith(
+        f"host a: {base}/runs, where the runbook keeps its runs, belongs to {state['runs']['owner']} "
+        f"(uid {owner_uid}), not to the remote user {state['user']} (uid {os.geteuid()}): each run's directory "
+        "is made there"
+    )
+    assert runs.stat() == before  # the probe only looked
+
+
+@pytest.mark.parametrize(
+    ("runs", "expected"),
+    [
+        ({"is_dir": True, "owner_uid": 1000, "owner": "alice"}, None),
+        ({"is_dir": False, "owner_uid": 1000, "owner": "alice"}, "/srv/tf/runs, where the runbook keeps its runs, "
+                                                                  "exists and is not a directory; move it away"),
+        ({"is_dir": True, "owner_uid": 0, "owner": "root"}, "/srv/tf/runs, where the runbook keeps its runs, belongs "
+                                                           "to root (uid 0), not to the remote user alice (uid 1000)"),
+        ({"error": "Permission denied"}, "/srv/tf/runs, where the runbook keeps its runs, cannot be read: "
+                                         "Permission denied"),
+    ],
+)
+def test_the_base_dirs_runs_must_be_a_directory_of_the_user(runs: dict[str, Any], expected: str | None) -> None:
+    state = {"path": "/srv/tf", "user": "alice", "uid": 1000, "exists": True, "is_dir": True, "owner": "alice",
+             "owner_uid": 1000, "mode": "0700", "foreign_count": 0, "foreign": [], "runs": runs}
+    problems = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=state)}, SPEC, 1024)
+    if expected is None:
+        assert problems == []
+    else:
+        [problem] = problems
+        assert problem.startswith(f"host a: {expected}"), problem
+
+
+def test_a_runs_file_is_refused_by_the_probe(tmp_path: Path) -> None:
+    base = tmp_path / "tf"
+    base.mkdir()
+    (base / "runs").write_text("not a directory")
+    state = probe.probe_host([], str(base), "r1")["base_dir_state"]
+    [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=state)}, SPEC, 1024)
+    assert problem == (f"host a: {base}/runs, where the runbook keeps its runs, exists and is not a directory; "
+                       "move it away or pick another tf_worker_base_dir")
