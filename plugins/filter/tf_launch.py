@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_run
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import (
     launched_workers,
     published_facts,
@@ -84,6 +86,24 @@ def tf_launch_refusals(results: dict[str, Any], spec: dict[str, Any]) -> dict[st
     return {"reasons": reasons, "failed_hosts": list(failed)}
 
 
+# The collection's root, whether it is this clone (collections/ links to it) or installed:
+# the supervisor and the job's wrapper are role tf_worker's files.
+HOST_FILES_DIR = Path(__file__).resolve().parents[2] / "roles" / "tf_worker" / "files"
+SHARED_DIR = Path(tf_run.__file__).resolve().parent
+
+
+def tf_supervisor_files(_value: Any = None) -> list[dict[str, str]]:
+    """What the deploy writes into a run's job directory besides the job: the supervisor,
+    the job's wrapper and the shared modules they import (tf_run's SUPERVISOR_FILE,
+    JOB_WRAPPER and SHARED_MODULES), as ``{name, content}``, read on the controller."""
+    files = [(HOST_FILES_DIR, tf_run.SUPERVISOR_FILE), (HOST_FILES_DIR, tf_run.JOB_WRAPPER)]
+    files += [(SHARED_DIR, name) for name in tf_run.SHARED_MODULES]
+    try:
+        return [{"name": name, "content": (where / name).read_text(encoding="utf-8")} for where, name in files]
+    except OSError as exc:
+        raise AnsibleFilterError(f"cannot read the runbook's own host file: {exc}") from exc
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -95,4 +115,5 @@ class FilterModule:
             "tf_launch_controller_timeout": tf_launch_controller_timeout,
             "tf_launch_go_timeout": tf_launch_go_timeout,
             "tf_launch_refusals": tf_launch_refusals,
+            "tf_supervisor_files": tf_supervisor_files,
         }

@@ -65,35 +65,36 @@ def test_the_protocol_magics_are_distinct() -> None:
 
 
 def test_the_deploy_ships_the_supervisor_with_what_it_imports() -> None:
-    tasks = yaml.safe_load((REPO / "roles" / "tf_worker" / "tasks" / "directories.yml").read_text(encoding="utf-8"))
-    shipped = next(t for t in tasks if "tf_runbook.multiworker.tf_run_dir" in t)["vars"]["__tf_worker_host_files"]
+    from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_launch import FilterModule
+
+    shipped = FilterModule().filters()["tf_supervisor_files"]("")
     assert [entry["name"] for entry in shipped] == [tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER, *tf_run.SHARED_MODULES]
-    variables = next(t for t in tasks if "tf_runbook.multiworker.tf_run_dir" in t)["vars"]
-    assert variables["__tf_worker_shared"] == "{{ role_path ~ '/../../plugins/module_utils' }}"
     for entry in shipped:
         own = entry["name"] in (tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER)
-        source = f"role_path ~ '/files/{entry['name']}'" if own else f"__tf_worker_shared ~ '/{entry['name']}'"
-        assert f"lookup('ansible.builtin.file', {source}, rstrip=false)" in entry["content"]
-        assert ((HOST_FILES if own else MODULE_UTILS) / entry["name"]).is_file()
+        assert entry["content"] == ((HOST_FILES if own else MODULE_UTILS) / entry["name"]).read_text(encoding="utf-8")
 
 
-def test_the_launch_ships_the_supervisor_with_what_it_imports() -> None:
-    """The launch's module run writes the job directory (tf_worker's directories.yml only
-    where the managed virtualenv or a resume needs it first): the same files, from the
-    same sources."""
-    tasks = yaml.safe_load((REPO / "roles" / "tf_launch" / "tasks" / "main.yml").read_text(encoding="utf-8"))
+def test_both_writers_of_the_job_directory_take_its_files_from_one_definition() -> None:
+    """tf_worker's tf_run_dir (where the managed virtualenv or a resume needs the run's
+    directories first) and the launch's module run write the same files: role tf's
+    __tf_run_job_files (the script, or nothing where the project's archive brings the job,
+    and the supervisor's files) and __tf_run_job_archive, defined once."""
+    roles = REPO / "roles"
+    variables = yaml.safe_load((roles / "tf" / "vars" / "main.yml").read_text(encoding="utf-8"))
+    assert "('' | tf_runbook.multiworker.tf_supervisor_files)" in variables["__tf_run_job_files"]
+    assert "lookup('ansible.builtin.file', tf_train_script, rstrip=false)" in variables["__tf_run_job_files"]
+    assert "/job-archives/" in variables["__tf_run_job_archive"]
+    tasks = yaml.safe_load((roles / "tf_worker" / "tasks" / "directories.yml").read_text(encoding="utf-8"))
+    run_dir = next(t for t in tasks if "tf_runbook.multiworker.tf_run_dir" in t)["tf_runbook.multiworker.tf_run_dir"]
+    tasks = yaml.safe_load((roles / "tf_launch" / "tasks" / "main.yml").read_text(encoding="utf-8"))
     # The launch sits in a block (its rescue clears the firewall of a failed launch).
     flat = [inner for task in tasks for inner in [task, *task.get("block", []), *task.get("rescue", [])]]
-    variables = next(t for t in flat if "tf_runbook.multiworker.tf_worker_launch" in t)["vars"]
-    shipped = variables["__tf_launch_host_files"]
-    assert [entry["name"] for entry in shipped] == [tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER, *tf_run.SHARED_MODULES]
-    assert variables["__tf_launch_shared"] == "{{ role_path ~ '/../../plugins/module_utils' }}"
-    assert variables["__tf_launch_job_files"] == "{{ role_path ~ '/../tf_worker/files' }}"
-    for entry in shipped:
-        own = entry["name"] in (tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER)
-        source = f"__tf_launch_job_files ~ '/{entry['name']}'" if own else f"__tf_launch_shared ~ '/{entry['name']}'"
-        assert f"lookup('ansible.builtin.file', {source}, rstrip=false)" in entry["content"]
-        assert ((HOST_FILES if own else MODULE_UTILS) / entry["name"]).is_file()
+    deploy = next(t for t in flat if "tf_runbook.multiworker.tf_worker_launch" in t)["tf_runbook.multiworker.tf_worker_launch"]["deploy"]
+    for args in (run_dir, deploy):
+        assert args["job_files"] == "{{ __tf_run_job_files }}"
+        assert args["job_archive"] == "{{ __tf_run_job_archive }}"
+    archive = yaml.safe_load((roles / "tf_worker" / "tasks" / "archive.yml").read_text(encoding="utf-8"))
+    assert next(t for t in archive if "ansible.builtin.copy" in t)["ansible.builtin.copy"]["dest"] == "{{ __tf_run_job_archive }}"
 
 
 @pytest.mark.parametrize("shared", tf_run.SHARED_MODULES)
