@@ -22,8 +22,9 @@ to the role's own check, and their ranges are the contract's (role tf), checked 
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import yaml
@@ -38,7 +39,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges i
     role_ranges,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_messages import plain_types
-from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_role_files import read_yaml
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_role_files import read_yaml, runbook_names
 
 # The options (documented in plugins/modules/tf_role_inputs.py, the documentation-only module).
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
@@ -49,7 +50,12 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "refusal": {"type": "str", "default": "Refused: "},
     "facts": {"type": "dict", "default": {}},
     "later": {"type": "list", "elements": "str", "default": []},
+    "misspelled": {"type": "bool", "default": False},
 }
+# How close a name must come to one of the runbook's to be taken for a misspelling of it
+# (difflib's ratio): one or two letters wrong, missing or swapped in a name of 12 or more.
+# Names further off are left alone: tf_ is also Terraform's prefix in many inventories.
+MISSPELLING_CUTOFF = 0.85
 
 
 def entry_point_options(role_path: str, entry_point: str) -> dict[str, Any]:
@@ -72,6 +78,36 @@ def _typed(result: Any, values: dict[str, Any], ranges: dict[str, Any]) -> dict[
             if name in values and not any(f"'{name}'" in message for message in result.error_messages)}
 
 
+# Ansible's check converts text where a list or a mapping is declared ("a,b" becomes
+# [a, b], "k=v" becomes {k: v}) without changing the variable itself, which the roles
+# then read as text: a list of arguments concatenated to a string, a loop over characters.
+CONTAINER_WORDS = {"list": "a list", "dict": "a mapping"}
+
+
+def text_for_container(options: dict[str, Any], values: dict[str, Any], host: str) -> tuple[list[str], set[str]]:
+    """A message for each value given as text where ``options`` declares a list or a
+    mapping, and their names (Ansible's check would accept them)."""
+    errors, names = [], set()
+    for name, value in values.items():
+        kind = (options.get(name) or {}).get("type")
+        if kind in CONTAINER_WORDS and isinstance(value, str):
+            example = '["..."]' if kind == "list" else '{"...": "..."}'
+            errors.append(
+                f"host {host}: {name} must be {CONTAINER_WORDS[kind]}, got a string: {value!r} (in YAML, "
+                f"{CONTAINER_WORDS[kind]}; on the command line, -e '{{\"{name}\": {example}}}')"
+            )
+            names.add(name)
+    return errors, names
+
+
+def _emptied(values: dict[str, Any], names: set[str], options: dict[str, Any]) -> dict[str, Any]:
+    """``values`` for Ansible's check, once text_for_container named ``names``: text for a
+    mapping replaced by an empty one (its conversion error would only say it again); text
+    for a list kept, so that its items' choices are checked in the same refusal."""
+    return {name: {} if name in names and options[name].get("type") == "dict" else value
+            for name, value in values.items()}
+
+
 def input_errors(options: dict[str, Any], own_host: str, own: dict[str, Any],
                  others: dict[str, dict[str, Any]], ranges: dict[str, Any] | None = None) -> list[str]:
     """Every error of ``options`` over the play's hosts, each prefixed with its host.
@@ -84,18 +120,51 @@ def input_errors(options: dict[str, Any], own_host: str, own: dict[str, Any],
     ``ranges`` (the role's meta/ranges.yml) bounds the options of this entry point it names.
     """
     ranges = {name: entry for name, entry in (ranges or {}).items() if name in options}
-    result = ArgumentSpecValidator(options).validate(own, validate_role_argument_spec=True)
-    errors = [f"host {own_host}: {plain_types(message)}" for message in result.error_messages]
+    errors, texts = text_for_container(options, own, own_host)
+    result = ArgumentSpecValidator(options).validate(_emptied(own, texts, options), validate_role_argument_spec=True)
+    errors.extend(f"host {own_host}: {plain_types(message)}" for message in result.error_messages)
     errors.extend(range_problems(_typed(result, own, ranges), own_host, ranges))
     for host, values in others.items():
         differing = {name: value for name, value in values.items()
                      if name in options and (name not in own or own[name] != value)}
         if differing:
+            found, theirs = text_for_container(options, differing, host)
+            errors.extend(found)
             subset = {name: options[name] for name in differing}
-            result = ArgumentSpecValidator(subset).validate(differing, validate_role_argument_spec=True)
+            result = ArgumentSpecValidator(subset).validate(_emptied(differing, theirs, options),
+                                                            validate_role_argument_spec=True)
             errors.extend(f"host {host}: {plain_types(message)}" for message in result.error_messages)
             errors.extend(range_problems(_typed(result, differing, ranges), host, ranges))
     return errors
+
+
+def misspelled_names(names_by_host: dict[str, Iterable[str]], known: Callable[[], set[str]],
+                     checked: Iterable[str] = ()) -> list[str]:
+    """A message for each ``tf_`` variable a host defines that is none of the runbook's
+    names but comes close to one: a misspelling the run would ignore. ``names_by_host``
+    starts with the task's host; on the others, only names it does not define (a group or
+    extra variable is named once). ``known`` gives the runbook's names, asked only when
+    a name is not among ``checked`` (the entry point's options) already."""
+    checked = set(checked)
+    messages: list[str] = []
+    first: set[str] | None = None
+    runbook: set[str] | None = None
+    for host, names in names_by_host.items():
+        names = set(names)
+        for name in sorted(names - (first or set())):
+            if not name.startswith("tf_") or name in checked:
+                continue
+            if runbook is None:
+                runbook = known()
+            if name in runbook:
+                continue
+            close = difflib.get_close_matches(name, sorted(runbook), n=1, cutoff=MISSPELLING_CUTOFF)
+            if close:
+                messages.append(f"host {host}: {name} is not a variable of the runbook, so the run would go on "
+                                f"without it: did you mean {close[0]}?")
+        if first is None:
+            first = names
+    return messages
 
 
 def refusal_message(role: str, entry_point: str, errors: list[str], problems: list[str], refusal: str,
@@ -162,6 +231,12 @@ class ActionModule(ControllerAction):
         except RangesError as exc:
             raise AnsibleActionFail(f"tf_role_inputs: {exc}") from exc
         errors = input_errors(options, own_host, own, others, ranges)
+        if args.get("misspelled"):
+            # Host variables (inventory, extra vars, facts): role defaults are the runbook's.
+            variables = {own_host: hostvars[own_host], **views} if own_host in hostvars else views
+            defined = {host: [name for name in found if name.startswith("tf_")] for host, found in variables.items()}
+            roles_dir = os.path.dirname(os.path.normpath(args["role_path"]))
+            errors += misspelled_names(defined, lambda: runbook_names(roles_dir), options)
         later = [self.later_errors(spec, args["role_path"], own_host, views, task_vars) for spec in args["later"]]
         result["validate_args_context"] = {"type": "role", "name": role, "argument_spec_name": args["entry_point"],
                                            "path": args["role_path"]}

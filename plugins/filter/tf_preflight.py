@@ -6,6 +6,7 @@ value; an empty list means the run may go on.
 
 from __future__ import annotations
 
+import fnmatch
 import ipaddress
 import json
 import os
@@ -15,6 +16,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_base_dir import base_dir_problems
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import CONFIG_FILE, EXIT_FILE, LOG_FILE
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import marker_inside
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_messages import type_name
 
@@ -203,7 +205,13 @@ INPUT_NAMES = (
     "tf_runs_dir",
     "tf_controller_timeout",
     "tf_wait_poll_interval",
+    "tf_collect_files",
+    "tf_collect_artifacts",
 )
+
+# The records the verdict reads from every worker directory: a tf_collect_files that
+# leaves one out fails the run's verdict after the training.
+VERDICT_RECORDS = (LOG_FILE, EXIT_FILE, CONFIG_FILE)
 
 # One label of a host name (RFC 1123): letters, digits and '-', not at either end.
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
@@ -337,6 +345,30 @@ def _cross_problems(values: dict[str, Any], cluster_size: int) -> list[str]:
     return problems
 
 
+def _collect_problems(values: dict[str, Any]) -> list[str]:
+    """tf_collect_files matches file names in each worker directory and must keep the
+    verdict's records; tf_collect_artifacts matches paths inside it. An entry that can
+    never match (a path, a way out) would only show as a file missing after the run."""
+    problems = []
+    files = values.get("tf_collect_files")
+    if isinstance(files, list):
+        for entry in files:
+            if isinstance(entry, str) and "/" in entry:
+                problems.append(f"tf_collect_files entry {entry!r} is not a file name: its entries match the names of "
+                                "the files in each worker directory (paths below it go in tf_collect_artifacts)")
+        patterns = [entry for entry in files if isinstance(entry, str)]
+        missing = [name for name in VERDICT_RECORDS if not any(fnmatch.fnmatch(name, p) for p in patterns)]
+        if missing:
+            problems.append(f"tf_collect_files leaves out {', '.join(missing)}, which the verdict reads from every "
+                            "worker: keep the default list and add your own files to tf_collect_artifacts")
+    artifacts = values.get("tf_collect_artifacts")
+    for entry in artifacts if isinstance(artifacts, list) else []:
+        if isinstance(entry, str) and (entry.startswith(("/", "~")) or ".." in entry.split("/")):
+            problems.append(f"tf_collect_artifacts entry {entry!r} must be a path relative to each worker directory, "
+                            "without '..': nothing outside it is collected")
+    return problems
+
+
 def input_problems(values: dict[str, Any], cluster_size: int = 0) -> list[str]:
     """Why the inputs in ``values`` (any of INPUT_NAMES; a name absent is not checked)
     would fail later, each message without its host."""
@@ -362,6 +394,7 @@ def input_problems(values: dict[str, Any], cluster_size: int = 0) -> list[str]:
             problems.append(f"tf_firewall_allow must be a list of IP addresses or host names, got {allow!r}")
         else:
             problems.extend(p for p in map(_source_problem, allow) if p)
+    problems.extend(_collect_problems(values))
     problems.extend(_cross_problems(values, cluster_size))
     return problems
 

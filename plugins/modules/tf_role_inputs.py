@@ -65,6 +65,15 @@ options:
       - Nothing is set when the task fails.
     type: dict
     default: {}
+  misspelled:
+    description:
+      - Also refuse a host variable (inventory, group or extra variable) whose name starts
+        with C(tf_), is none of the names the runbook's roles and playbooks spell, and comes
+        close to one of them (C(tf_job_timout) for C(tf_job_timeout)), since Ansible would
+        ignore it and the run would go on without it. Names further off are left alone
+        (C(tf_) is Terraform's prefix in many inventories). The contract's check sets it.
+    type: bool
+    default: false
   later:
     description:
       - Entry points of the roles a playbook run reaches after this one, each as

@@ -831,3 +831,32 @@ def test_a_runs_file_is_refused_by_the_probe(tmp_path: Path) -> None:
     [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=state)}, SPEC, 1024)
     assert problem == (f"host a: {base}/runs, where the runbook keeps its runs, exists and is not a directory; "
                        "move it away or pick another tf_worker_base_dir")
+
+
+# -- what the collect brings back, checked before the run ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"tf_collect_files": ["worker.log", "exit.json", "tf_config.json", "*.csv"]}, []),
+        ({"tf_collect_files": ["*.log", "*.json"], "tf_collect_artifacts": ["out/*.png", "model", "a..b"]}, []),
+        ({"tf_collect_files": ["worker.log", "exit.json", "tf_config.json", "out/metrics.csv"]},
+         ["tf_collect_files entry 'out/metrics.csv' is not a file name: its entries match the names of the files in "
+          "each worker directory (paths below it go in tf_collect_artifacts)"]),
+        ({"tf_collect_files": ["metrics.csv"]},
+         ["tf_collect_files leaves out worker.log, exit.json, tf_config.json, which the verdict reads from every "
+          "worker: keep the default list and add your own files to tf_collect_artifacts"]),
+        ({"tf_collect_artifacts": ["../../etc/passwd", "/etc/hosts", "~/.ssh/id_rsa", "logs/../x"]},
+         [f"tf_collect_artifacts entry {entry!r} must be a path relative to each worker directory, without '..': "
+          "nothing outside it is collected" for entry in ("../../etc/passwd", "/etc/hosts", "~/.ssh/id_rsa", "logs/../x")]),
+    ],
+)
+def test_collect_patterns_that_cannot_match_or_drop_the_verdicts_records_are_refused(values: dict, expected: list) -> None:
+    assert [p for p in tf_preflight.input_problems(values) if "tf_collect" in p] == expected
+
+
+def test_the_collect_patterns_are_checked_on_every_host() -> None:
+    problems = tf_preflight.tf_preflight_input_problems({}, "w0", {"w0": {}, "w1": {"tf_collect_artifacts": ["/x"]}})
+    assert problems == ["host w1: tf_collect_artifacts entry '/x' must be a path relative to each worker directory, "
+                        "without '..': nothing outside it is collected"]

@@ -54,6 +54,40 @@ def test_the_same_bad_value_on_two_other_hosts_is_named_on_each() -> None:
     assert [error.split(":")[0] for error in errors] == ["host w2", "host w3"]
 
 
+CONTAINERS = {
+    "tf_x_args": {"type": "list", "elements": "str", "default": []},
+    "tf_x_on": {"type": "list", "elements": "str", "choices": ["a", "b"], "default": ["a"]},
+    "tf_x_env": {"type": "dict", "default": {}},
+    "tf_x_jobs": {"type": "list", "elements": "dict", "required": True},
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "kind"),
+    [("tf_x_args", "--epochs 3", "a list"), ("tf_x_args", "a,b", "a list"), ("tf_x_args", "", "a list"),
+     ("tf_x_env", "A=1", "a mapping"), ("tf_x_env", "not a mapping", "a mapping")],
+)
+def test_text_where_a_list_or_a_mapping_is_declared_is_refused(name: str, text: str, kind: str) -> None:
+    """Ansible's own check would turn "a,b" into [a, b] and "A=1" into {A: 1} and pass,
+    leaving the variable itself text that the roles read as text."""
+    errors = action.input_errors(CONTAINERS, "w1", {"tf_x_jobs": [], name: text}, {})
+    assert errors == [f"host w1: {name} must be {kind}, got a string: {text!r} (in YAML, {kind}; on the command "
+                      f"line, -e '{{\"{name}\": {'[\"...\"]' if kind == 'a list' else '{\"...\": \"...\"}'}}}')"]
+
+
+def test_text_for_a_list_is_refused_with_its_items_checked_and_on_another_host() -> None:
+    errors = action.input_errors(CONTAINERS, "w1", {"tf_x_jobs": [], "tf_x_on": "crash"}, {"w2": {"tf_x_args": "-x"}})
+    assert errors[0].startswith("host w1: tf_x_on must be a list, got a string: 'crash'")
+    assert errors[1].startswith("host w1: value of tf_x_on must be one or more of: a, b") and "crash" in errors[1]
+    assert errors[2].startswith("host w2: tf_x_args must be a list, got a string: '-x'")
+    assert len(errors) == 3
+
+
+def test_lists_and_mappings_given_as_such_pass() -> None:
+    own = {"tf_x_jobs": [{"index": 0}], "tf_x_args": ["--epochs", "3"], "tf_x_on": ["b"], "tf_x_env": {"A": "1"}}
+    assert action.input_errors(CONTAINERS, "w1", own, {"w2": {"tf_x_args": []}}) == []
+
+
 RANGES = {"tf_x_timeout": {"low": 10, "high": 3600, "zero": "no deadline", "span": False},
           "tf_y_count": {"low": 1, "high": None, "zero": None, "span": False}}
 
@@ -387,3 +421,85 @@ def test_each_hosts_variables_are_gathered_once_for_every_entry_point(tmp_path: 
     assert hostvars.lookups == {"w2": 1, "w3": 1}
     # The other host's own bad value is still named, in the later role's part.
     assert "host w2: argument 'tf_y_files'" in result["msg"] and "host w3" not in result["msg"]
+
+
+# -- misspelled variables (the contract's check) -----------------------------------------
+
+KNOWN = {"tf_job_timeout", "tf_worker_slots", "tf_worker_port", "tf_restart_attempts"}
+
+
+def test_a_host_variable_close_to_a_runbook_name_is_refused_naming_host_and_name() -> None:
+    names = {"w0": ["tf_job_timout", "tf_worker_port", "ansible_host"], "w1": ["tf_job_timout", "tf_worker_slot"]}
+    assert action.misspelled_names(names, lambda: KNOWN) == [
+        "host w0: tf_job_timout is not a variable of the runbook, so the run would go on without it: "
+        "did you mean tf_job_timeout?",
+        # w1's tf_job_timout is w0's too (a group or extra variable): named once.
+        "host w1: tf_worker_slot is not a variable of the runbook, so the run would go on without it: "
+        "did you mean tf_worker_slots?",
+    ]
+
+
+def test_names_far_from_the_runbooks_are_left_alone_and_known_ones_pass() -> None:
+    """tf_ is also Terraform's prefix: only near misses are refused."""
+    names = {"w0": ["tf_state_bucket", "tf_max_restarts", "tf_job_timeout", "tfjob_timeout", "tf_worker_ports_extra"]}
+    assert action.misspelled_names(names, lambda: KNOWN) == []
+
+
+def test_the_runbooks_names_are_read_only_when_a_name_is_not_an_option_already() -> None:
+    asked = []
+
+    def known() -> set[str]:
+        asked.append(1)
+        return KNOWN
+
+    assert action.misspelled_names({"w0": ["tf_job_timeout"], "w1": ["tf_worker_port"]}, known,
+                                   checked=["tf_job_timeout", "tf_worker_port"]) == []
+    assert asked == []
+    action.misspelled_names({"w0": ["tf_job_timeout"], "w1": ["tf_jobtimeout"]}, known, checked=["tf_job_timeout"])
+    assert asked == [1]
+
+
+def test_the_runbooks_names_are_what_its_roles_and_playbooks_spell_outside_comments(tmp_path: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_role_files import runbook_names
+
+    (tmp_path / "roles" / "r" / "tasks").mkdir(parents=True)
+    (tmp_path / "roles" / "r" / "molecule").mkdir()
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "roles" / "r" / "tasks" / "main.yml").write_text(
+        "# a letter off: tf_job_timout\n- name: x\n  ansible.builtin.set_fact:\n    tf_run_seen: \"{{ tf_job_timeout }}\"\n")
+    (tmp_path / "roles" / "r" / "molecule" / "converge.yml").write_text("tf_only_in_molecule: 1\n")
+    (tmp_path / "playbooks" / "p.yml").write_text("- hosts: all\n  vars:\n    tf_from_a_playbook: 1\n")
+    assert runbook_names(str(tmp_path / "roles")) == {"tf_run_seen", "tf_job_timeout", "tf_from_a_playbook"}
+    # This project's: every option of every role, the facts of the flow and what the
+    # playbooks set before the contract's check (the reattach's tf_wait_reattached).
+    known = runbook_names(str(ROLES))
+    assert {"tf_job_timeout", "tf_worker_slots", "tf_launch_jobs", "tf_wait_reattached", "tf_run_id"} <= known
+
+
+def test_the_contracts_check_refuses_misspelled_variables() -> None:
+    tasks = yaml.safe_load((ROLES / "tf" / "tasks" / "main.yml").read_text(encoding="utf-8"))
+    check = next(t for t in tasks if "tf_runbook.multiworker.tf_role_inputs" in t)["tf_runbook.multiworker.tf_role_inputs"]
+    assert check["entry_point"] == "contract" and check["misspelled"] is True
+
+
+def test_the_action_refuses_a_misspelled_host_variable_with_each_hosts_variables_gathered_once(tmp_path: Path) -> None:
+    """End to end through the action: the task's host's and another host's host variables
+    (not the task's variables, which hold role defaults), each gathered once; the
+    runbook's names are those its roles and playbooks beside the role spell."""
+    role = _later_roles(tmp_path)
+    (tmp_path / "tf_x" / "tasks").mkdir()
+    (tmp_path / "tf_x" / "tasks" / "main.yml").write_text("- ansible.builtin.debug:\n    msg: \"{{ tf_x_flag }}\"\n")
+    hostvars = _CountingHostvars({"w1": {"tf_x_timeout": 5, "tf_x_flga": True}, "w2": {"tf_y_file": ["a"]},
+                                  "w3": {"tf_state_bucket": "b"}})
+    result, _registered = _action_on(role, {"entry_point": "deploy", "later": ["tf_y:wait"], "misspelled": True},
+                                     {"tf_x_timeout": 5, "ansible_play_hosts": ["w1", "w2", "w3"], "hostvars": hostvars})
+    assert result["failed"]
+    assert ("host w1: tf_x_flga is not a variable of the runbook, so the run would go on without it: "
+            "did you mean tf_x_flag?") in result["msg"]
+    assert "host w2: tf_y_file is not a variable" in result["msg"] and "did you mean tf_y_files?" in result["msg"]
+    assert "tf_state_bucket" not in result["msg"]
+    assert hostvars.lookups == {"w1": 1, "w2": 1, "w3": 1}
+    unchecked, _registered = _action_on(role, {"entry_point": "deploy"},
+                                        {"tf_x_timeout": 5, "ansible_play_hosts": ["w1", "w2"],
+                                         "hostvars": _CountingHostvars({"w1": {"tf_x_flga": 1}, "w2": {}})})
+    assert not unchecked.get("failed"), unchecked
