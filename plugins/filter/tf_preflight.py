@@ -28,6 +28,41 @@ def _worker_at(spec: dict[str, Any], host: str, port: int) -> str:
     return ""
 
 
+def _interpreter_problems(host: str, state: dict[str, Any] | None) -> list[str]:
+    """tf_worker_python must be there: else every supervisor fails at the launch."""
+    if not state:
+        return []
+    path = state.get("path", "")
+    if "found" in state:
+        if state["found"]:
+            return []
+        return [f"host {host}: tf_worker_python {path!r} is not found on the remote user's PATH there; "
+                "give the interpreter's full path"]
+    if not state.get("exists"):
+        return [f"host {host}: tf_worker_python {path} does not exist there"]
+    if not state.get("is_file") or not state.get("executable"):
+        return [f"host {host}: tf_worker_python {path} is not an executable file there"]
+    return []
+
+
+def _checkpoint_dir_problems(host: str, state: dict[str, Any] | None) -> list[str]:
+    """The run's checkpoints go under tf_checkpoint_dir: it must be a directory the remote
+    user can write, or one it can create."""
+    if not state:
+        return []
+    path = state.get("path", "tf_checkpoint_dir")
+    if state.get("exists"):
+        if not state.get("is_dir"):
+            return [f"host {host}: tf_checkpoint_dir {path} exists and is not a directory"]
+        if not state.get("writable"):
+            return [f"host {host}: tf_checkpoint_dir {path} is not writable by the remote user there"]
+        return []
+    if state.get("parent_writable", True):
+        return []
+    return [f"host {host}: tf_checkpoint_dir {path} does not exist and the remote user cannot create it "
+            f"(nearest existing parent: {state.get('parent')})"]
+
+
 def tf_preflight_host_problems(
     probes: dict[str, dict[str, Any]], spec: dict[str, Any], min_free_mb: int, run_id: str = ""
 ) -> list[str]:
@@ -52,6 +87,8 @@ def tf_preflight_host_problems(
                 f"below tf_preflight_min_free_mb={min_free_mb}"
             )
         problems.extend(base_dir_problems(host, probe.get("base_dir_state")))
+        problems.extend(_interpreter_problems(host, probe.get("interpreter_state")))
+        problems.extend(_checkpoint_dir_problems(host, probe.get("checkpoint_state")))
         if probe.get("run_launched"):
             problems.append(
                 f"host {host}: run id {run_id!r} was already launched there ({probe['run_launched']}); "

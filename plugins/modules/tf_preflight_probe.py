@@ -105,6 +105,16 @@ options:
       O(versions_code); empty, no versions are read.
     type: str
     default: ""
+  interpreter:
+    description: In V(host) mode, C(tf_worker_python) as given (a path, or a command found on
+      the remote user's C(PATH)), looked up without being run; empty for the managed virtualenv.
+    type: path
+    default: ""
+  checkpoint_dir:
+    description: In V(host) mode, C(tf_checkpoint_dir) as given; empty for the default under
+      the run's directory.
+    type: path
+    default: ""
   versions_code:
     description: Python code that prints the interpreter's versions as JSON.
     type: str
@@ -234,6 +244,16 @@ base_dir_state:
     and the entries that are not the runbook's own, and whether its C(runs) is a directory and whose, or the
     nearest existing parent and whether the user can create the directory there), judged on the controller by
     module_utils/tf_base_dir.py.
+  type: dict
+  returned: host mode
+interpreter_state:
+  description: What O(interpreter) is here (C(path), C(found) for a command name on C(PATH), or
+    C(exists), C(is_file), C(executable)); empty when O(interpreter) is.
+  type: dict
+  returned: host mode
+checkpoint_state:
+  description: What O(checkpoint_dir) is here (C(path), C(exists), and C(is_dir) and C(writable),
+    or the nearest existing C(parent) and C(parent_writable)); empty when O(checkpoint_dir) is.
   type: dict
   returned: host mode
 gpus:
@@ -485,6 +505,34 @@ def probe_host(
         "base_dir_state": base_dir_state(base),
         "gpus": count_gpus(proc, run),
     }
+
+
+def interpreter_state(python: str) -> dict[str, Any]:
+    """Where ``python`` (tf_worker_python) is on this host, looked up, not run: a command
+    name is looked for on PATH (the supervisor is started with this environment); ``~``
+    expanded by the option's type."""
+    if not python:
+        return {}
+    if "/" not in python:
+        return {"path": python, "found": shutil.which(python) or ""}
+    path = python
+    is_file = os.path.isfile(path)
+    # access() says yes to root for any file: an execute bit must be set too.
+    executable = is_file and os.access(path, os.X_OK) and bool(os.stat(path).st_mode & 0o111)
+    return {"path": path, "exists": os.path.exists(path), "is_file": is_file, "executable": executable}
+
+
+def checkpoint_state(checkpoint_dir: str) -> dict[str, Any]:
+    """Whether the run's checkpoints can be made under ``checkpoint_dir`` on this host."""
+    if not checkpoint_dir:
+        return {}
+    path = os.path.abspath(checkpoint_dir)
+    if os.path.exists(path):
+        return {"path": path, "exists": True, "is_dir": os.path.isdir(path),
+                "writable": os.access(path, os.W_OK | os.X_OK)}
+    parent = nearest_existing(os.path.dirname(path))
+    return {"path": path, "exists": False, "parent": parent,
+            "parent_writable": os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)}
 
 
 def resolve_addresses(addresses: list[str]) -> dict[str, list[str]]:
@@ -851,6 +899,8 @@ def main() -> None:
             "timeout": {"type": "float", "default": 10},
             "listen": {"type": "bool", "default": False},
             "python": {"type": "str", "default": ""},
+            "interpreter": {"type": "path", "default": ""},
+            "checkpoint_dir": {"type": "path", "default": ""},
             "versions_code": {"type": "str", "default": ""},
             "listener_pid": {"type": "int", "default": None},
             "wait": {"type": "float", "default": 0},
@@ -867,6 +917,8 @@ def main() -> None:
             module.fail_json(msg="host mode needs base_dir and run_id")
         run = command_runner(module)
         seen = probe_host(params["ports"], params["base_dir"], params["run_id"], run=run)
+        seen["interpreter_state"] = interpreter_state(params["interpreter"])
+        seen["checkpoint_state"] = checkpoint_state(params["checkpoint_dir"])
         seen["resolved"] = resolve_addresses(params["addresses"])
         seen["sources"] = source_addresses(seen["resolved"])
         if params["python"]:

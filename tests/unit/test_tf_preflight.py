@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -860,3 +861,72 @@ def test_the_collect_patterns_are_checked_on_every_host() -> None:
     problems = tf_preflight.tf_preflight_input_problems({}, "w0", {"w0": {}, "w1": {"tf_collect_artifacts": ["/x"]}})
     assert problems == ["host w1: tf_collect_artifacts entry '/x' must be a path relative to each worker directory, "
                         "without '..': nothing outside it is collected"]
+
+
+# -- tf_worker_python and tf_checkpoint_dir on the host, looked at by the probe -------------
+
+
+def test_the_probe_looks_up_the_worker_interpreter_without_running_it(tmp_path: Path) -> None:
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    assert probe.interpreter_state("") == {}
+    assert probe.interpreter_state(str(tmp_path / "none")) == {
+        "path": str(tmp_path / "none"), "exists": False, "is_file": False, "executable": False}
+    assert probe.interpreter_state(str(script))["executable"] is False
+    script.chmod(0o755)
+    assert probe.interpreter_state(str(script)) == {"path": str(script), "exists": True, "is_file": True,
+                                                     "executable": True}
+    assert probe.interpreter_state(str(tmp_path))["is_file"] is False
+    assert probe.interpreter_state("sh")["found"] == shutil.which("sh")
+    assert probe.interpreter_state("no-such-python-3.99") == {"path": "no-such-python-3.99", "found": ""}
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        ({"path": "/v/bin/python", "exists": True, "is_file": True, "executable": True}, None),
+        ({"path": "/v/bin/python", "exists": False, "is_file": False, "executable": False},
+         "host a: tf_worker_python /v/bin/python does not exist there"),
+        ({"path": "/v/bin/python", "exists": True, "is_file": True, "executable": False},
+         "host a: tf_worker_python /v/bin/python is not an executable file there"),
+        ({"path": "/v/bin", "exists": True, "is_file": False, "executable": False},
+         "host a: tf_worker_python /v/bin is not an executable file there"),
+        ({"path": "python3.99", "found": ""},
+         "host a: tf_worker_python 'python3.99' is not found on the remote user's PATH there; give the "
+         "interpreter's full path"),
+        ({"path": "python3", "found": "/usr/bin/python3"}, None),
+    ],
+)
+def test_a_worker_interpreter_that_is_not_there_is_refused(state: dict, expected: str | None) -> None:
+    problems = tf_preflight.tf_preflight_host_problems({"a": clean(interpreter_state=state)}, SPEC, 1024)
+    assert problems == ([expected] if expected else [])
+
+
+def test_the_probe_tells_whether_the_checkpoint_dir_can_be_made(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    assert probe.checkpoint_state("") == {}
+    assert probe.checkpoint_state(str(tmp_path)) == {"path": str(tmp_path), "exists": True, "is_dir": True,
+                                                      "writable": True}
+    assert probe.checkpoint_state(str(tmp_path / "file"))["is_dir"] is False
+    assert probe.checkpoint_state(str(tmp_path / "new" / "ckpt")) == {
+        "path": str(tmp_path / "new" / "ckpt"), "exists": False, "parent": str(tmp_path), "parent_writable": True}
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        ({"path": "/c", "exists": True, "is_dir": True, "writable": True}, None),
+        ({"path": "/c", "exists": True, "is_dir": False, "writable": True},
+         "host a: tf_checkpoint_dir /c exists and is not a directory"),
+        ({"path": "/c", "exists": True, "is_dir": True, "writable": False},
+         "host a: tf_checkpoint_dir /c is not writable by the remote user there"),
+        ({"path": "/data/c", "exists": False, "parent": "/data", "parent_writable": False},
+         "host a: tf_checkpoint_dir /data/c does not exist and the remote user cannot create it (nearest existing "
+         "parent: /data)"),
+        ({"path": "/data/c", "exists": False, "parent": "/data", "parent_writable": True}, None),
+    ],
+)
+def test_a_checkpoint_dir_the_user_cannot_use_is_refused(state: dict, expected: str | None) -> None:
+    problems = tf_preflight.tf_preflight_host_problems({"a": clean(checkpoint_state=state)}, SPEC, 1024)
+    assert problems == ([expected] if expected else [])
