@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pwd
 import subprocess
 from pathlib import Path
 from typing import Any, Callable
@@ -173,20 +172,19 @@ def test_a_launch_that_fails_on_one_host_stops_what_the_others_armed(
     before the playbook ends, not left holding their ports until the go's timeout."""
     hosts = make_ns_hosts(count=2)
     trivial = Path(__file__).parent / "jobs" / "trivial_job.py"
-    book = Runbook(hosts, tmp_path, groupvars={"tf_worker_python": HOST_PYTHON, "tf_train_script": str(trivial)})
-    # node1's runs/ belongs to root: the preflight passes (it judges the base directory,
-    # which is the user's), and the launch there cannot make runs/ private.
+    # node1 changes after its preflight: its tf_worker_base_dir, read again by the launch
+    # once the launch noted its start, leads under /proc, where nothing can be made. (A
+    # runs/ of root's, which failed the launch the same way, is refused by the preflight.)
+    book = Runbook(
+        hosts, tmp_path, groupvars={"tf_worker_python": HOST_PYTHON, "tf_train_script": str(trivial)},
+        hostvars={1: {"tf_worker_base_dir": "{{ '/proc/tf-runbook' if tf_launch_started_at is defined else '~/tf-runbook' }}"}},
+    )  # fmt: skip
     node1 = hosts.hosts[1]
-    base = node1.private_path(f"{node1.home}/tf-runbook")
-    (base / "runs").mkdir(parents=True)
-    user = pwd.getpwnam(node1.user)
-    os.chown(base, user.pw_uid, user.pw_gid)
-    base.chmod(0o700)
-    (base / "runs").chmod(0o755)
     result = book.play("train.yml", extra={"tf_run_id": "armfail"})
     assert result.returncode != 0
     assert "The launch failed on 1 host(s), no worker was started" in result.stdout, result.stdout[-4000:]
-    assert f"host node1: nothing was launched: cannot make {node1.home}/tf-runbook/runs private" in result.stdout
+    assert "host node1: nothing was launched: cannot create /proc/tf-runbook" in result.stdout, result.stdout[-4000:]
+    assert not node1.private_path(f"{node1.home}/tf-runbook/runs/armfail").exists()
     # node0 had armed its worker: stopped by the refusal, nothing of the run left.
     assert book.run_processes(0, "armfail") == []
     rc, out, _ = hosts.run(0, "cat ~/tf-runbook/runs/armfail/worker-0/exit.json")
