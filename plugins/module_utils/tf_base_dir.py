@@ -54,15 +54,20 @@ def _nearest_existing(path: str) -> str:
     return path
 
 
+def creatable(path: str) -> dict[str, Any]:
+    """Whether the remote user can create the missing directory ``path``: its nearest
+    existing ``parent``, and whether that is a directory it may write and enter."""
+    parent = _nearest_existing(os.path.dirname(path))
+    return {"parent": parent, "parent_writable": os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)}
+
+
 def base_dir_state(path: str) -> dict[str, Any]:
     """What the preflight needs to know of ``path`` (``~`` expanded), read only."""
     path = os.path.abspath(path)
     uid = os.geteuid()
     state: dict[str, Any] = {"path": path, "user": _user(uid), "uid": uid, "exists": os.path.exists(path)}
     if not state["exists"]:
-        parent = _nearest_existing(os.path.dirname(path))
-        state["parent"] = parent
-        state["parent_writable"] = os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)
+        state.update(creatable(path))
         return state
     info = os.stat(path)
     state["is_dir"] = stat.S_ISDIR(info.st_mode)

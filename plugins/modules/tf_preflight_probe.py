@@ -309,7 +309,7 @@ from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_base_dir import base_dir_state
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_base_dir import base_dir_state, creatable
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     LAUNCH_RECORDS,
     RETRY_PREFIX,
@@ -530,9 +530,7 @@ def checkpoint_state(checkpoint_dir: str) -> dict[str, Any]:
     if os.path.exists(path):
         return {"path": path, "exists": True, "is_dir": os.path.isdir(path),
                 "writable": os.access(path, os.W_OK | os.X_OK)}
-    parent = nearest_existing(os.path.dirname(path))
-    return {"path": path, "exists": False, "parent": parent,
-            "parent_writable": os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)}
+    return {"path": path, "exists": False, **creatable(path)}
 
 
 def resolve_addresses(addresses: list[str]) -> dict[str, list[str]]:

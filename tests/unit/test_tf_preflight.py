@@ -882,27 +882,6 @@ def test_the_probe_looks_up_the_worker_interpreter_without_running_it(tmp_path: 
     assert probe.interpreter_state("no-such-python-3.99") == {"path": "no-such-python-3.99", "found": ""}
 
 
-@pytest.mark.parametrize(
-    ("state", "expected"),
-    [
-        ({"path": "/v/bin/python", "exists": True, "is_file": True, "executable": True}, None),
-        ({"path": "/v/bin/python", "exists": False, "is_file": False, "executable": False},
-         "host a: tf_worker_python /v/bin/python does not exist there"),
-        ({"path": "/v/bin/python", "exists": True, "is_file": True, "executable": False},
-         "host a: tf_worker_python /v/bin/python is not an executable file there"),
-        ({"path": "/v/bin", "exists": True, "is_file": False, "executable": False},
-         "host a: tf_worker_python /v/bin is not an executable file there"),
-        ({"path": "python3.99", "found": ""},
-         "host a: tf_worker_python 'python3.99' is not found on the remote user's PATH there; give the "
-         "interpreter's full path"),
-        ({"path": "python3", "found": "/usr/bin/python3"}, None),
-    ],
-)
-def test_a_worker_interpreter_that_is_not_there_is_refused(state: dict, expected: str | None) -> None:
-    problems = tf_preflight.tf_preflight_host_problems({"a": clean(interpreter_state=state)}, SPEC, 1024)
-    assert problems == ([expected] if expected else [])
-
-
 def test_the_probe_tells_whether_the_checkpoint_dir_can_be_made(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     assert probe.checkpoint_state("") == {}
@@ -914,19 +893,32 @@ def test_the_probe_tells_whether_the_checkpoint_dir_can_be_made(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(
-    ("state", "expected"),
+    ("field", "state", "expected"),
     [
-        ({"path": "/c", "exists": True, "is_dir": True, "writable": True}, None),
-        ({"path": "/c", "exists": True, "is_dir": False, "writable": True},
+        ("interpreter_state", {"path": "/v/bin/python", "exists": True, "is_file": True, "executable": True}, None),
+        ("interpreter_state", {"path": "/v/bin/python", "exists": False, "is_file": False, "executable": False},
+         "host a: tf_worker_python /v/bin/python does not exist there"),
+        ("interpreter_state", {"path": "/v/bin/python", "exists": True, "is_file": True, "executable": False},
+         "host a: tf_worker_python /v/bin/python is not an executable file there"),
+        ("interpreter_state", {"path": "/v/bin", "exists": True, "is_file": False, "executable": False},
+         "host a: tf_worker_python /v/bin is not an executable file there"),
+        ("interpreter_state", {"path": "python3.99", "found": ""},
+         "host a: tf_worker_python 'python3.99' is not found on the remote user's PATH there; give the "
+         "interpreter's full path"),
+        ("interpreter_state", {"path": "python3", "found": "/usr/bin/python3"}, None),
+        ("checkpoint_state", {"path": "/c", "exists": True, "is_dir": True, "writable": True}, None),
+        ("checkpoint_state", {"path": "/c", "exists": True, "is_dir": False, "writable": True},
          "host a: tf_checkpoint_dir /c exists and is not a directory"),
-        ({"path": "/c", "exists": True, "is_dir": True, "writable": False},
+        ("checkpoint_state", {"path": "/c", "exists": True, "is_dir": True, "writable": False},
          "host a: tf_checkpoint_dir /c is not writable by the remote user there"),
-        ({"path": "/data/c", "exists": False, "parent": "/data", "parent_writable": False},
+        ("checkpoint_state", {"path": "/data/c", "exists": False, "parent": "/data", "parent_writable": False},
          "host a: tf_checkpoint_dir /data/c does not exist and the remote user cannot create it (nearest existing "
          "parent: /data)"),
-        ({"path": "/data/c", "exists": False, "parent": "/data", "parent_writable": True}, None),
+        ("checkpoint_state", {"path": "/data/c", "exists": False, "parent": "/data", "parent_writable": True}, None),
     ],
 )
-def test_a_checkpoint_dir_the_user_cannot_use_is_refused(state: dict, expected: str | None) -> None:
-    problems = tf_preflight.tf_preflight_host_problems({"a": clean(checkpoint_state=state)}, SPEC, 1024)
+def test_a_worker_interpreter_or_checkpoint_dir_the_host_cannot_serve_is_refused(
+    field: str, state: dict, expected: str | None
+) -> None:
+    problems = tf_preflight.tf_preflight_host_problems({"a": clean(**{field: state})}, SPEC, 1024)
     assert problems == ([expected] if expected else [])
