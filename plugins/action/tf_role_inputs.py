@@ -33,8 +33,16 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import VariableLayer
 from ansible.utils.vars import validate_variable_name
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_contract import (
+    RunIdError,
+    checked_run_id,
+    new_run_id,
+    pattern_problem,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges import (
     RangesError,
+    collection_ranges,
+    hosts_range_problems,
     range_problems,
     role_ranges,
 )
@@ -44,14 +52,20 @@ from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_role_fil
 # The options (documented in plugins/modules/tf_role_inputs.py, the documentation-only module).
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "role_path": {"type": "path", "required": True},
-    "entry_point": {"type": "str", "required": True},
+    "entry_point": {"type": "str"},
     "hosts": {"type": "list", "elements": "str"},
     "problems": {"type": "list", "elements": "str", "default": []},
     "refusal": {"type": "str", "default": "Refused: "},
     "facts": {"type": "dict", "default": {}},
     "later": {"type": "list", "elements": "str", "default": []},
     "misspelled": {"type": "bool", "default": False},
+    "contract": {"type": "bool", "default": False},
 }
+# The contract: role tf's entry point, checked by the first check of a playbook run that
+# asks for it (`contract`), whichever role's door that is.
+CONTRACT = "tf:contract"
+# The variable that says the contract was checked in this playbook run (a fact on every host).
+CONTRACT_CHECKED = "__tf_contract_checked"
 # How close a name must come to one of the runbook's to be taken for a misspelling of it
 # (difflib's ratio): one or two letters wrong, missing or swapped in a name of 12 or more.
 # Names further off are left alone: tf_ is also Terraform's prefix in many inventories.
@@ -213,16 +227,78 @@ class ActionModule(ControllerAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
 
     def work(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        role = os.path.basename(os.path.normpath(args["role_path"]))
-        options = entry_point_options(args["role_path"], args["entry_point"])
+        if not args.get("entry_point") and not args.get("contract"):
+            raise AnsibleActionFail("tf_role_inputs: entry_point is required unless the task checks the contract")
         own_host = task_vars.get("inventory_hostname", "localhost")
         hosts = args["hosts"] if args["hosts"] is not None else task_vars.get("ansible_play_hosts", [own_host])
-        own = self._templar.template({name: task_vars[name] for name in options if name in task_vars})
         hostvars = task_vars.get("hostvars", {})
         # Each host's variables, gathered once (each lookup of hostvars[host] computes all
         # of them): its own entry point's and every later one's are read from the same.
         views = {host: hostvars[host] for host in hosts if host != own_host and host in hostvars}
+        facts = dict(args["facts"])
+        if args.get("contract") and not task_vars.get(CONTRACT_CHECKED):
+            refused = self.contract(args, task_vars, own_host, views, facts)
+            if refused:
+                return refused
+        result = self.entry_point_result(args, task_vars, own_host, views) if args.get("entry_point") else {
+            "changed": False, "msg": "The contract of the run is valid"}
+        if not result.get("failed") and facts:
+            result["ansible_facts"] = self.publish(facts)
+        return result
+
+    def contract(self, args: dict[str, Any], task_vars: dict[str, Any], own_host: str, views: dict[str, Any],
+                 facts: dict[str, Any]) -> dict[str, Any] | None:
+        """Role tf's contract, for the first check of a playbook run: its types, every
+        role's ranges and the stall pattern, on every host; no host variable a
+        misspelling of the runbook's; then the run id settled (the first play generates
+        it, ``-e tf_run_id`` overrides; an unsafe one is refused). Adds the run id and
+        the note that the contract was checked to ``facts``; the refusal, if any."""
+        name, entry_point, tf_path = later_role(args["role_path"], CONTRACT)
+        options = entry_point_options(tf_path, entry_point)
+        own = self._templar.template({key: task_vars[key] for key in options if key in task_vars})
+        others = {host: {key: variables[key] for key in options if key in variables} for host, variables in views.items()}
+        try:
+            ranges = role_ranges(tf_path)
+        except RangesError as exc:
+            raise AnsibleActionFail(f"tf_role_inputs: {exc}") from exc
+        errors = input_errors(options, own_host, own, others, ranges)
+        hostvars = task_vars.get("hostvars", {})
+        # Host variables (inventory, extra vars, facts): role defaults are the runbook's.
+        variables = {own_host: hostvars[own_host], **views} if own_host in hostvars else views
+        found = {host: [key for key in names if key.startswith("tf_")] for host, names in variables.items()}
+        errors += misspelled_names(found, lambda: runbook_names(os.path.dirname(os.path.normpath(tf_path))), options)
+        # Every role's ranges, as this host sees the values (a name no role of this play
+        # defaults is empty: nothing to check) and as each host sets them itself.
+        range_names = sorted(collection_ranges())
+        values = defined([key for key in range_names if key in task_vars], lambda key: self._templar.template(task_vars[key]))
+        problems = hosts_range_problems({key: values.get(key, "") for key in range_names}, own_host,
+                                        {host: hostvars[host] for host in task_vars.get("ansible_play_hosts_all", [])
+                                         if host in hostvars})
+        pattern = self._templar.template(task_vars.get("tf_stall_pattern", ""))
+        problems.append(pattern_problem(pattern, "tf_stall_pattern", own_host))
+        run_id = self._templar.template(task_vars.get("tf_run_id") or "") or new_run_id()
+        try:
+            facts["tf_run_id"] = checked_run_id(run_id)
+        except RunIdError as exc:
+            problems.append(str(exc))
+        # A value out of role tf's own ranges is already among the errors.
+        problems = [problem for problem in problems if problem and problem not in errors]
+        if errors or problems:
+            return {"failed": True, "changed": False, "argument_errors": errors, "problems": problems,
+                    "validate_args_context": {"type": "role", "name": name, "argument_spec_name": entry_point,
+                                              "path": tf_path},
+                    "msg": refusal_message(name, entry_point, errors, problems, "Refused: ")}
+        facts[CONTRACT_CHECKED] = True
+        return None
+
+    def entry_point_result(self, args: dict[str, Any], task_vars: dict[str, Any], own_host: str,
+                           views: dict[str, Any]) -> dict[str, Any]:
+        """The check of this role's entry point (and of the ``later`` ones) over the play's hosts."""
+        result: dict[str, Any] = {}
+        role = os.path.basename(os.path.normpath(args["role_path"]))
+        options = entry_point_options(args["role_path"], args["entry_point"])
+        own = self._templar.template({name: task_vars[name] for name in options if name in task_vars})
+        hostvars = task_vars.get("hostvars", {})
         others: dict[str, dict[str, Any]] = {
             host: {name: variables[name] for name in options if name in variables} for host, variables in views.items()
         }
@@ -253,8 +329,6 @@ class ActionModule(ControllerAction):
         else:
             checked = ", ".join([f"role {role} ({args['entry_point']})", *(f"{name} ({point})" for name, point, _errors in later)])
             result["msg"] = f"The inputs of {checked} are valid on {len(others) + 1} host(s)"
-            if args["facts"]:
-                result["ansible_facts"] = self.publish(args["facts"])
         return result
 
     def later_errors(self, spec: str, role_path: str, own_host: str, views: dict[str, Any],

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import secrets
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import RUN_ID_RULE, run_id_is_safe
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_contract import (
+    RunIdError,
+    checked_run_id,
+    new_run_id,
+)
 
 
 def tf_run_id_new(
@@ -17,17 +20,15 @@ def tf_run_id_new(
 
     ``_value`` is the filter's input and is ignored (``'' | tf_run_id_new``).
     """
-    now = now or datetime.now(timezone.utc)
-    token = token or secrets.token_hex(3)
-    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{token}"
+    return new_run_id(now, token)
 
 
 def tf_run_id_check(run_id: Any) -> str:
     """Return ``run_id`` when it is safe as one path component, else raise."""
-    text = "" if run_id is None else str(run_id)
-    if not run_id_is_safe(text):
-        raise AnsibleFilterError(f"tf_run_id {text!r} is not safe as a directory name: {RUN_ID_RULE}")
-    return text
+    try:
+        return checked_run_id(run_id)
+    except RunIdError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 class FilterModule:

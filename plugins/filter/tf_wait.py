@@ -7,6 +7,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import WORKER_EXITED
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_contract import pattern_problem
 
 # What a host's status must carry for the outcome to be decided from it.
 STATUS_FIELDS = ("workers", "done", "deadline_passed")
@@ -147,11 +148,7 @@ def tf_log_workers(value: Any) -> list[int] | None:
 def tf_pattern_problem(pattern: Any, name: str, host: str) -> str:
     """Why ``pattern`` (the value of variable ``name`` on ``host``) is not a regular
     expression Python compiles; empty when it is one (or empty)."""
-    try:
-        re.compile("" if pattern is None else str(pattern))
-    except re.error as exc:
-        return f"host {host}: {name} {pattern!r} is not a regular expression: {exc}"
-    return ""
+    return pattern_problem(pattern, name, host)
 
 
 class FilterModule:

@@ -39,9 +39,10 @@ options:
     type: path
     required: true
   entry_point:
-    description: The entry point of the role's C(meta/argument_specs.yml) to check against.
+    description:
+      - The entry point of the role's C(meta/argument_specs.yml) to check against.
+      - Required unless O(contract) is set (a role without inputs of its own).
     type: str
-    required: true
   hosts:
     description: The hosts to check. By default the play's active hosts
       (C(ansible_play_hosts)).
@@ -71,7 +72,22 @@ options:
         with C(tf_), is none of the names the runbook's roles and playbooks spell, and comes
         close to one of them (C(tf_job_timout) for C(tf_job_timeout)), since Ansible would
         ignore it and the run would go on without it. Names further off are left alone
-        (C(tf_) is Terraform's prefix in many inventories). The contract's check sets it.
+        (C(tf_) is Terraform's prefix in many inventories). The contract's check
+        (O(contract)) always does it.
+    type: bool
+    default: false
+  contract:
+    description:
+      - Check the run's contract first, when no earlier task of the playbook run has
+        (C(__tf_contract_checked) unset) - the role's check that comes first does it,
+        whichever role that is, so that no play after the first spends a task on it.
+      - The contract is role C(tf)'s entry point C(contract), beside this role, over the
+        same hosts, with O(misspelled); every role's ranges (C(meta/ranges.yml)) on every
+        host of the play; C(tf_stall_pattern) compiles as a regular expression; and
+        C(tf_run_id), when given, is safe as a directory name.
+      - A refusal of the contract is the task's whole refusal, worded for role C(tf).
+      - Once it passes, C(tf_run_id) (the one given, else a new one) and
+        C(__tf_contract_checked) join O(facts).
     type: bool
     default: false
   later:

@@ -151,3 +151,22 @@ def collection_ranges() -> dict[str, dict[str, Any]]:
 def collection_range_problems(values: dict[str, Any], host: str) -> list[str]:
     """One message per value outside the range its role declares."""
     return range_problems(values, host, collection_ranges())
+
+
+def hosts_range_problems(own: dict[str, Any], host: str, others: dict[str, Any]) -> list[str]:
+    """Range problems of every host of the play, in one pass on the controller.
+
+    ``own`` holds the effective value of every range-checked name on ``host`` (role
+    defaults, play and role variables included); ``others`` maps each host of the play to
+    its host variables (inventory, extra vars, facts), of which only the range-checked
+    names it defines are read. Role defaults and play variables are the same on every
+    host, so checking them on ``host`` checks them for all. Each message names its host,
+    and a problem is named once per host.
+    """
+    problems = list(collection_range_problems(own, host))
+    for other, variables in others.items():
+        defined = {name: variables[name] for name in own if name in variables}
+        for problem in collection_range_problems(defined, other):
+            if problem not in problems:
+                problems.append(problem)
+    return problems

@@ -206,7 +206,8 @@ def _checked_entry_points(role: Path) -> dict[str, list[str]]:
                 args = task["tf_runbook.multiworker.tf_role_inputs"]
                 assert task.get("run_once") is True, f"{tasks}: the check must run once"
                 assert args["role_path"] == "{{ role_path }}", tasks
-                checked.setdefault(args["entry_point"], []).append(tasks.stem)
+                if "entry_point" in args:
+                    checked.setdefault(args["entry_point"], []).append(tasks.stem)
     return checked
 
 
@@ -286,18 +287,101 @@ def test_either_kind_alone_gives_its_own_part(errors: list[str], problems: list[
     assert action.refusal_message("tf_x", "contract", errors, problems, "Refused: ") == expected
 
 
-def test_the_contract_and_the_preflight_refuse_their_problems_in_their_input_check() -> None:
-    """The ranges and the stall pattern (contract), the inputs that would fail late
-    (preflight): each the `problems` of its role's tf_role_inputs task, no task of their own."""
-    for tasks, needles in ((ROLES / "tf" / "tasks" / "main.yml", ("tf_range_problems_hosts", "tf_pattern_problem")),
-                           (ROLES / "tf_preflight" / "tasks" / "main.yml", ("__tf_preflight_input_problems",))):
-        [check] = [task for task in yaml.safe_load(tasks.read_text())
-                   if "tf_runbook.multiworker.tf_role_inputs" in task]
-        problems = str(check["tf_runbook.multiworker.tf_role_inputs"]["problems"])
-        for needle in needles:
-            assert needle in problems, (tasks, needle)
-    assert "ansible.builtin.assert" not in (ROLES / "tf" / "tasks" / "main.yml").read_text()
-    assert "Refuse patterns, paths and addresses" not in (ROLES / "tf_preflight" / "tasks" / "main.yml").read_text()
+def test_the_preflight_refuses_its_problems_in_its_input_check() -> None:
+    """The inputs that would fail late: the `problems` of the preflight's tf_role_inputs
+    task, no task of their own."""
+    tasks = ROLES / "tf_preflight" / "tasks" / "main.yml"
+    [check] = [task for task in yaml.safe_load(tasks.read_text()) if "tf_runbook.multiworker.tf_role_inputs" in task]
+    assert "__tf_preflight_input_problems" in str(check["tf_runbook.multiworker.tf_role_inputs"]["problems"])
+    assert "Refuse patterns, paths and addresses" not in tasks.read_text()
+
+
+def test_role_tf_holds_no_task_so_that_no_play_after_the_first_spends_one_on_the_contract() -> None:
+    # Every role depends on role tf (its variables): a task of its would be in every play.
+    assert not (ROLES / "tf" / "tasks").exists()
+
+
+def test_the_first_check_of_every_door_checks_the_contract() -> None:
+    """The cluster (first role of the preflight and of a reattach) checks it first; every
+    role's own check does too, for a role used alone or a phase run alone."""
+    [first, *_rest] = yaml.safe_load((ROLES / "tf_cluster" / "tasks" / "main.yml").read_text())
+    inputs = first["tf_runbook.multiworker.tf_role_inputs"]
+    assert inputs["contract"] is True and "entry_point" not in inputs
+    assert "__tf_contract_checked" in first["when"] and first["run_once"] is True
+    checks = 0
+    for tasks in sorted(ROLES.glob("*/tasks/*.yml")):
+        for task in yaml.safe_load(tasks.read_text()) or []:
+            if "tf_runbook.multiworker.tf_role_inputs" in task:
+                assert task["tf_runbook.multiworker.tf_role_inputs"].get("contract") is True, tasks
+                checks += 1
+    assert checks >= 15
+    # status.yml reads runs/<tf_run_id>: its first task refuses an unsafe one.
+    [status, *_rest] = yaml.safe_load((ROLES / "tf_wait" / "tasks" / "status.yml").read_text())
+    assert status["tf_runbook.multiworker.tf_role_inputs"]["contract"] is True
+
+
+def _contract_roles(root: Path) -> Path:
+    """Role tf (the contract: a timeout and a port) and tf_x beside it."""
+    (root / "tf" / "meta").mkdir(parents=True)
+    (root / "tf" / "meta" / "argument_specs.yml").write_text(
+        "argument_specs:\n  contract:\n    options:\n"
+        "      tf_job_timeout: {type: int}\n      tf_worker_port: {type: int}\n")
+    return _role_with_timeout(root / "tf_x")
+
+
+def _contract_vars(**more: object) -> dict:
+    hostvars = {"w1": {"tf_job_timeout": 5}, "w2": {"tf_worker_port": 1234}}
+    return {"ansible_play_hosts": ["w1", "w2"], "ansible_play_hosts_all": ["w1", "w2"], "hostvars": hostvars,
+            "tf_x_timeout": 5, "tf_job_timeout": 5, "tf_stall_pattern": "", "tf_run_id": "", **more}
+
+
+def test_the_contract_settles_a_new_run_id_and_notes_that_it_was_checked(tmp_path: Path) -> None:
+    role = _contract_roles(tmp_path)
+    result, registered = _action_on(role, {"entry_point": "deploy", "contract": True, "facts": {"tf_x_ok": True}},
+                                    _contract_vars())
+    assert not result.get("failed"), result
+    facts = result["ansible_facts"]
+    assert facts["__tf_contract_checked"] is True and facts["tf_x_ok"] is True
+    assert facts["tf_run_id"] and action.checked_run_id(facts["tf_run_id"]) == facts["tf_run_id"]
+    assert registered[-1] == (VariableLayer.EPHEMERAL_FACT, facts)
+    given, _registered = _action_on(role, {"entry_point": "deploy", "contract": True},
+                                    _contract_vars(tf_run_id="run-7"))
+    assert given["ansible_facts"] == {"tf_run_id": "run-7", "__tf_contract_checked": True}
+
+
+@pytest.mark.parametrize(("variables", "expected"), [
+    ({"tf_job_timeout": "x"}, "Validation of arguments failed for role tf, entry point contract:\nhost w1: argument 'tf_job_timeout'"),
+    ({"tf_job_timeout": -5}, "host w1: tf_job_timeout must be 0 or more"),
+    ({"tf_stall_pattern": "a("}, "Refused: host w1: tf_stall_pattern 'a(' is not a regular expression"),
+    ({"tf_run_id": "../x"}, "Refused: tf_run_id '../x' is not safe as a directory name"),
+    ({"hostvars": {"w1": {}, "w2": {"tf_job_timout": 9}}},
+     "host w2: tf_job_timout is not a variable of the runbook, so the run would go on without it: did you mean tf_job_timeout?"),
+    ({"hostvars": {"w1": {}, "w2": {"tf_worker_port": 0}}}, "host w2: tf_worker_port must be"),
+])
+def test_the_contract_refuses_for_role_tf_before_the_roles_own_inputs(tmp_path: Path, variables: dict, expected: str) -> None:
+    role = _contract_roles(tmp_path)
+    # tf_x's own bad value is not reached: the contract's refusal is the whole refusal.
+    result, registered = _action_on(role, {"entry_point": "deploy", "contract": True, "facts": {"tf_x_ok": True}},
+                                    _contract_vars(tf_x_timeout="bad", **variables))
+    assert result["failed"] and expected in result["msg"], result["msg"]
+    assert "tf_x_timeout" not in result["msg"] and registered == [] and "ansible_facts" not in result
+    # A range problem of role tf's own ranges is named once.
+    assert result["msg"].count("must be 0 or more") <= 1
+
+
+def test_a_contract_checked_earlier_in_the_playbook_run_is_not_checked_again(tmp_path: Path) -> None:
+    role = _contract_roles(tmp_path)
+    result, _registered = _action_on(role, {"entry_point": "deploy", "contract": True},
+                                     _contract_vars(tf_run_id="../x", __tf_contract_checked=True))
+    assert not result.get("failed") and "ansible_facts" not in result
+
+
+def test_a_check_of_the_contract_alone_needs_no_entry_point_and_one_without_either_is_refused(tmp_path: Path) -> None:
+    role = _contract_roles(tmp_path)
+    result, _registered = _action_on(role, {"contract": True}, _contract_vars(tf_x_timeout="bad"))
+    assert not result.get("failed") and result["ansible_facts"]["__tf_contract_checked"] is True
+    with pytest.raises(AnsibleActionFail, match="entry_point is required unless"):
+        _action_on(role, {}, _contract_vars())
 
 
 # -- later phases' inputs, checked by the preflight before anything is launched ---------------
@@ -474,12 +558,6 @@ def test_the_runbooks_names_are_what_its_roles_and_playbooks_spell_outside_comme
     # playbooks set before the contract's check (the reattach's tf_wait_reattached).
     known = runbook_names(str(ROLES))
     assert {"tf_job_timeout", "tf_worker_slots", "tf_launch_jobs", "tf_wait_reattached", "tf_run_id"} <= known
-
-
-def test_the_contracts_check_refuses_misspelled_variables() -> None:
-    tasks = yaml.safe_load((ROLES / "tf" / "tasks" / "main.yml").read_text(encoding="utf-8"))
-    check = next(t for t in tasks if "tf_runbook.multiworker.tf_role_inputs" in t)["tf_runbook.multiworker.tf_role_inputs"]
-    assert check["entry_point"] == "contract" and check["misspelled"] is True
 
 
 def test_the_action_refuses_a_misspelled_host_variable_with_each_hosts_variables_gathered_once(tmp_path: Path) -> None:

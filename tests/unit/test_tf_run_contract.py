@@ -218,6 +218,8 @@ def test_plugins_that_touch_a_runs_files_import_the_contract() -> None:
     # imports the contract itself; a plugin that imports it imports the contract with it.
     shared = REPO / "plugins" / "module_utils" / "tf_run_files.py"
     assert "module_utils.tf_run import" in shared.read_text(encoding="utf-8")
+    # The run id's rule, for the contract's check and the run id filters.
+    assert "module_utils.tf_run import" in (REPO / "plugins" / "plugin_utils" / "tf_contract.py").read_text(encoding="utf-8")
     assert not code_literals(shared) & CONTRACT_LITERALS
     touching = [
         p for p in plugin_files()
@@ -226,7 +228,7 @@ def test_plugins_that_touch_a_runs_files_import_the_contract() -> None:
     names = {p.name for p in touching}
     assert {
         "tf_run_dir.py", "tf_worker_launch.py", "tf_preflight_probe.py", "tf_worker_status.py", "tf_worker_stop.py",
-        "tf_collect_bundle.py", "tf_verdict.py", "tf_cluster.py", "tf_worker_config.py", "tf_run_id.py",
+        "tf_collect_bundle.py", "tf_verdict.py", "tf_cluster.py", "tf_worker_config.py",
     } <= names  # fmt: skip
 
 
