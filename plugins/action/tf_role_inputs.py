@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import yaml
@@ -46,7 +46,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges i
     range_problems,
     role_ranges,
 )
-from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_messages import plain_types
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_messages import plain_types, type_name
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_role_files import read_yaml, runbook_names
 
 # The options (documented in plugins/modules/tf_role_inputs.py, the documentation-only module).
@@ -98,12 +98,31 @@ def _typed(result: Any, values: dict[str, Any], ranges: dict[str, Any]) -> dict[
 CONTAINER_WORDS = {"list": "a list", "dict": "a mapping"}
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as plain Python containers and text, so that a message quotes it as the user wrote it."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return str(value) if isinstance(value, str) else value
+
+
+# The other way round, Ansible's check turns a list or a mapping where text is declared
+# into its Python spelling ("['a']"): a marker file named "['a']", a path never found.
+TEXT_KINDS = {"str", "path"}
+
+
 def text_for_container(options: dict[str, Any], values: dict[str, Any], host: str) -> tuple[list[str], set[str]]:
     """A message for each value given as text where ``options`` declares a list or a
-    mapping, and their names (Ansible's check would accept them)."""
+    mapping, or as a list or a mapping where it declares text, and their names (Ansible's
+    check would accept them)."""
     errors, names = [], set()
     for name, value in values.items():
         kind = (options.get(name) or {}).get("type")
+        if kind in TEXT_KINDS and isinstance(value, (Mapping, list, tuple)):
+            errors.append(f"host {host}: {name} must be a string, got {type_name(value)}: {_plain(value)!r}")
+            names.add(name)
+            continue
         if kind in CONTAINER_WORDS and isinstance(value, str):
             example = '["..."]' if kind == "list" else '{"...": "..."}'
             errors.append(
@@ -117,9 +136,11 @@ def text_for_container(options: dict[str, Any], values: dict[str, Any], host: st
 def _emptied(values: dict[str, Any], names: set[str], options: dict[str, Any]) -> dict[str, Any]:
     """``values`` for Ansible's check, once text_for_container named ``names``: text for a
     mapping replaced by an empty one (its conversion error would only say it again); text
-    for a list kept, so that its items' choices are checked in the same refusal."""
+    for a list kept, so that its items' choices are checked in the same refusal; a list or
+    a mapping for text left out (Ansible would only convert it)."""
     return {name: {} if name in names and options[name].get("type") == "dict" else value
-            for name, value in values.items()}
+            for name, value in values.items()
+            if not (name in names and options[name].get("type") in TEXT_KINDS)}
 
 
 def input_errors(options: dict[str, Any], own_host: str, own: dict[str, Any],
@@ -257,11 +278,8 @@ class ActionModule(ControllerAction):
         options = entry_point_options(tf_path, entry_point)
         own = self._templar.template({key: task_vars[key] for key in options if key in task_vars})
         others = {host: {key: variables[key] for key in options if key in variables} for host, variables in views.items()}
-        try:
-            ranges = role_ranges(tf_path)
-        except RangesError as exc:
-            raise AnsibleActionFail(f"tf_role_inputs: {exc}") from exc
-        errors = input_errors(options, own_host, own, others, ranges)
+        # Types only: every role's ranges, role tf's included, are checked below, once.
+        errors = input_errors(options, own_host, own, others)
         hostvars = task_vars.get("hostvars", {})
         # Host variables (inventory, extra vars, facts): role defaults are the runbook's.
         variables = {own_host: hostvars[own_host], **views} if own_host in hostvars else views
@@ -281,8 +299,7 @@ class ActionModule(ControllerAction):
             facts["tf_run_id"] = checked_run_id(run_id)
         except RunIdError as exc:
             problems.append(str(exc))
-        # A value out of role tf's own ranges is already among the errors.
-        problems = [problem for problem in problems if problem and problem not in errors]
+        problems = [problem for problem in problems if problem]
         if errors or problems:
             return {"failed": True, "changed": False, "argument_errors": errors, "problems": problems,
                     "validate_args_context": {"type": "role", "name": name, "argument_spec_name": entry_point,

@@ -83,6 +83,26 @@ def test_text_for_a_list_is_refused_with_its_items_checked_and_on_another_host()
     assert len(errors) == 3
 
 
+TEXTS = {"tf_x_marker": {"type": "str", "default": "done.txt"}, "tf_x_dir": {"type": "path"},
+         "tf_x_mode": {"type": "str", "choices": ["a", "b"], "default": "a"}}
+
+
+@pytest.mark.parametrize(("name", "value", "words"), [
+    ("tf_x_marker", ["a"], "a list: ['a']"), ("tf_x_dir", {"k": "v"}, "a mapping: {'k': 'v'}"),
+    ("tf_x_mode", ["a"], "a list: ['a']"), ("tf_x_marker", [], "a list: []"),
+])
+def test_a_list_or_a_mapping_where_text_is_declared_is_refused_once(name: str, value: object, words: str) -> None:
+    """Ansible's own check would turn ['a'] into the text "['a']" and pass: a marker file
+    of that name, never written. Named once, not again by the choices."""
+    assert action.input_errors(TEXTS, "w1", {name: value}, {}) == [f"host w1: {name} must be a string, got {words}"]
+    assert action.input_errors(TEXTS, "w1", {}, {"w2": {name: value}}) == [f"host w2: {name} must be a string, got {words}"]
+
+
+def test_text_and_what_yaml_reads_as_a_scalar_pass_where_text_is_declared() -> None:
+    assert action.input_errors(TEXTS, "w1", {"tf_x_marker": "m.txt", "tf_x_dir": "/tmp", "tf_x_mode": "b"},
+                               {"w2": {"tf_x_marker": 12}}) == []
+
+
 def test_lists_and_mappings_given_as_such_pass() -> None:
     own = {"tf_x_jobs": [{"index": 0}], "tf_x_args": ["--epochs", "3"], "tf_x_on": ["b"], "tf_x_env": {"A": "1"}}
     assert action.input_errors(CONTAINERS, "w1", own, {"w2": {"tf_x_args": []}}) == []
@@ -243,17 +263,52 @@ def test_no_entry_point_is_checked_by_ansible_on_every_host(role: str) -> None:
 
 def test_the_runbook_enters_roles_through_their_tasks_files() -> None:
     entered = _entered_with()
-    assert entered["tf_firewall"] >= {"check", "remove"}
-    assert entered["tf_wait"] >= {"main", "reattach", "status"}
+    assert entered["tf_firewall"] >= {"check", "remove", "rules"}
+    assert entered["tf_wait"] >= {"watch", "reattach", "status"}
+
+
+def _later_everywhere() -> dict[str, set[str]]:
+    """Role -> its entry points that some check names in `later`."""
+    named: dict[str, set[str]] = {}
+    for tasks in sorted(ROLES.glob("*/tasks/*.yml")):
+        for task in yaml.safe_load(tasks.read_text()) or []:
+            for spec in (task.get("tf_runbook.multiworker.tf_role_inputs") or {}).get("later") or []:
+                role, _, entry_point = spec.partition(":")
+                named.setdefault(role, set()).add(entry_point)
+    return named
 
 
 @pytest.mark.parametrize("role", sorted(path.name for path in ROLES.iterdir() if (path / "tasks").is_dir()))
-def test_every_entry_point_with_options_is_checked_once(role: str) -> None:
+def test_every_entry_point_with_options_is_checked(role: str) -> None:
+    """By a check of the role's own, or by another's `later` (a task file the runbook
+    enters without a check, such as the firewall's removal)."""
     entries = _entry_points(ROLES / role)
-    checked = _checked_entry_points(ROLES / role)
+    checked = set(_checked_entry_points(ROLES / role)) | _later_everywhere().get(role, set())
     with_options = {name for name, entry in entries.items() if (entry or {}).get("options")}
-    assert set(checked) <= set(entries), f"{role} checks entry points it does not have: {set(checked) - set(entries)}"
-    assert with_options <= set(checked), f"{role}: entry points never checked: {with_options - set(checked)}"
+    assert checked <= set(entries), f"{role} checks entry points it does not have: {checked - set(entries)}"
+    assert with_options <= checked, f"{role}: entry points never checked: {with_options - checked}"
+
+
+def _first_task(role: str, tasks_from: str) -> dict:
+    return (yaml.safe_load((ROLES / role / "tasks" / f"{tasks_from}.yml").read_text()) or [{}])[0]
+
+
+def test_the_runbook_enters_a_role_through_a_skipped_check_only_where_it_is_named() -> None:
+    """A check skipped after the preflight still costs the run a task: the playbooks and
+    roles enter each role through a task file without one (its main.yml, with the check,
+    is the door for a play of your own), except on a failure's path (the stop, a
+    restart's new attempt) and at the start of collect.yml, which also runs alone."""
+    entered = _entered_with()
+    entered["tf_launch"].add("main")  # launch.yml imports the role (its check also notes the start)
+    skipped = {(role, tasks_from) for role, files in entered.items() for tasks_from in files
+               if "tf_preflight_inputs_checked" in str(_first_task(role, tasks_from).get("when", ""))}
+    assert skipped == {("tf_stop", "main"), ("tf_worker", "attempt"), ("tf_collect", "inputs")}
+    # Roles listed in a play are entered through main.yml: only those whose check runs.
+    for playbook in REPO.glob("playbooks/*.yml"):
+        for play in yaml.safe_load(playbook.read_text()) or []:
+            for role in play.get("roles") or []:
+                name = role["role"] if isinstance(role, dict) else role
+                assert "tf_preflight_inputs_checked" not in str(_first_task(name, "main").get("when", "")), (playbook, name)
 
 
 def test_each_check_is_the_first_task_of_its_file() -> None:
@@ -351,7 +406,7 @@ def test_the_contract_settles_a_new_run_id_and_notes_that_it_was_checked(tmp_pat
 
 @pytest.mark.parametrize(("variables", "expected"), [
     ({"tf_job_timeout": "x"}, "Validation of arguments failed for role tf, entry point contract:\nhost w1: argument 'tf_job_timeout'"),
-    ({"tf_job_timeout": -5}, "host w1: tf_job_timeout must be 0 or more"),
+    ({"tf_job_timeout": -5}, "Refused: host w1: tf_job_timeout must be 0 or more"),
     ({"tf_stall_pattern": "a("}, "Refused: host w1: tf_stall_pattern 'a(' is not a regular expression"),
     ({"tf_run_id": "../x"}, "Refused: tf_run_id '../x' is not safe as a directory name"),
     ({"hostvars": {"w1": {}, "w2": {"tf_job_timout": 9}}},
@@ -365,7 +420,7 @@ def test_the_contract_refuses_for_role_tf_before_the_roles_own_inputs(tmp_path: 
                                     _contract_vars(tf_x_timeout="bad", **variables))
     assert result["failed"] and expected in result["msg"], result["msg"]
     assert "tf_x_timeout" not in result["msg"] and registered == [] and "ansible_facts" not in result
-    # A range problem of role tf's own ranges is named once.
+    # A range problem is named once.
     assert result["msg"].count("must be 0 or more") <= 1
 
 
@@ -480,8 +535,10 @@ def test_every_check_the_preflight_stands_for_loses_no_input_of_the_user() -> No
                 assert options <= covered.get(role, set()), (tasks, inputs["entry_point"], options - covered.get(role, set()))
                 skipped.append(f"{role}:{inputs['entry_point']}")
     # Every later entry point stands for a check that is then skipped, but the launch's,
-    # which also notes when the attempt started.
-    assert set(check["later"]) - set(skipped) == {"tf_launch:launch"}
+    # which also notes when the attempt started, and the firewall's files that the
+    # runbook alone enters, which hold no check.
+    assert set(check["later"]) - set(skipped) == {"tf_launch:launch", "tf_firewall:check_tools",
+                                                  "tf_firewall:remove_rules"}
 
 
 class _CountingHostvars(dict):
