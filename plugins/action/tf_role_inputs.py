@@ -202,6 +202,15 @@ def misspelled_names(names_by_host: dict[str, Iterable[str]], known: Callable[[]
     return messages
 
 
+def without_named(errors: list[str], problems: list[str]) -> list[str]:
+    """``problems`` less those about a host's value that ``errors`` names already (both
+    start "host <host>: <name> "): a list given as text is refused once, by its type, not
+    again by the check of what the text should have held."""
+    named = {" ".join(error.split(" ", 3)[:3]) + " " for error in errors if error.startswith("host ")}
+    return [problem for problem in problems
+            if not any(problem.startswith(prefix) for prefix in named)]
+
+
 def refusal_message(role: str, entry_point: str, errors: list[str], problems: list[str], refusal: str,
                     later: list[tuple[str, str, list[str]]] | None = None) -> str:
     """One message for every refusal at once: the argument errors as Ansible words its
@@ -336,9 +345,9 @@ class ActionModule(ControllerAction):
         result["changed"] = False
         result["hosts"] = [own_host, *others]
         result["later"] = [f"{name}:{point}" for name, point, _errors in later]
-        problems = [problem for problem in args["problems"] if problem]
-        result["problems"] = problems
         all_errors = errors + [error for _name, _point, found in later for error in found]
+        problems = without_named(all_errors, [problem for problem in args["problems"] if problem])
+        result["problems"] = problems
         if all_errors or problems:
             result["failed"] = True
             result["argument_errors"] = all_errors

@@ -103,6 +103,25 @@ def test_text_and_what_yaml_reads_as_a_scalar_pass_where_text_is_declared() -> N
                                {"w2": {"tf_x_marker": 12}}) == []
 
 
+def test_a_problem_about_a_value_its_type_refused_already_is_left_out() -> None:
+    errors = ["host w1: tf_x_allow must be a list, got a string: '10.0.0.0/8'"]
+    problems = ["host w1: tf_x_allow must be a list of IP addresses, got '10.0.0.0/8'",
+                "host w2: tf_x_allow must be a list of IP addresses, got 'x'",
+                "host w1: tf_x_allowed_more is odd", "host w1: tf_x_marker is wrong", "not about a host"]
+    assert action.without_named(errors, problems) == problems[1:]
+    assert action.without_named([], problems) == problems
+
+
+def test_the_action_refuses_a_value_once_by_its_type_and_keeps_its_other_problems(tmp_path: Path) -> None:
+    role = _later_roles(tmp_path)
+    result, _registered = _action_on(
+        role, {"entry_point": "deploy", "later": ["tf_y:wait"],
+               "problems": ["host w1: tf_y_files must hold paths, got 'a'", "host w1: tf_x_timeout is late"]},
+        {"tf_x_timeout": 5, "tf_y_files": "a"})
+    assert result["failed"] and result["problems"] == ["host w1: tf_x_timeout is late"]
+    assert "tf_y_files must be a list, got a string" in result["msg"] and "must hold paths" not in result["msg"]
+
+
 def test_lists_and_mappings_given_as_such_pass() -> None:
     own = {"tf_x_jobs": [{"index": 0}], "tf_x_args": ["--epochs", "3"], "tf_x_on": ["b"], "tf_x_env": {"A": "1"}}
     assert action.input_errors(CONTAINERS, "w1", own, {"w2": {"tf_x_args": []}}) == []
