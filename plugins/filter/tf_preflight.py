@@ -177,8 +177,11 @@ def tf_preflight_unreachable(results: dict[str, list[dict[str, Any]]]) -> list[s
 
 
 def tf_preflight_probe_versions(probes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The interpreter versions each host probe read, by host."""
-    return {host: probe.get("versions") or {"error": "no versions were read"} for host, probe in probes.items()}
+    """The interpreter versions each host probe read, by host. A host whose interpreter the
+    lookup refused already (missing, not executable) is left out: its versions could not be
+    read, and the lookup's problem names the cause."""
+    return {host: probe.get("versions") or {"error": "no versions were read"} for host, probe in probes.items()
+            if not _interpreter_problems(host, probe.get("interpreter_state"))}
 
 
 def _python_key(version: str, match: str) -> str:

@@ -577,7 +577,8 @@ def interpreter_versions(python: str, code: str, run: Runner, timeout: float = 1
     except OSError as exc:  # TimeoutError among them
         return {"error": f"{python} does not run: {exc}"}
     if rc != 0:
-        return {"error": f"{python} does not run: {(err or out).strip()[-300:]}"}
+        said = (err or out).strip()[-300:]
+        return {"error": f"{python} does not run: {said or f'it exited with status {rc}, saying nothing'}"}
     try:
         return dict(json.loads(out))
     except ValueError:

@@ -172,9 +172,18 @@ def test_too_little_free_disk_is_refused(cluster: LocalCluster, tmp_path: Path) 
     )
 
 
-def test_a_worker_interpreter_that_does_not_run_is_refused(cluster: LocalCluster) -> None:
+def test_a_worker_interpreter_that_is_not_there_is_refused_once(cluster: LocalCluster) -> None:
     cluster.hosts["w1"]["tf_worker_python"] = "/nonexistent/bin/python3"
-    cluster.assert_refused(cluster.play(), "host w1: worker interpreter /nonexistent/bin/python3 does not run")
+    result = cluster.play()
+    cluster.assert_refused(result, "host w1: tf_worker_python /nonexistent/bin/python3 does not exist there")
+    # The versions probe could not run it either: the lookup's message says why, once.
+    assert "worker interpreter /nonexistent/bin/python3 does not run" not in result.stdout + result.stderr
+
+
+def test_a_worker_interpreter_that_does_not_run_is_refused(cluster: LocalCluster) -> None:
+    cluster.hosts["w1"]["tf_worker_python"] = "/bin/false"
+    cluster.assert_refused(cluster.play(),
+                           "host w1: worker interpreter /bin/false does not run: it exited with status 1, saying nothing")
 
 
 def test_numpy_versions_that_differ_across_hosts_are_refused(cluster: LocalCluster, tmp_path: Path) -> None:

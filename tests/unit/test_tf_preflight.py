@@ -123,6 +123,26 @@ def test_an_interpreter_that_does_not_run_or_lacks_tensorflow_is_named() -> None
     assert "tensorflow versions differ across hosts: a=missing, c=2.21.0" in problems
 
 
+def test_the_versions_leave_out_a_host_whose_interpreter_the_lookup_refused() -> None:
+    """Its versions could not be read: the lookup's "does not exist there" names the
+    cause, not a second "does not run"."""
+    read = {"python": "3.11.2", "tensorflow": "2.21.0", "numpy": "2.3.5"}
+    probes = {
+        "a": {"versions": read, "interpreter_state": {"path": "/p", "exists": True, "is_file": True, "executable": True}},
+        "b": {"versions": {"error": "/x does not run: No such file"}, "interpreter_state": {"path": "/x", "exists": False}},
+        "c": {"versions": {"error": "/bin/false does not run: it exited with status 1, saying nothing"},
+              "interpreter_state": {"path": "/bin/false", "exists": True, "is_file": True, "executable": True}},
+        "d": {"interpreter_state": {"path": "py9", "found": False}},
+        "e": {},
+    }
+    assert tf_preflight.tf_preflight_probe_versions(probes) == {
+        "a": read, "c": {"error": "/bin/false does not run: it exited with status 1, saying nothing"},
+        "e": {"error": "no versions were read"}}
+    problems = tf_preflight.tf_preflight_versions(tf_preflight.tf_preflight_probe_versions(probes))
+    assert not any("host b" in problem or "host d" in problem for problem in problems)
+    assert "host c: worker interpreter /bin/false does not run: it exited with status 1, saying nothing" in problems
+
+
 def test_a_package_no_host_has_is_not_drift() -> None:
     """A job without TensorFlow (the runbook runs any script) on hosts without it."""
     versions = {host: {"python": "3.11.2", "tensorflow": None, "numpy": None} for host in ("a", "b")}
@@ -419,6 +439,8 @@ def test_interpreter_versions_come_from_the_interpreter_or_say_why_not() -> None
     assert missing["error"].startswith("/nonexistent/bin/python3 does not run:")
     broken = probe.interpreter_versions(sys.executable, "raise SystemExit('no numpy here')", run)
     assert broken == {"error": f"{sys.executable} does not run: no numpy here"}
+    silent = probe.interpreter_versions("/bin/false", code, run)
+    assert silent == {"error": "/bin/false does not run: it exited with status 1, saying nothing"}
     # Arguments reach the interpreter as given: no ~ or $ expansion by run_command.
     echo = "import json, sys; print(json.dumps({'argv': sys.argv[1:]}))"
     assert probe.interpreter_versions(sys.executable, echo, lambda argv, t: run([*argv, "~/x", "$HOME"], t)) == {
