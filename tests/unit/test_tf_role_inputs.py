@@ -282,7 +282,7 @@ def test_no_entry_point_is_checked_by_ansible_on_every_host(role: str) -> None:
 
 def test_the_runbook_enters_roles_through_their_tasks_files() -> None:
     entered = _entered_with()
-    assert entered["tf_firewall"] >= {"check", "remove", "rules"}
+    assert entered["tf_firewall"] >= {"tools", "drop", "rules"}
     assert entered["tf_wait"] >= {"watch", "reattach", "status"}
 
 
@@ -554,10 +554,8 @@ def test_every_check_the_preflight_stands_for_loses_no_input_of_the_user() -> No
                 assert options <= covered.get(role, set()), (tasks, inputs["entry_point"], options - covered.get(role, set()))
                 skipped.append(f"{role}:{inputs['entry_point']}")
     # Every later entry point stands for a check that is then skipped, but the launch's,
-    # which also notes when the attempt started, and the firewall's files that the
-    # runbook alone enters, which hold no check.
-    assert set(check["later"]) - set(skipped) == {"tf_launch:launch", "tf_firewall:check_tools",
-                                                  "tf_firewall:remove_rules"}
+    # which also notes when the attempt started.
+    assert set(check["later"]) - set(skipped) == {"tf_launch:launch"}
 
 
 class _CountingHostvars(dict):
