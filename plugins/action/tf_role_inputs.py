@@ -16,8 +16,10 @@ reaches after this one (the preflight names the launch's, the wait's, the collec
 verdict's...), so that their bad values are refused before anything is launched instead
 of after hours of training. Those roles are not in this play: only the values defined
 here are checked (the user's; their defaults are the project's), none is required (the
-runbook computes some later), a value whose template names what is not set yet is left
-to the role's own check, and their ranges are the contract's (role tf), checked before.
+runbook computes some later), a value whose template names what is not set yet is not
+checked (the runbook sets it later), and their ranges are the contract's (role tf),
+checked first (``contract``). The runbook's playbooks then enter those roles through
+task files without a check of their own.
 """
 
 from __future__ import annotations

@@ -101,9 +101,9 @@ options:
         the user's (inventory, extra vars, play variables), and not those roles' defaults,
         which are the project's own. None of their options is required here (the runbook
         computes some of them later), and a value whose template names a variable that is
-        not set yet is left to the role's own check.
+        not set yet is not checked (the runbook sets it later).
       - Their whole numbers are not range-checked here, since every role's ranges are the
-        contract's (role C(tf)), checked in the play's first task.
+        contract's (role C(tf)), checked first (O(contract)).
     type: list
     elements: str
     default: []
