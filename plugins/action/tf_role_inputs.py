@@ -291,11 +291,8 @@ class ActionModule(ControllerAction):
         others = {host: {key: variables[key] for key in options if key in variables} for host, variables in views.items()}
         # Types only: every role's ranges, role tf's included, are checked below, once.
         errors = input_errors(options, own_host, own, others)
+        errors += self.misspelled(task_vars, own_host, views, tf_path, options)
         hostvars = task_vars.get("hostvars", {})
-        # Host variables (inventory, extra vars, facts): role defaults are the runbook's.
-        variables = {own_host: hostvars[own_host], **views} if own_host in hostvars else views
-        found = {host: [key for key in names if key.startswith("tf_")] for host, names in variables.items()}
-        errors += misspelled_names(found, lambda: runbook_names(os.path.dirname(os.path.normpath(tf_path))), options)
         # Every role's ranges, as this host sees the values (a name no role of this play
         # defaults is empty: nothing to check) and as each host sets them itself.
         range_names = sorted(collection_ranges())
@@ -319,6 +316,17 @@ class ActionModule(ControllerAction):
         facts[CONTRACT_CHECKED] = True
         return None
 
+    @staticmethod
+    def misspelled(task_vars: dict[str, Any], own_host: str, views: dict[str, Any], role_path: str,
+                   options: dict[str, Any]) -> list[str]:
+        """misspelled_names over the hosts' own variables (inventory, extra vars, facts:
+        role defaults are the runbook's), against the names of the roles beside ``role_path``."""
+        hostvars = task_vars.get("hostvars", {})
+        variables = {own_host: hostvars[own_host], **views} if own_host in hostvars else views
+        found = {host: [name for name in names if name.startswith("tf_")] for host, names in variables.items()}
+        roles_dir = os.path.dirname(os.path.normpath(role_path))
+        return misspelled_names(found, lambda: runbook_names(roles_dir), options)
+
     def entry_point_result(self, args: dict[str, Any], task_vars: dict[str, Any], own_host: str,
                            views: dict[str, Any]) -> dict[str, Any]:
         """The check of this role's entry point (and of the ``later`` ones) over the play's hosts."""
@@ -326,7 +334,6 @@ class ActionModule(ControllerAction):
         role = os.path.basename(os.path.normpath(args["role_path"]))
         options = entry_point_options(args["role_path"], args["entry_point"])
         own = self._templar.template({name: task_vars[name] for name in options if name in task_vars})
-        hostvars = task_vars.get("hostvars", {})
         others: dict[str, dict[str, Any]] = {
             host: {name: variables[name] for name in options if name in variables} for host, variables in views.items()
         }
@@ -336,11 +343,7 @@ class ActionModule(ControllerAction):
             raise AnsibleActionFail(f"tf_role_inputs: {exc}") from exc
         errors = input_errors(options, own_host, own, others, ranges)
         if args.get("misspelled"):
-            # Host variables (inventory, extra vars, facts): role defaults are the runbook's.
-            variables = {own_host: hostvars[own_host], **views} if own_host in hostvars else views
-            defined = {host: [name for name in found if name.startswith("tf_")] for host, found in variables.items()}
-            roles_dir = os.path.dirname(os.path.normpath(args["role_path"]))
-            errors += misspelled_names(defined, lambda: runbook_names(roles_dir), options)
+            errors += self.misspelled(task_vars, own_host, views, args["role_path"], options)
         later = [self.later_errors(spec, args["role_path"], own_host, views, task_vars) for spec in args["later"]]
         result["validate_args_context"] = {"type": "role", "name": role, "argument_spec_name": args["entry_point"],
                                            "path": args["role_path"]}
