@@ -116,14 +116,22 @@ TEXT_KINDS = {"str", "path"}
 
 def text_for_container(options: dict[str, Any], values: dict[str, Any], host: str) -> tuple[list[str], set[str]]:
     """A message for each value given as text where ``options`` declares a list or a
-    mapping, or as a list or a mapping where it declares text, and their names (Ansible's
-    check would accept them)."""
+    mapping, or as a list or a mapping where it declares text (the items of a list of text
+    too), and their names (Ansible's check would accept them, turning a mapping into its
+    text: ``{'a': 2}`` as an argument of the training script)."""
     errors, names = [], set()
     for name, value in values.items():
         kind = (options.get(name) or {}).get("type")
         if kind in TEXT_KINDS and isinstance(value, (Mapping, list, tuple)):
             errors.append(f"host {host}: {name} must be a string, got {type_name(value)}: {_plain(value)!r}")
             names.add(name)
+            continue
+        if kind == "list" and options[name].get("elements") in TEXT_KINDS and isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                if isinstance(item, (Mapping, list, tuple)):
+                    errors.append(f"host {host}: {name} item {index} must be a string, got {type_name(item)}: "
+                                  f"{_plain(item)!r}")
+                    names.add(name)
             continue
         if kind in CONTAINER_WORDS and isinstance(value, str):
             example = '["..."]' if kind == "list" else '{"...": "..."}'

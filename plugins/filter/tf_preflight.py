@@ -35,14 +35,23 @@ def _interpreter_problems(host: str, state: dict[str, Any] | None) -> list[str]:
     path = state.get("path", "")
     if "found" in state:
         if state["found"]:
-            return []
+            return _interpreter_fault(host, path, state)
         return [f"host {host}: tf_worker_python {path!r} is not found on the remote user's PATH there; "
                 "give the interpreter's full path"]
     if not state.get("exists"):
         return [f"host {host}: tf_worker_python {path} does not exist there"]
     if not state.get("is_file") or not state.get("executable"):
         return [f"host {host}: tf_worker_python {path} is not an executable file there"]
-    return []
+    return _interpreter_fault(host, path, state)
+
+
+def _interpreter_fault(host: str, path: str, state: dict[str, Any]) -> list[str]:
+    """Where the probe ran the interpreter (its versions not read), what kept it from
+    answering as Python 3."""
+    if not state.get("fault"):
+        return []
+    named = f"{path!r} ({state['found']})" if state.get("found") else path
+    return [f"host {host}: tf_worker_python {named} does not run as Python 3: {state['fault']}"]
 
 
 def _checkpoint_dir_problems(host: str, state: dict[str, Any] | None) -> list[str]:

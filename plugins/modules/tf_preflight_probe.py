@@ -107,7 +107,10 @@ options:
     default: ""
   interpreter:
     description: In V(host) mode, C(tf_worker_python) as given (a path, or a command found on
-      the remote user's C(PATH)), looked up without being run; empty for the managed virtualenv.
+      the remote user's C(PATH)), looked up; where O(python) is empty (its versions are not
+      read in this run), the file found is also run once, as C(<interpreter> -S -c <code>),
+      to show that it runs as Python 3, while the rest of the look goes on. Empty for the
+      managed virtualenv.
     type: path
     default: ""
   checkpoint_dir:
@@ -248,7 +251,9 @@ base_dir_state:
   returned: host mode
 interpreter_state:
   description: What O(interpreter) is here (C(path), C(found) for a command name on C(PATH), or
-    C(exists), C(is_file), C(executable)); empty when O(interpreter) is.
+    C(exists), C(is_file), C(executable)); where it was run (see O(interpreter)), C(python) (its
+    version, C(3.11.2)) when it ran as Python 3, else C(fault), why not (it cannot be executed,
+    its exit status and what it said, another Python); empty when O(interpreter) is.
   type: dict
   returned: host mode
 checkpoint_state:
@@ -301,8 +306,11 @@ import ipaddress
 import json
 import os
 import selectors
+import re
 import shutil
+import signal
 import socket
+import subprocess
 import threading
 import time
 from typing import Any, Callable
@@ -520,6 +528,63 @@ def interpreter_state(python: str) -> dict[str, Any]:
     # access() says yes to root for any file: an execute bit must be set too.
     executable = is_file and os.access(path, os.X_OK) and bool(os.stat(path).st_mode & 0o111)
     return {"path": path, "exists": os.path.exists(path), "is_file": is_file, "executable": executable}
+
+
+# What the worker interpreter is run with, where its versions are not read: it answers with
+# its version. -S (no site module) keeps the start short, and a Python 2 takes it too, so
+# that it can be named.
+PYTHON3_CODE = "import sys; sys.stdout.write('python %d.%d.%d' % tuple(sys.version_info[:3]))"
+PYTHON_ANSWER = re.compile(r"python (\d+)\.(\d+)\.(\d+)")
+INTERPRETER_CHECK_SECONDS = 30.0
+
+
+def interpreter_file(state: dict[str, Any]) -> str:
+    """The file the lookup found for tf_worker_python, "" where it found none (the lookup's
+    own problem then names why)."""
+    if "found" in state:
+        return state["found"] or ""
+    return state["path"] if state.get("executable") else ""
+
+
+def start_interpreter_check(path: str) -> subprocess.Popen[bytes] | str:
+    """Run ``path`` as Python 3 would be run, in a session of its own (so that a timeout
+    kills all it started); the reason when it cannot even be started (a file that is not a
+    program: Exec format error)."""
+    try:
+        return subprocess.Popen(  # pylint: disable=ansible-bad-function
+            [path, "-S", "-c", PYTHON3_CODE], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, close_fds=True, start_new_session=True,
+        )
+    except OSError as exc:
+        return f"it cannot be executed: {exc.strerror or exc}"
+
+
+def interpreter_check_fault(started: subprocess.Popen[bytes] | str,
+                            timeout: float = INTERPRETER_CHECK_SECONDS) -> tuple[str, str]:
+    """(version, "") when the interpreter answered as Python 3, else ("", why not)."""
+    if isinstance(started, str):
+        return "", started
+    try:
+        out, err = started.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(started.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        started.communicate()
+        return "", f"it did not answer within {timeout:g} s"
+    said = out.decode("utf-8", "replace").strip()
+    if started.returncode != 0:
+        # Its first line: a program that rejects -S says so there, before its usage.
+        text = (err.decode("utf-8", "replace").strip() or said).partition("\n")[0].strip()[:200]
+        return "", f"it exited with status {started.returncode}" + (f": {text}" if text else ", saying nothing")
+    answer = PYTHON_ANSWER.fullmatch(said)
+    if answer is None:
+        return "", f"it printed {said[-200:]!r} for its version" if said else "it printed nothing for its version"
+    version = ".".join(answer.groups())
+    if answer.group(1) != "3":
+        return "", f"it is Python {version}"
+    return version, ""
 
 
 def checkpoint_state(checkpoint_dir: str) -> dict[str, Any]:
@@ -915,11 +980,20 @@ def main() -> None:
         if not params["base_dir"] or not params["run_id"]:
             module.fail_json(msg="host mode needs base_dir and run_id")
         run = command_runner(module)
+        interpreter = interpreter_state(params["interpreter"])
+        # Where its versions are not read (one host, or not every host names it), the
+        # interpreter is still run once, beside the rest of the look: an executable that is
+        # not Python 3 would otherwise first fail at the launch.
+        found = "" if params["python"] else interpreter_file(interpreter)
+        check = start_interpreter_check(found) if found else None
         seen = probe_host(params["ports"], params["base_dir"], params["run_id"], run=run)
-        seen["interpreter_state"] = interpreter_state(params["interpreter"])
         seen["checkpoint_state"] = checkpoint_state(params["checkpoint_dir"])
         seen["resolved"] = resolve_addresses(params["addresses"])
         seen["sources"] = source_addresses(seen["resolved"])
+        if check is not None:
+            version, fault = interpreter_check_fault(check)
+            interpreter.update({"python": version} if version else {"fault": fault})
+        seen["interpreter_state"] = interpreter
         if params["python"]:
             seen["versions"] = interpreter_versions(params["python"], params["versions_code"], run)
         seen["listener_pid"] = 0

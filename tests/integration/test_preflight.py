@@ -186,6 +186,22 @@ def test_a_worker_interpreter_that_does_not_run_is_refused(cluster: LocalCluster
                            "host w1: worker interpreter /bin/false does not run: it exited with status 1, saying nothing")
 
 
+def test_an_executable_that_is_not_python_3_is_refused_on_a_cluster_of_one_host(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """One host: no versions are compared across hosts, so the lookup runs the interpreter
+    itself; before, such a file passed the preflight and every supervisor failed at the
+    launch (Exec format error)."""
+    notes = tmp_path / "not-python"
+    notes.write_text("a text file with its execute bit set\n")
+    notes.chmod(0o755)
+    cluster.hosts["w0"]["tf_worker_python"] = str(notes)
+    cluster.assert_refused(
+        cluster.play("--limit", "w0"),
+        f"host w0: tf_worker_python {notes} does not run as Python 3: it cannot be executed: Exec format error",
+    )
+
+
 def test_numpy_versions_that_differ_across_hosts_are_refused(cluster: LocalCluster, tmp_path: Path) -> None:
     """w1's interpreter sees another numpy first on its path, as a drifted host would."""
     shadow = tmp_path / "shadow" / "numpy-1.26.4.dist-info"

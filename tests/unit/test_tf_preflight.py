@@ -904,6 +904,61 @@ def test_the_probe_looks_up_the_worker_interpreter_without_running_it(tmp_path: 
     assert probe.interpreter_state("no-such-python-3.99") == {"path": "no-such-python-3.99", "found": ""}
 
 
+def test_the_probe_runs_the_worker_interpreter_as_python_3(tmp_path: Path) -> None:
+    """Where its versions are not read (a cluster of one host), the file the lookup found
+    is run once: an executable that is not Python 3 is named before the launch."""
+    version, fault = probe.interpreter_check_fault(probe.start_interpreter_check(sys.executable))
+    assert (version, fault) == ("%d.%d.%d" % sys.version_info[:3], "")
+
+    text = tmp_path / "notes"
+    text.write_text("not a program\n")
+    text.chmod(0o755)
+    assert probe.interpreter_check_fault(probe.start_interpreter_check(str(text))) == (
+        "", "it cannot be executed: Exec format error")
+    assert probe.interpreter_check_fault(probe.start_interpreter_check("/bin/false")) == (
+        "", "it exited with status 1, saying nothing")
+    shell = shutil.which("bash") or "/bin/bash"
+    assert probe.interpreter_check_fault(probe.start_interpreter_check(shell)) == (
+        "", f"it exited with status 2: {shell}: -S: invalid option")
+
+    def script(name: str, body: str) -> str:
+        path = tmp_path / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+        return str(path)
+
+    assert probe.interpreter_check_fault(probe.start_interpreter_check(script("py2", "echo python 2.7.18"))) == (
+        "", "it is Python 2.7.18")
+    assert probe.interpreter_check_fault(probe.start_interpreter_check(script("echo", 'echo "$@"'))) == (
+        "", "it printed " + repr("-S -c " + probe.PYTHON3_CODE) + " for its version")
+    assert probe.interpreter_check_fault(probe.start_interpreter_check(script("mute", "exit 0"))) == (
+        "", "it printed nothing for its version")
+
+    # One that never answers is killed with everything it started, at the timeout.
+    pid_file = tmp_path / "child.pid"
+    hung = probe.start_interpreter_check(script("hung", f"sleep 60 & echo $! > {pid_file}; wait"))
+    started = time.monotonic()
+    assert probe.interpreter_check_fault(hung, timeout=0.5) == ("", "it did not answer within 0.5 s")
+    assert time.monotonic() - started < 5
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
+        assert time.monotonic() < deadline, "the interpreter's child outlived the timeout"
+        time.sleep(0.05)
+
+
+def test_the_probe_runs_only_the_interpreter_the_lookup_found(tmp_path: Path) -> None:
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    assert probe.interpreter_file(probe.interpreter_state(str(script))) == ""
+    assert probe.interpreter_file(probe.interpreter_state(str(tmp_path / "none"))) == ""
+    assert probe.interpreter_file(probe.interpreter_state("no-such-python-3.99")) == ""
+    assert probe.interpreter_file(probe.interpreter_state("sh")) == shutil.which("sh")
+    script.chmod(0o755)
+    assert probe.interpreter_file(probe.interpreter_state(str(script))) == str(script)
+
+
 def test_the_probe_tells_whether_the_checkpoint_dir_can_be_made(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     assert probe.checkpoint_state("") == {}
@@ -928,6 +983,13 @@ def test_the_probe_tells_whether_the_checkpoint_dir_can_be_made(tmp_path: Path) 
          "host a: tf_worker_python 'python3.99' is not found on the remote user's PATH there; give the "
          "interpreter's full path"),
         ("interpreter_state", {"path": "python3", "found": "/usr/bin/python3"}, None),
+        ("interpreter_state", {"path": "/v/bin/python", "exists": True, "is_file": True, "executable": True,
+                               "python": "3.11.2"}, None),
+        ("interpreter_state", {"path": "/v/bin/tool", "exists": True, "is_file": True, "executable": True,
+                               "fault": "it cannot be executed: Exec format error"},
+         "host a: tf_worker_python /v/bin/tool does not run as Python 3: it cannot be executed: Exec format error"),
+        ("interpreter_state", {"path": "python2", "found": "/usr/bin/python2", "fault": "it is Python 2.7.18"},
+         "host a: tf_worker_python 'python2' (/usr/bin/python2) does not run as Python 3: it is Python 2.7.18"),
         ("checkpoint_state", {"path": "/c", "exists": True, "is_dir": True, "writable": True}, None),
         ("checkpoint_state", {"path": "/c", "exists": True, "is_dir": False, "writable": True},
          "host a: tf_checkpoint_dir /c exists and is not a directory"),

@@ -98,6 +98,18 @@ def test_a_list_or_a_mapping_where_text_is_declared_is_refused_once(name: str, v
     assert action.input_errors(TEXTS, "w1", {}, {"w2": {name: value}}) == [f"host w2: {name} must be a string, got {words}"]
 
 
+def test_a_list_or_a_mapping_as_an_item_of_a_list_of_text_is_refused_by_its_index() -> None:
+    """Ansible's own check would turn {'a': 2} into the text "{'a': 2}": an argument of the
+    training script that its parser then refuses, after the launch. Numbers pass (YAML
+    reads `3` as one), and so does a list of dicts where dicts are declared."""
+    options = {**CONTAINERS, "tf_x_files": {"type": "list", "elements": "path", "default": []}}
+    errors = action.input_errors(options, "w1", {"tf_x_jobs": [{"a": 1}], "tf_x_args": ["--epochs", 3, {"a": 2}]},
+                                 {"w2": {"tf_x_files": [["p"], "q"]}})
+    assert errors == ["host w1: tf_x_args item 2 must be a string, got a mapping: {'a': 2}",
+                      "host w2: tf_x_files item 0 must be a string, got a list: ['p']"]
+    assert action.input_errors(options, "w1", {"tf_x_jobs": [], "tf_x_args": ["-x", 1, 2.5]}, {}) == []
+
+
 def test_text_and_what_yaml_reads_as_a_scalar_pass_where_text_is_declared() -> None:
     assert action.input_errors(TEXTS, "w1", {"tf_x_marker": "m.txt", "tf_x_dir": "/tmp", "tf_x_mode": "b"},
                                {"w2": {"tf_x_marker": 12}}) == []
