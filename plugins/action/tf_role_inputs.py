@@ -33,7 +33,7 @@ import yaml
 from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import VariableLayer
-from ansible.utils.vars import validate_variable_name
+from ansible.utils.vars import load_extra_vars, validate_variable_name
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_contract import (
     RunIdError,
@@ -72,6 +72,16 @@ CONTRACT_CHECKED = "__tf_contract_checked"
 # (difflib's ratio): one or two letters wrong, missing or swapped in a name of 12 or more.
 # Names further off are left alone: tf_ is also Terraform's prefix in many inventories.
 MISSPELLING_CUTOFF = 0.85
+
+# The contract's variables that the runbook sets itself, and why a user's -e would break
+# the run: extra vars outrank the facts the runbook sets.
+RUNBOOK_OWN = {
+    "tf_run_attempt": (
+        "the runbook numbers a run's attempts itself (each restart, and a resume with -e tf_resume=true, "
+        "takes the next number); an extra var outranks that, so every attempt would have this number "
+        "and a restart would find its attempt's directories taken"
+    ),
+}
 
 
 def entry_point_options(role_path: str, entry_point: str) -> dict[str, Any]:
@@ -212,6 +222,12 @@ def misspelled_names(names_by_host: dict[str, Iterable[str]], known: Callable[[]
     return messages
 
 
+def runbook_own_errors(extra_vars: Mapping[str, Any]) -> list[str]:
+    """An extra var (-e) for a variable the runbook sets itself (RUNBOOK_OWN)."""
+    return [f"-e {name}={_plain(extra_vars[name])!r} is refused: {why}; leave it out"
+            for name, why in RUNBOOK_OWN.items() if name in extra_vars]
+
+
 def without_named(errors: list[str], problems: list[str]) -> list[str]:
     """``problems`` less those about a host's value that ``errors`` names already (both
     start "host <host>: <name> "): a list given as text is refused once, by its type, not
@@ -300,6 +316,7 @@ class ActionModule(ControllerAction):
         # Types only: every role's ranges, role tf's included, are checked below, once.
         errors = input_errors(options, own_host, own, others)
         errors += self.misspelled(task_vars, own_host, views, tf_path, options)
+        errors += runbook_own_errors(load_extra_vars(self._loader))
         hostvars = task_vars.get("hostvars", {})
         # Every role's ranges, as this host sees the values (a name no role of this play
         # defaults is empty: nothing to check) and as each host sets them itself.

@@ -455,6 +455,22 @@ def test_the_contract_refuses_for_role_tf_before_the_roles_own_inputs(tmp_path: 
     assert result["msg"].count("must be 0 or more") <= 1
 
 
+def test_an_extra_var_for_the_attempt_number_the_runbook_sets_is_refused(tmp_path: Path) -> None:
+    """-e tf_run_attempt=2 would outrank every attempt number the restart loop sets: each
+    restart would take attempt 2's directories again. The same value from the role's
+    default or a set_fact (no extra var) passes."""
+    role = _contract_roles(tmp_path)
+    with mock.patch.object(action, "load_extra_vars", lambda _loader: {"tf_run_attempt": 2, "tf_x_timeout": 5}):
+        result, registered = _action_on(role, {"contract": True}, _contract_vars(tf_run_attempt=2))
+    assert result["failed"] and registered == [], result
+    assert "-e tf_run_attempt=2 is refused: the runbook numbers a run's attempts itself" in result["msg"]
+    assert "tf_x_timeout" not in result["msg"]
+    with mock.patch.object(action, "load_extra_vars", lambda _loader: {"tf_x_timeout": 5}):
+        passed, _registered = _action_on(role, {"contract": True}, _contract_vars(tf_run_attempt=2))
+    assert not passed.get("failed"), passed
+    assert action.runbook_own_errors({}) == []
+
+
 def test_a_contract_checked_earlier_in_the_playbook_run_is_not_checked_again(tmp_path: Path) -> None:
     role = _contract_roles(tmp_path)
     result, _registered = _action_on(role, {"entry_point": "deploy", "contract": True},
