@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import VariableLayer
 from ansible.utils.vars import load_extra_vars, validate_variable_name
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
@@ -222,6 +223,17 @@ def misspelled_names(names_by_host: dict[str, Iterable[str]], known: Callable[[]
     return messages
 
 
+def resume_problem(resume: Any, run_id: str, runs_dir: Any = "tf_runs_dir") -> str:
+    """A resume names the run it continues: a run id generated for it would name none."""
+    try:
+        wanted = boolean(resume, strict=True) if resume is not None else False
+    except TypeError:
+        return ""  # its type check names it
+    if wanted and not run_id:
+        return f"tf_resume=true needs the run to resume: -e tf_run_id=<id> (the runs this controller launched are under {runs_dir})"
+    return ""
+
+
 def runbook_own_errors(extra_vars: Mapping[str, Any]) -> list[str]:
     """An extra var (-e) for a variable the runbook sets itself (RUNBOOK_OWN)."""
     return [f"-e {name}={_plain(extra_vars[name])!r} is refused: {why}; leave it out"
@@ -327,11 +339,12 @@ class ActionModule(ControllerAction):
                                          if host in hostvars})
         pattern = self._templar.template(task_vars.get("tf_stall_pattern", ""))
         problems.append(pattern_problem(pattern, "tf_stall_pattern", own_host))
-        run_id = self._templar.template(task_vars.get("tf_run_id") or "") or new_run_id()
+        given_run_id = self._templar.template(task_vars.get("tf_run_id") or "")
         try:
-            facts["tf_run_id"] = checked_run_id(run_id)
+            facts["tf_run_id"] = checked_run_id(given_run_id or new_run_id())
         except RunIdError as exc:
             problems.append(str(exc))
+        problems.append(resume_problem(own.get("tf_resume"), given_run_id, own.get("tf_runs_dir") or "tf_runs_dir"))
         problems = [problem for problem in problems if problem]
         if errors or problems:
             return {"failed": True, "changed": False, "argument_errors": errors, "problems": problems,

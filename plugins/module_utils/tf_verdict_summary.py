@@ -527,8 +527,20 @@ def write_summary(run_dir: str, summary: dict[str, Any]) -> None:
 
 
 def verdict(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
-    """Judge the run and write its summary.json (not in check mode): the task's result."""
+    """Judge the run and write its summary.json (not in check mode): the task's result.
+
+    A run whose directory is not on the controller is refused, nothing written: no host
+    gave a file of it (the collect makes the directory for the first file it brings) and
+    this controller never launched it (the preflight claims the directory first). Judged,
+    a mistyped ``-e tf_run_id`` would get a failed summary, and the id would count as used."""
     run_dir = params["run_dir"]
+    if not os.path.lexists(run_dir):
+        return {
+            "failed": True, "changed": False,
+            "msg": (f"Run {params['run_id']}: nothing to judge: no host gave a file of this run and this controller "
+                    f"never launched it ({run_dir} does not exist); check -e tf_run_id (the runs this controller "
+                    f"knows are under {os.path.dirname(os.path.normpath(run_dir)) or '.'})"),
+        }
     context = params.get("context") or {}
     try:
         inputs, kept = recorded_inputs(run_dir, params)

@@ -33,8 +33,10 @@ description:
   - Writes C(<run_dir>/summary.json) (mode 0600, the run directory 0700) and returns the same
     data with a printable table (for a long run, only the first and last epochs and those a
     check names).
-  - Runs on the controller; never fails itself, the caller decides. Whatever the run
-    directory holds, a summary.json is written.
+  - Runs on the controller; never fails itself for what the run holds, the caller decides.
+    Whatever the run directory holds, a summary.json is written. A O(run_dir) that does not
+    exist is refused and nothing is written, since no host gave a file of the run and this
+    controller never launched it (a mistyped C(-e tf_run_id) of C(collect.yml)).
   - An action plugin of the same name runs the judgement in the task's own process on the
     controller, without starting a module; the code is in C(module_utils/tf_verdict_*.py).
 extends_documentation_fragment:

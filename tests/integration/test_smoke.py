@@ -106,6 +106,15 @@ def test_smoke_run_trains_two_workers_and_proves_it(dirs: dict[str, Path]) -> No
     assert "already launched" in reused.stdout
     assert helpers.tree_digest(dirs["base"]) | helpers.tree_digest(dirs["runs"]) == before
 
+    # collect.yml for an id no host holds and this controller never launched (a typo) is
+    # refused, nothing written: judged, it would get a failed summary and count as used.
+    typo = run_playbook("playbooks/collect.yml", *extra(dirs, tf_run_id="smoke-l"))
+    assert typo.returncode != 0
+    assert "Run smoke-l: nothing to judge: no host gave a file of this run and this controller never launched it" in (
+        typo.stdout), typo.stdout[-3000:]
+    assert not (dirs["runs"] / "smoke-l").exists()
+    assert helpers.tree_digest(dirs["base"]) | helpers.tree_digest(dirs["runs"]) == before
+
 
 def assert_report_drawn(run: Path, summary: dict[str, Any], tmp: Path) -> None:
     """The run's report.html, opened in headless chromium: every chart and the timeline

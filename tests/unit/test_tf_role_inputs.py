@@ -471,6 +471,18 @@ def test_an_extra_var_for_the_attempt_number_the_runbook_sets_is_refused(tmp_pat
     assert action.runbook_own_errors({}) == []
 
 
+def test_a_resume_without_a_run_id_is_refused_rather_than_given_a_new_one() -> None:
+    """A generated id would name a run that never existed: the resume's own check would
+    then say that run has no directory, not that the id is missing."""
+    assert action.resume_problem(True, "", "/x/runs") == (
+        "tf_resume=true needs the run to resume: -e tf_run_id=<id> (the runs this controller launched are under /x/runs)")
+    assert action.resume_problem("yes", "", "/x/runs").startswith("tf_resume=true needs the run to resume")
+    assert action.resume_problem(True, "exp-1", "/x/runs") == ""
+    assert action.resume_problem(False, "", "/x/runs") == ""
+    assert action.resume_problem(None, "", "/x/runs") == ""
+    assert action.resume_problem("maybe", "", "/x/runs") == ""  # its type check names it
+
+
 def test_a_contract_checked_earlier_in_the_playbook_run_is_not_checked_again(tmp_path: Path) -> None:
     role = _contract_roles(tmp_path)
     result, _registered = _action_on(role, {"entry_point": "deploy", "contract": True},

@@ -711,7 +711,6 @@ CRAFTED = [
             lambda d: (pair(d), put(d, "stray", "x"), put(d, "node-c/worker-3", "x")), "failed", EMPTY_WORKER_FAILS),
     crafted("empty run directory", lambda d: d.mkdir(), "failed", ["logs_collected"],
             ["no worker's files were collected"]),
-    crafted("no run directory", lambda d: None, "failed", ["logs_collected"]),
     crafted("resumed after epoch 1", resumed, "succeeded", []),
     crafted("resumed after epoch 1, then epoch 2 skipped", lambda d: resumed(d, skip=True), "failed",
             ["epochs_once"], ["printed no epoch 2 (epochs 2..3)"]),
@@ -745,7 +744,8 @@ CRAFTED = [
 ]
 
 
-def run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], **params: Any) -> dict[str, Any]:
+def run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], exit_code: int = 0,
+               **params: Any) -> dict[str, Any]:
     """main() in this process, as Ansible runs it; returns its result."""
     import tf_verdict
     from ansible.module_utils import basic
@@ -754,7 +754,7 @@ def run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[st
     monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
     with pytest.raises(SystemExit) as exited:
         tf_verdict.main()
-    assert exited.value.code == 0
+    assert exited.value.code == exit_code
     return json.loads(capsys.readouterr().out)
 
 
@@ -805,6 +805,21 @@ def test_module_writes_a_summary_even_when_the_verdict_itself_breaks(
     assert written["status"] == "failed" and written["context"] == {"k": 1}
     assert written["reason"] == "the verdict could not read the run: RecursionError: deep"
     assert result["failed_checks"] == ["verdict: the verdict could not read the run: RecursionError: deep"]
+
+
+def test_a_run_the_controller_never_saw_is_refused_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """collect.yml -e tf_run_id=<a typo>: no host gave a file, no launch claimed the
+    directory. Judged, the id would get a failed summary.json and count as used."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    result = run_module(monkeypatch, capsys, exit_code=1, run_dir=str(runs / "nosuch"), run_id="nosuch")
+    assert result["failed"] and "summary" not in result, result
+    assert result["msg"] == (
+        f"Run nosuch: nothing to judge: no host gave a file of this run and this controller never launched it "
+        f"({runs / 'nosuch'} does not exist); check -e tf_run_id (the runs this controller knows are under {runs})")
+    assert list(runs.iterdir()) == []
 
 
 @pytest.mark.parametrize(
