@@ -105,7 +105,7 @@ def test_a_worker_killed_by_sigkill_is_restarted(
     restarted, and the run succeeds."""
     hosts = make_ns_hosts(count=2)
     extra = settings(worker_python, tf_restart_attempts=2,
-                     tf_train_args=["--epochs=4", "--steps-per-epoch=40"])
+                     tf_train_args=["--epochs=6", "--steps-per-epoch=40"])
     outcome = run_with_fault(hosts, tmp_path, "killed", extra, kill_worker_1_after(hosts, "killed", "epoch=2 "))
     out = outcome.stdout
     (tmp_path / "train.out").write_text(out)
@@ -129,7 +129,7 @@ def test_a_host_lost_and_back_is_resumed(
     restarted with both hosts, as it should be for an outage that short."""
     hosts = make_ns_hosts(count=2)
     extra = settings(worker_python, tf_restart_attempts=1, tf_peer_timeout=10, tf_controller_timeout=20,
-                     tf_train_args=["--epochs=4", "--steps-per-epoch=40"])
+                     tf_train_args=["--epochs=6", "--steps-per-epoch=40"])
     book = Runbook(hosts, tmp_path, port=2470, groupvars=extra)
     proc = start_playbook(book.inventory, book.runs, {"tf_run_id": "lostback"})
     try:
@@ -215,8 +215,10 @@ def test_a_stopped_run_resumes_later_and_is_judged_whole(
     resumed with tf_resume it continues as retry-1 from the chief's checkpoint and succeeds
     with every epoch judged once. A second resume of the succeeded run is refused."""
     hosts = make_ns_hosts(count=2)
-    extra = settings(worker_python, tf_train_script=str(PREEMPTION_JOB), tf_train_args=PREEMPTION_ARGS,
-                     tf_stop_grace=30)
+    # Slower steps than the other preemption tests (about 5 s an epoch): after epoch 2 the
+    # refused resume and stop.yml (6 to 8 s together) must land while the run still trains.
+    extra = settings(worker_python, tf_train_script=str(PREEMPTION_JOB),
+                     tf_train_args=["--epochs=6", "--steps-per-epoch=20", "--step-seconds=0.25"], tf_stop_grace=30)
     book = Runbook(hosts, tmp_path, port=2466, groupvars=extra)
     result = book.play("train.yml", extra={"tf_run_id": "later", "tf_detach": True})
     assert result.returncode == 0, result.stdout[-4000:]
@@ -270,7 +272,7 @@ def test_a_checkpoint_directory_every_host_shares_is_not_copied(
     shutil.chown(shared, hosts.user, hosts.user)
     try:
         extra = settings(worker_python, tf_restart_attempts=1, tf_checkpoint_dir=str(shared),
-                         tf_train_args=["--epochs=3", "--steps-per-epoch=40"])
+                         tf_train_args=["--epochs=5", "--steps-per-epoch=40"])
         outcome = run_with_fault(hosts, tmp_path, "shared", extra, kill_worker_1_after(hosts, "shared", "epoch=1 "))
         out = outcome.stdout
         assert outcome.returncode == 0, out[-5000:]

@@ -362,19 +362,28 @@ def test_cut_and_restore_network(make_ns_hosts: Callable[..., NamespaceHosts]) -
     assert hosts.run(h1, "hostname")[1].strip() == "node1"
 
 
+def start_sleeper(hosts: NamespaceHosts, host: Host) -> list[int]:
+    """Start ``sleep 300`` in the background on ``host``; the pids of its sleep processes.
+
+    The ssh command returns once its shell has forked the job, which may not have exec'd
+    `sleep` yet: its pid shows as `bash` or `nohup` for a moment, so look for 10 s.
+    """
+    assert hosts.run(host, "nohup sleep 300 >/dev/null 2>&1 &")[0] == 0
+    deadline = time.monotonic() + 10
+    sleepers = [p for p in hosts.netns_pids(host) if comm(p) == "sleep"]
+    while not sleepers and time.monotonic() < deadline:
+        time.sleep(0.1)
+        sleepers = [p for p in hosts.netns_pids(host) if comm(p) == "sleep"]
+    return sleepers
+
+
 def test_power_off_kills_everything_and_power_on_keeps_disk(
     make_ns_hosts: Callable[..., NamespaceHosts],
 ) -> None:
     hosts = make_ns_hosts(2)
     h1 = hosts.hosts[1]
     assert hosts.run(h1, "echo persisted > ~/disk")[0] == 0
-    assert hosts.run(h1, "nohup sleep 300 >/dev/null 2>&1 &")[0] == 0
-    # The background job may not have exec'd `sleep` yet when the ssh command returns.
-    deadline = time.monotonic() + 10
-    sleepers = [p for p in hosts.netns_pids(h1) if comm(p) == "sleep"]
-    while not sleepers and time.monotonic() < deadline:
-        time.sleep(0.1)
-        sleepers = [p for p in hosts.netns_pids(h1) if comm(p) == "sleep"]
+    sleepers = start_sleeper(hosts, h1)
     old_sshd = h1.sshd_pid
     assert len(sleepers) == 1 and old_sshd in hosts.netns_pids(h1)
     sleeper = sleepers[0]
@@ -426,7 +435,7 @@ def _leftovers(
 def test_exit_removes_everything(multihost_env: None, tmp_path: Path) -> None:
     workdir = tmp_path / "w"
     with NamespaceHosts(2, workdir) as hosts:
-        assert hosts.run(1, "nohup sleep 300 >/dev/null 2>&1 &")[0] == 0
+        assert len(start_sleeper(hosts, hosts.hosts[1])) == 1
         pids = [p for h in hosts.hosts for p in hosts.netns_pids(h)] + hosts.hosts[
             0
         ].pids
