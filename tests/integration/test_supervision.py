@@ -38,12 +38,8 @@ def test_ctrl_c_stops_every_worker_within_the_controller_timeout(
     hosts = make_ns_hosts(count=2)
     timeout = 10
     extra = settings(worker_python, tf_train_args=LONG_JOB_ARGS, tf_controller_timeout=timeout)
-    # Fails unless no process of the run is left on any host within the bound: the timeout,
-    # the last heartbeat a status run in flight may still renew (a poll interval), the
-    # supervisor's next look, the grace its job gets (TensorFlow ignores SIGTERM while it
-    # waits on a peer, so all of it), and 10 s for a loaded machine. Measured: about 16 s.
-    bound = timeout + 2 * extra["tf_wait_poll_interval"] + 5 + 10
-    out = ctrl_c(hosts, tmp_path, extra, "ctrl-c", bound=bound)
+    # Fails unless no process of the run is left on any host within the bound.
+    out = ctrl_c(hosts, tmp_path, extra, "ctrl-c", bound=timeout + 15)
     print(f"\nTIMING ctrl-c: no process of the run left {out['seconds']:.1f} s after SIGINT (timeout {timeout} s)")
     assert out["returncode"] != 0
     for host in (0, 1):
