@@ -72,6 +72,25 @@ def claim(runs_dir: str, run_id: str, check_mode: bool = False, checksum: str = 
     return {"changed": True, "path": run_dir, "attempt": 0}
 
 
+def checkpoint_problems(host: str, run_id: str, found: dict[str, Any]) -> list[str]:
+    """The checkpoint directory the latest attempt's workers recorded on ``host`` (their
+    state.json) against the one this resume would use there (tf_run_resume, from this
+    inventory's tf_checkpoint_dir): another one would start the job over, losing its
+    progress. A worker without a record (an older supervisor) is not refused."""
+    would = found.get("checkpoint_dir")
+    if not would:
+        return []
+    root = found.get("checkpoint_root") or ""
+    setting = f"tf_checkpoint_dir {root!r}" if root else "tf_checkpoint_dir '', under the run's directory"
+    recorded = {os.path.normpath(w["checkpoint_dir"]) for w in found.get("workers") or []
+                if isinstance(w, dict) and w.get("checkpoint_dir")}  # fmt: skip
+    return [
+        f"host {host}: run {run_id!r} kept its checkpoints in {kept} (attempt {found.get('last_attempt')}), and "
+        f"this resume would use {would} ({setting}): resume with the tf_checkpoint_dir the run was launched with"
+        for kept in sorted(recorded - {os.path.normpath(would)})
+    ]
+
+
 def host_problems(run_id: str, checksum: str, hosts: dict[str, Any]) -> list[str]:
     """What every host's answer (tf_run_resume) says against resuming the run."""
     problems = []
@@ -96,6 +115,7 @@ def host_problems(run_id: str, checksum: str, hosts: dict[str, Any]) -> list[str
                 problems.append(f"host {host}: worker {worker.get('index')} ran in another cluster (TF_CONFIG "
                                 f"checksum {worker['checksum'][:12]}, this inventory's {checksum[:12]}); resume "
                                 "it with the inventory it ran on")
+        problems += checkpoint_problems(host, run_id, found)
     return problems
 
 

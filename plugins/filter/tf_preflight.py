@@ -174,13 +174,19 @@ def tf_preflight_checkpoint_problems(dirs: dict[str, Any]) -> list[str]:
 
 
 def tf_preflight_unreachable(results: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """One message per worker endpoint some host could not reach."""
+    """One message per worker endpoint some host could not reach. A host that cannot reach
+    its own worker (a cluster on one host probes itself) is told what that usually means."""
     problems = []
     for host, failures in results.items():
         for failure in failures or []:
+            own = (
+                f"; the address does not lead back to host {host} itself: its tf_worker_address (default: "
+                "ansible_host) must be an address this machine answers on"
+                if failure["host"] == host else ""
+            )
             problems.append(
                 f"host {host} cannot reach worker {failure['index']} on host {failure['host']} "
-                f"at {failure['address']}:{failure['port']}: {failure['reason']}"
+                f"at {failure['address']}:{failure['port']}: {failure['reason']}{own}"
             )
     return problems
 
@@ -221,23 +227,41 @@ def tf_preflight_versions(versions: dict[str, dict[str, Any]], python_match: str
     return problems
 
 
+def tf_controller_path(path: Any) -> Any:
+    """A path on the controller as the person who typed it means it: ``~`` expanded, and a
+    relative path taken from the directory ansible-playbook was started in. Ansible would
+    resolve it elsewhere: the file lookup in the roles' and the play's directories, a
+    module run on the controller in the playbook's directory. Anything but a non-empty
+    string is returned as it is (the contract's type checks name it)."""
+    if not isinstance(path, str) or path == "":
+        return path
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _as_given(path: Any) -> str:
+    """``mytrain.py (/home/u/proj/mytrain.py)`` where the path was resolved, else the path."""
+    resolved = tf_controller_path(path)
+    return f"{path} ({resolved})" if isinstance(resolved, str) and resolved != path else str(path)
+
+
 def tf_preflight_script_problems(path: str) -> list[str]:
     """The training script must be a readable file on the controller and, when it is
     Python, compile."""
+    name = _as_given(path)
     try:
-        with open(path, "rb") as handle:
+        with open(tf_controller_path(path), "rb") as handle:
             source = handle.read()
     except IsADirectoryError:
-        return [f"tf_train_script {path}: is a directory, not a script"]
+        return [f"tf_train_script {name}: is a directory, not a script"]
     except OSError as exc:
-        return [f"tf_train_script {path}: cannot be read on the controller: {exc.strerror}"]
+        return [f"tf_train_script {name}: cannot be read on the controller: {exc.strerror}"]
     if str(path).endswith(".py"):
         try:
             compile(source, str(path), "exec")
         except SyntaxError as exc:
-            return [f"tf_train_script {path}: line {exc.lineno}: {exc.msg}"]
+            return [f"tf_train_script {name}: line {exc.lineno}: {exc.msg}"]
         except ValueError as exc:
-            return [f"tf_train_script {path}: {exc}"]
+            return [f"tf_train_script {name}: {exc}"]
     return []
 
 
@@ -494,6 +518,7 @@ class FilterModule:
             "tf_preflight_versions": tf_preflight_versions,
             "tf_preflight_probe_versions": tf_preflight_probe_versions,
             "tf_preflight_script_problems": tf_preflight_script_problems,
+            "tf_controller_path": tf_controller_path,
             "tf_preflight_input_problems": tf_preflight_input_problems,
             "tf_preflight_input_names": tf_preflight_input_names,
         }

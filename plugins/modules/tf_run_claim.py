@@ -20,7 +20,9 @@ description:
     every host's answer (O(hosts), from tf_run_resume) and the controller's records; it refuses, with every
     reason naming host and value, a run unknown to this controller, a run not launched on a host, a worker whose
     supervisor still runs, a cluster whose checksum differs from the run's (C(run.json), each worker's
-    TF_CONFIG), and a run that succeeded (its C(summary.json), or every worker of its latest attempt exited 0).
+    TF_CONFIG), a checkpoint directory other than the one the latest attempt's workers recorded (a resume with
+    another C(tf_checkpoint_dir) would start the job over; a worker without a record is not refused), and a run
+    that succeeded (its C(summary.json), or every worker of its latest attempt exited 0).
     The next attempt is the latest attempt found on any host plus one; a file made with O_EXCL in the run's
     directory (C(.resume-<attempt>.claim)) lets only one playbook take it.
   - Runs on the controller only (an action plugin); the hosts are not contacted. In check mode nothing is created.
@@ -45,7 +47,8 @@ options:
     type: bool
     default: false
   hosts:
-    description: With O(resume), every host of the play to what tf_run_resume read there.
+    description: With O(resume), every host of the play to what tf_run_resume read there (given the host's
+      C(tf_checkpoint_dir) as its C(checkpoint_root)).
     type: dict
     default: {}
 attributes:

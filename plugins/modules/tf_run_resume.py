@@ -18,6 +18,9 @@ description:
     and, for each worker directory of the latest one, whether its supervisor is alive (the pid of its
     C(state.json), still working in that directory), how it exited (C(exit.json)) and the checksum of the cluster
     in its C(tf_config.json).
+  - Says which checkpoint directory the resume would use here (from O(checkpoint_root)) and, for each worker of
+    the latest attempt, which one its launch used (recorded in its C(state.json)), so that the claim refuses a
+    resume whose C(tf_checkpoint_dir) would start the job over in an empty directory.
 extends_documentation_fragment:
   - tf_runbook.multiworker.attributes
 options:
@@ -29,6 +32,12 @@ options:
     description: The run id; one path component.
     type: str
     required: true
+  checkpoint_root:
+    description: Where this host keeps checkpoints (C(tf_checkpoint_dir)); empty, under the run's directory
+      (C(<run>/checkpoints)), else C(<checkpoint_root>/<run_id>). C(~) is the remote user's home. A relative
+      path is refused.
+    type: path
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -44,6 +53,7 @@ EXAMPLES = r"""
   tf_runbook.multiworker.tf_run_resume:
     base_dir: "{{ tf_worker_base_dir }}"
     run_id: "{{ tf_run_id }}"
+    checkpoint_root: "{{ tf_checkpoint_dir }}"
   register: run_here
 """
 
@@ -54,6 +64,15 @@ exists:
   returned: always
 run_dir:
   description: The run's directory on this host.
+  type: str
+  returned: always
+checkpoint_dir:
+  description: The checkpoint directory the resume would use on this host, from O(checkpoint_root).
+  type: str
+  returned: always
+  sample: /srv/checkpoints/20260101T120000Z-abc123
+checkpoint_root:
+  description: O(checkpoint_root) as this host resolved it (C(~) expanded); empty for the run's directory.
   type: str
   returned: always
 last_attempt:
@@ -68,8 +87,9 @@ earlier_alive:
   returned: always
 workers:
   description: Each worker directory of the latest attempt, with C(index), C(dir), C(alive) (its supervisor
-    still runs), C(returncode) (null without an exit record) and C(checksum) (of its TF_CONFIG's cluster, null
-    when unreadable).
+    still runs), C(returncode) (null without an exit record), C(checksum) (of its TF_CONFIG's cluster, null
+    when unreadable) and C(checkpoint_dir) (the checkpoint directory its launch recorded in its C(state.json),
+    null when unreadable or not recorded, as by an older supervisor).
   type: list
   elements: dict
   returned: always
@@ -93,6 +113,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     run_id_is_safe,
     worker_index,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import checkpoint_dir_of
 
 
 def worker_dirs(directory: str) -> dict[int, str]:
@@ -129,17 +150,23 @@ def worker_entry(index: int, directory: str) -> dict[str, Any]:
     config = read_json(os.path.join(directory, CONFIG_FILE)) or {}
     cluster = config.get("cluster")
     pid = state.get("supervisor_pid")
+    launch = state.get("launch")
+    recorded = launch.get("checkpoint_dir") if isinstance(launch, dict) else None
     return {
         "index": index,
         "dir": directory,
         "alive": bool(works_in(pid, directory)) if isinstance(pid, int) else False,
         "returncode": exit_record.get("returncode"),
         "checksum": cluster_checksum(cluster) if isinstance(cluster, dict) else None,
+        "checkpoint_dir": recorded if isinstance(recorded, str) and recorded else None,
     }
 
 
-def read_run(base_dir: str, run_id: str) -> dict[str, Any]:
+def read_run(base_dir: str, run_id: str, checkpoint_root: str = "") -> dict[str, Any]:
+    """What this host holds of the run, and the checkpoint directory a resume with
+    ``checkpoint_root`` would use. Raises ValueError for a relative ``checkpoint_root``."""
     run_dir = run_dir_of(os.path.abspath(base_dir), run_id)
+    checkpoint_dir = checkpoint_dir_of(run_dir, run_id, checkpoint_root)
     attempts = attempts_of(run_dir)
     last = attempts[-1] if attempts else -1
     dirs = worker_dirs(attempt_dir_of(run_dir, last)) if attempts else {}
@@ -147,6 +174,8 @@ def read_run(base_dir: str, run_id: str) -> dict[str, Any]:
         "changed": False,
         "exists": os.path.isdir(run_dir),
         "run_dir": run_dir,
+        "checkpoint_dir": checkpoint_dir,
+        "checkpoint_root": checkpoint_root,
         "last_attempt": last,
         "workers": [worker_entry(index, dirs[index]) for index in sorted(dirs)],
         "earlier_alive": earlier_alive(run_dir, attempts[:-1]),
@@ -170,13 +199,18 @@ def main() -> None:
         argument_spec={
             "base_dir": {"type": "path", "required": True},
             "run_id": {"type": "str", "required": True},
+            "checkpoint_root": {"type": "path", "default": ""},
         },
         supports_check_mode=True,
     )
     run_id = module.params["run_id"]
     if not run_id_is_safe(run_id):
         module.fail_json(msg=f"run id {run_id!r} is not safe as a directory name: {RUN_ID_RULE}")
-    module.exit_json(**read_run(module.params["base_dir"], run_id))
+    try:
+        found = read_run(module.params["base_dir"], run_id, module.params["checkpoint_root"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**found)
 
 
 if __name__ == "__main__":

@@ -559,6 +559,33 @@ def test_a_worker_port_blocked_between_hosts_is_refused_before_launch(
 
 
 @pytest.mark.multihost
+def test_a_cluster_of_one_host_whose_worker_address_is_another_machines_is_refused(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str,
+    earlier_on_hosts: Callable[[NamespaceHosts], Callable[[], None]],
+) -> None:
+    """node0 alone, its tf_worker_address node1's: its two workers would wait for each other
+    at node1 until the startup deadline. The probe of a one-host cluster reaches its own
+    ports at their addresses, and refuses before anything is launched."""
+    hosts = make_ns_hosts(count=2)
+    unchanged = earlier_on_hosts(hosts)
+    node1 = hosts.host(1)
+    result = ns_play(hosts, tmp_path, "--limit", "node0", inventory={"groupvars": {"tf_worker_python": worker_python}},
+                     tf_run_id="notmine", tf_worker_address=node1.address, tf_worker_slots=2,
+                     tf_preflight_probe_timeout=2)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    for index, port in ((0, 2222), (1, 2223)):
+        assert f"host node0 cannot reach worker {index} on host node0 at {node1.address}:{port}: " in output, (
+            output[-3000:])
+    assert "the address does not lead back to host node0 itself" in output, output[-3000:]
+    for index in range(2):
+        assert not hosts.run(index, "test -e ~/tf-runbook/runs/notmine")[0] == 0
+        assert user_processes(hosts, index, "tf_supervisor") == []
+    assert port_free(hosts, 0, 2222) and port_free(hosts, 0, 2223), "the probe listener still holds a port"
+    unchanged()
+
+
+@pytest.mark.multihost
 def test_a_port_taken_on_a_remote_host_is_refused_naming_its_process(
     make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str,
     earlier_on_hosts: Callable[[NamespaceHosts], Callable[[], None]],

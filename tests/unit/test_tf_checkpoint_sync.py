@@ -204,7 +204,8 @@ def test_a_hosts_run_is_read_from_its_latest_attempt(tmp_path: Path) -> None:
     found = tf_run_resume.read_run(str(tmp_path), "r1")
     assert (found["exists"], found["last_attempt"]) == (True, 2)
     assert found["workers"] == [{"index": 1, "dir": str(run / "retry-2" / "worker-1"), "alive": False,
-                                 "returncode": None, "checksum": cluster_checksum(cluster)}]  # fmt: skip
+                                 "returncode": None, "checksum": cluster_checksum(cluster),
+                                 "checkpoint_dir": None}]  # fmt: skip
     original = os.getcwd()
     os.chdir(run / "retry-2" / "worker-1")
     try:
@@ -212,8 +213,9 @@ def test_a_hosts_run_is_read_from_its_latest_attempt(tmp_path: Path) -> None:
     finally:
         os.chdir(original)
     assert tf_run_resume.read_run(str(tmp_path), "r2") == {
-        "changed": False, "exists": False, "run_dir": str(tmp_path / "runs" / "r2"), "last_attempt": -1, "workers": [],
-        "earlier_alive": []}
+        "changed": False, "exists": False, "run_dir": str(tmp_path / "runs" / "r2"),
+        "checkpoint_dir": str(tmp_path / "runs" / "r2" / "checkpoints"), "checkpoint_root": "", "last_attempt": -1,
+        "workers": [], "earlier_alive": []}
 
 
 def test_a_supervisor_of_an_earlier_attempt_that_still_runs_refuses_the_resume(tmp_path: Path) -> None:
@@ -237,6 +239,75 @@ def test_a_supervisor_of_an_earlier_attempt_that_still_runs_refuses_the_resume(t
     assert [w["alive"] for w in found["workers"]] == [False]
     [problem] = host_problems("r1", "", {"h0": found})
     assert problem.startswith("host h0: worker 0 of attempt 0 of run 'r1' is still running (supervisor pid ")
+
+
+def launched_worker(directory: Path, checkpoint_dir: str | None, state: str | None = None) -> None:
+    """A worker directory whose supervisor recorded its launch (``checkpoint_dir`` None: an
+    older supervisor's state.json, without one); ``state`` the raw state.json instead."""
+    directory.mkdir(parents=True)
+    launch = {} if checkpoint_dir is None else {"launch": {"attempt": 0, "checkpoint_dir": checkpoint_dir}}
+    (directory / "state.json").write_text(state if state is not None else json.dumps({"supervisor_pid": 0, **launch}))
+
+
+def test_a_hosts_run_says_which_checkpoint_directory_each_worker_of_its_latest_attempt_used(tmp_path: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.modules import tf_run_resume
+
+    run = tmp_path / "runs" / "r1"
+    launched_worker(run / "worker-0", "/old/r1")  # attempt 0: not the latest, not read
+    launched_worker(run / "retry-1" / "worker-0", "/a/r1")
+    launched_worker(run / "retry-1" / "worker-1", None)
+    launched_worker(run / "retry-1" / "worker-2", "", state="{not json")
+    found = tf_run_resume.read_run(str(tmp_path), "r1", "/a/")
+    assert [(w["index"], w["checkpoint_dir"]) for w in found["workers"]] == [(0, "/a/r1"), (1, None), (2, None)]
+    assert (found["checkpoint_dir"], found["checkpoint_root"]) == ("/a/r1", "/a/")
+    assert tf_run_resume.read_run(str(tmp_path), "r1")["checkpoint_dir"] == str(run / "checkpoints")
+    with pytest.raises(ValueError, match="'ckpt' is not an absolute path"):
+        tf_run_resume.read_run(str(tmp_path), "r1", "ckpt")
+
+
+def test_the_resume_module_expands_the_checkpoint_root_and_refuses_a_relative_one(tmp_path: Path) -> None:
+    from helpers import REPO, run_module
+
+    module = REPO / "plugins" / "modules" / "tf_run_resume.py"
+    launched_worker(tmp_path / "runs" / "r1" / "worker-0", str(tmp_path / "home" / "ckpt" / "r1"))
+    found = run_module(module, {"base_dir": str(tmp_path), "run_id": "r1", "checkpoint_root": "~/ckpt"},
+                       HOME=str(tmp_path / "home"))  # fmt: skip
+    assert not found.get("failed"), found
+    assert found["checkpoint_dir"] == found["workers"][0]["checkpoint_dir"] == str(tmp_path / "home" / "ckpt" / "r1")
+    refused = run_module(module, {"base_dir": str(tmp_path), "run_id": "r1", "checkpoint_root": "ckpt"})
+    assert refused.get("failed") and "tf_checkpoint_dir 'ckpt' is not an absolute path" in refused["msg"], refused
+
+
+@pytest.mark.parametrize(
+    ("launched_with", "resumed_with", "refused"),
+    [("", "", False), ("root", "root", False), ("", "root", True), ("root", "", True), ("root", "other", True)],
+)
+def test_a_resume_with_another_checkpoint_directory_than_the_runs_is_refused(
+    tmp_path: Path, launched_with: str, resumed_with: str, refused: bool
+) -> None:
+    """What the module reads of a crafted run, judged by the claim: the directory the run's
+    workers recorded against the one this tf_checkpoint_dir gives (issue: a resume that
+    silently started over)."""
+    from ansible_collections.tf_runbook.multiworker.plugins.action.tf_run_claim import host_problems
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import checkpoint_dir_of
+    from ansible_collections.tf_runbook.multiworker.plugins.modules import tf_run_resume
+
+    roots = {"": "", "root": str(tmp_path / "root"), "other": str(tmp_path / "other")}
+    run = tmp_path / "runs" / "r1"
+    kept = checkpoint_dir_of(str(run), "r1", roots[launched_with])
+    launched_worker(run / "worker-0", kept)
+    launched_worker(run / "worker-1", kept)
+    found = tf_run_resume.read_run(str(tmp_path), "r1", roots[resumed_with])
+    problems = host_problems("r1", "", {"h0": found})
+    if not refused:
+        assert problems == []
+        return
+    setting = f"'{roots[resumed_with]}'" if resumed_with else "'', under the run's directory"
+    assert problems == [
+        f"host h0: run 'r1' kept its checkpoints in {kept} (attempt 0), and this resume would use "
+        f"{found['checkpoint_dir']} (tf_checkpoint_dir {setting}): resume with the tf_checkpoint_dir the run was "
+        "launched with"
+    ]
 
 
 # --- a shared tf_checkpoint_dir records its owner (tf_run_dir, issue 24 point 13) --------

@@ -93,6 +93,15 @@ def test_unreachable_endpoints_name_both_hosts_and_the_reason() -> None:
     ]
 
 
+def test_a_host_that_cannot_reach_its_own_worker_is_told_its_address_is_not_its_own() -> None:
+    """A cluster on one host probes itself: an address of another machine fails there."""
+    results = {"w": [{"index": 1, "host": "w", "address": "192.0.2.10", "port": 2223, "reason": "no answer within 5 s"}]}
+    assert tf_preflight.tf_preflight_unreachable(results) == [
+        "host w cannot reach worker 1 on host w at 192.0.2.10:2223: no answer within 5 s; the address does not lead "
+        "back to host w itself: its tf_worker_address (default: ansible_host) must be an address this machine answers on"
+    ]
+
+
 def test_versions_that_agree_pass_and_python_patch_levels_may_differ() -> None:
     versions = {
         "a": {"python": "3.11.2", "tensorflow": "2.21.0", "numpy": "2.3.5"},
@@ -161,6 +170,33 @@ def test_script_checks(tmp_path: Path) -> None:
     assert syntax.startswith(f"tf_train_script {bad}: line 1:")
     [directory] = tf_preflight.tf_preflight_script_problems(str(tmp_path))
     assert "is a directory" in directory
+
+
+def test_a_relative_or_home_script_is_read_where_the_user_meant_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative tf_train_script is the file next to where ansible-playbook was started,
+    ~ is the controller user's home: the check reads the file the deploy sends."""
+    home = tmp_path / "home"
+    project = tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    (project / "mytrain.py").write_text("print('mine')\n")
+    (home / "train.py").write_text("print('home')\n")
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("HOME", str(home))
+    assert tf_preflight.tf_controller_path("mytrain.py") == str(project / "mytrain.py")
+    assert tf_preflight.tf_controller_path("../project/./mytrain.py") == str(project / "mytrain.py")
+    assert tf_preflight.tf_controller_path("~/train.py") == str(home / "train.py")
+    assert tf_preflight.tf_controller_path("/abs/train.py") == "/abs/train.py"
+    assert tf_preflight.tf_controller_path("") == ""
+    assert tf_preflight.tf_controller_path(["a"]) == ["a"]
+    assert tf_preflight.tf_preflight_script_problems("mytrain.py") == []
+    assert tf_preflight.tf_preflight_script_problems("~/train.py") == []
+    [missing] = tf_preflight.tf_preflight_script_problems("other.py")
+    assert missing == (
+        f"tf_train_script other.py ({project}/other.py): cannot be read on the controller: No such file or directory"
+    )
 
 
 # -- the host probe --------------------------------------------------------------------

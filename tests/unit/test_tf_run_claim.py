@@ -136,6 +136,56 @@ def test_a_resume_is_refused_naming_host_and_value(tmp_path: Path, hosts: dict[s
     assert not [name for name in os.listdir(runs / "r1") if name.endswith(".claim")]
 
 
+def checkpoint_host(recorded: list[str | None], would: str = "/ck/r1", root: str = "/ck") -> dict[str, Any]:
+    """host(), whose resume would use ``would`` (from tf_checkpoint_dir ``root``), with one
+    worker per entry of ``recorded``: the checkpoint directory its launch recorded, or None."""
+    found = host()
+    worker = found["workers"][0]
+    return {**found, "checkpoint_dir": would, "checkpoint_root": root,
+            "workers": [{**worker, "index": i, "checkpoint_dir": kept} for i, kept in enumerate(recorded)]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "found",
+    [
+        checkpoint_host(["/ck/r1", "/ck/r1"]),
+        checkpoint_host(["/ck//r1/", "/ck/./r1"]),  # the same directory, written otherwise
+        checkpoint_host(["/b/runs/r1/checkpoints"], would="/b/runs/r1/checkpoints", root=""),
+        checkpoint_host([None]),  # launched by a supervisor that recorded no directory
+        checkpoint_host([None, "/ck/r1"]),
+        host(),  # an answer without checkpoint directories (an older tf_run_resume)
+    ],
+    ids=["equal", "normalized", "under-the-run", "no-record", "one-record", "no-answer"],
+)
+def test_a_resume_with_the_runs_checkpoint_directory_is_not_refused(tmp_path: Path, found: dict[str, Any]) -> None:
+    runs = claimed_run(tmp_path)
+    assert action.resume(str(runs), "r1", CHECKSUM, {"h0": checkpoint_host(["/ck/r1"]), "h1": found}, True) == {
+        "changed": True, "path": str(runs / "r1"), "attempt": 2}
+
+
+@pytest.mark.parametrize(
+    ("found", "kept", "would", "setting"),
+    [
+        (checkpoint_host(["/a/r1", "/a/r1"]), "/a/r1", "/ck/r1", "'/ck'"),
+        (checkpoint_host([None, "/a/r1/"]), "/a/r1", "/ck/r1", "'/ck'"),
+        (checkpoint_host(["/b/runs/r1/checkpoints"]), "/b/runs/r1/checkpoints", "/ck/r1", "'/ck'"),
+        (checkpoint_host(["/ck/r1"], would="/b/runs/r1/checkpoints", root=""), "/ck/r1", "/b/runs/r1/checkpoints",
+         "'', under the run's directory"),
+    ],
+    ids=["other-root", "one-record", "root-set", "root-emptied"],
+)
+def test_a_resume_with_another_checkpoint_directory_is_refused_naming_host_and_both(
+    tmp_path: Path, found: dict[str, Any], kept: str, would: str, setting: str
+) -> None:
+    runs = claimed_run(tmp_path)
+    message = (f"host h1: run 'r1' kept its checkpoints in {kept} (attempt 1), and this resume would use {would} "
+               f"(tf_checkpoint_dir {setting}): resume with the tf_checkpoint_dir the run was launched with")
+    with pytest.raises(AnsibleActionFail) as refusal:
+        action.resume(str(runs), "r1", CHECKSUM, {"h0": checkpoint_host(["/ck/r1"]), "h1": found}, False)
+    assert str(refusal.value) == f"Preflight refused the resume: {message}"
+    assert not [name for name in os.listdir(runs / "r1") if name.endswith(".claim")]
+
+
 def test_a_resume_of_a_run_the_verdict_passed_is_refused(tmp_path: Path) -> None:
     runs = claimed_run(tmp_path, status="succeeded")
     with pytest.raises(AnsibleActionFail, match="succeeded: there is nothing to resume"):
