@@ -56,10 +56,14 @@ def _interpreter_fault(host: str, path: str, state: dict[str, Any]) -> list[str]
 
 def _checkpoint_dir_problems(host: str, state: dict[str, Any] | None) -> list[str]:
     """The run's checkpoints go under tf_checkpoint_dir: it must be a directory the remote
-    user can write, or one it can create."""
+    user can write, or one it can create, outside the runs directory (the runs' own)."""
     if not state:
         return []
     path = state.get("path", "tf_checkpoint_dir")
+    if state.get("runs_dir"):
+        return [f"host {host}: tf_checkpoint_dir {path} is inside {state['runs_dir']}, where every run keeps its own "
+                "directory: its backups would mix with a run's files, or take over another run's; choose a directory "
+                "outside it (empty: each run keeps them in its own directory)"]
     if state.get("exists"):
         if not state.get("is_dir"):
             return [f"host {host}: tf_checkpoint_dir {path} exists and is not a directory"]
@@ -70,6 +74,28 @@ def _checkpoint_dir_problems(host: str, state: dict[str, Any] | None) -> list[st
         return []
     return [f"host {host}: tf_checkpoint_dir {path} does not exist and the remote user cannot create it "
             f"(nearest existing parent: {state.get('parent')})"]
+
+
+def _shared_base_dir_problems(probes: dict[str, dict[str, Any]]) -> list[str]:
+    """Inventory hosts that are one machine with one tf_worker_base_dir (two names or
+    addresses of one server): their workers would keep the run in the same directories,
+    and each host's collect would bring the other's, which the verdict refuses after the
+    training."""
+    sharing: dict[str, list[str]] = {}
+    for host, probe in probes.items():
+        identity = probe.get("base_dir_identity")
+        if identity:
+            sharing.setdefault(str(identity), []).append(host)
+    problems = []
+    for hosts in sharing.values():
+        if len(hosts) > 1:
+            base = probes[hosts[0]].get("base_dir", "tf_worker_base_dir")
+            problems.append(
+                f"hosts {', '.join(hosts)} are one machine with one tf_worker_base_dir ({base}): their runs would "
+                "share its directories; list the machine once, with tf_worker_slots for more workers, or give "
+                "each host a tf_worker_base_dir of its own"
+            )
+    return problems
 
 
 def tf_preflight_host_problems(
@@ -103,6 +129,7 @@ def tf_preflight_host_problems(
                 f"host {host}: run id {run_id!r} was already launched there ({probe['run_launched']}); "
                 "its files are kept: give a new -e tf_run_id or leave it empty"
             )
+    problems.extend(_shared_base_dir_problems(probes))
     gpus = {host: int(probe.get("gpus", 0)) for host, probe in probes.items()}
     if any(gpus.values()) and len(set(gpus.values())) > 1:
         listing = ", ".join(f"{host}={count}" for host, count in gpus.items())
@@ -280,6 +307,7 @@ INPUT_NAMES = (
     "tf_wait_poll_interval",
     "tf_collect_files",
     "tf_collect_artifacts",
+    "tf_restart_on",
 )
 
 # The records the verdict reads from every worker directory: a tf_collect_files that
@@ -316,6 +344,10 @@ def _remote_path_problem(name: str, value: Any, empty: str = "") -> str:
 def _pattern_problem(value: Any) -> str:
     if not isinstance(value, str):
         return f"tf_startup_pattern must be a regular expression (a string), got {type_name(value)}: {value!r}"
+    if value == "":
+        return ("tf_startup_pattern must not be empty: it would match any line, so a worker that prints anything "
+                "would count as joined and the startup deadline never catch one that does not join "
+                "(tf_startup_timeout: 0 turns the deadline off)")
     try:
         re.compile(value)
     except re.error as exc:
@@ -469,6 +501,10 @@ def input_problems(values: dict[str, Any], cluster_size: int = 0) -> list[str]:
             problems.extend(p for p in map(_source_problem, allow) if p)
     problems.extend(_collect_problems(values))
     problems.extend(_cross_problems(values, cluster_size))
+    restart_on = values.get("tf_restart_on")
+    if isinstance(restart_on, list) and "operator" in restart_on:
+        problems.append("tf_restart_on holds operator, which is never restarted: an operator's stop (stop.yml) is a "
+                        "decision, not a failure; drop it (continue such a run with -e tf_resume=true)")
     return problems
 
 

@@ -241,6 +241,12 @@ run_launched:
   description: A record that shows the run id was already launched here ('' when none).
   type: str
   returned: host mode
+base_dir_identity:
+  description: The kernel's boot id, the device and inode of O(base_dir) (or of its nearest existing parent) and the
+    rest of its path; two hosts with the same identity are one machine with one base directory. Empty where the
+    boot id cannot be read.
+  type: str
+  returned: host mode
 base_dir_state:
   description: What O(base_dir) is on this host (path, user and uid, exists, and is_dir, owner, owner_uid, mode
     and the entries that are not the runbook's own, and whether its C(runs) is a directory and whose, or the
@@ -257,7 +263,8 @@ interpreter_state:
   returned: host mode
 checkpoint_state:
   description: What O(checkpoint_dir) is here (C(path), C(exists), and C(is_dir) and C(writable),
-    or the nearest existing C(parent) and C(parent_writable)); empty when O(checkpoint_dir) is.
+    or the nearest existing C(parent) and C(parent_writable)), with C(runs_dir) where it lies in the runs
+    directory under O(base_dir); empty when O(checkpoint_dir) is.
   type: dict
   returned: host mode
 gpus:
@@ -318,6 +325,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_base_dir
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     LAUNCH_RECORDS,
     RETRY_PREFIX,
+    RUNS_DIR,
     WORKER_PREFIX,
     run_dir_of,
 )
@@ -509,7 +517,29 @@ def probe_host(
         "run_launched": launched_record(os.path.abspath(base), run_id),
         "base_dir_state": base_dir_state(base),
         "gpus": count_gpus(proc, run),
+        "base_dir_identity": base_dir_identity(base, proc),
     }
+
+
+def base_dir_identity(base_dir: str, proc: str = "/proc") -> str:
+    """What tells two inventory hosts that are one machine with one base directory: the
+    running kernel's boot id (shared by containers and network namespaces of one machine,
+    new at every boot), the device and inode of the base directory or of its nearest
+    existing parent, and the rest of its path. Two hosts with the same identity would
+    keep their runs in the same directories. Empty where the boot id cannot be read."""
+    try:
+        with open(os.path.join(proc, "sys/kernel/random/boot_id"), encoding="ascii") as handle:
+            boot = handle.read().strip()
+    except OSError:
+        return ""
+    path = os.path.abspath(base_dir)
+    existing = nearest_existing(path)
+    try:
+        info = os.stat(existing)
+    except OSError:
+        return ""
+    rest = os.path.relpath(path, existing)
+    return f"{boot}:{info.st_dev}:{info.st_ino}:{rest}"
 
 
 def interpreter_state(python: str) -> dict[str, Any]:
@@ -554,15 +584,23 @@ def interpreter_python3(python: str, run: Runner, timeout: float = 30) -> tuple[
     return (version, "") if answer.group(1) == "3" else ("", f"it is Python {version}")
 
 
-def checkpoint_state(checkpoint_dir: str) -> dict[str, Any]:
-    """Whether the run's checkpoints can be made under ``checkpoint_dir`` on this host."""
+def checkpoint_state(checkpoint_dir: str, base_dir: str = "") -> dict[str, Any]:
+    """Whether the run's checkpoints can be made under ``checkpoint_dir`` on this host;
+    ``runs_dir`` where that directory lies in (or is) the runs directory under ``base_dir``,
+    where every run keeps its own directory (symlinks followed)."""
     if not checkpoint_dir:
         return {}
     path = os.path.abspath(checkpoint_dir)
+    inside: dict[str, Any] = {}
+    if base_dir:
+        runs = os.path.realpath(os.path.join(os.path.abspath(base_dir), RUNS_DIR))
+        real = os.path.realpath(path)
+        if os.path.commonpath([real, runs]) == runs:
+            inside = {"runs_dir": runs}
     if os.path.exists(path):
         return {"path": path, "exists": True, "is_dir": os.path.isdir(path),
-                "writable": os.access(path, os.W_OK | os.X_OK)}
-    return {"path": path, "exists": False, **creatable(path)}
+                "writable": os.access(path, os.W_OK | os.X_OK), **inside}
+    return {"path": path, "exists": False, **creatable(path), **inside}
 
 
 def resolve_addresses(addresses: list[str]) -> dict[str, list[str]]:
@@ -780,6 +818,20 @@ def start_listener(ports: list[int], peers: list[str], lifetime: float, token: s
     return server_pid
 
 
+def listen_failure(me: str, ports: list[int], exc: OSError) -> str:
+    """Why the probe's listeners could not start. The look found the ports free a moment
+    before (else nothing listens): a port taken since is most often another host of the
+    play on this same machine, whose probe listens on it now."""
+    since = (
+        ": they were free when the probe looked a moment before, so another host of the play holds them on "
+        "this same machine (an inventory that names one machine twice: list it once, with tf_worker_slots), "
+        "or a process took them since"
+        if exc.errno == errno.EADDRINUSE else ""
+    )
+    return (f"Preflight refused the run: host {me}: cannot listen on worker port(s) "
+            f"{', '.join(str(p) for p in ports)}: {exc.strerror or exc}{since}")
+
+
 def read_line(conn: socket.socket, timeout: float) -> bytes:
     """The first line the peer sends within ``timeout`` seconds (at most 256 bytes)."""
     conn.settimeout(max(timeout, 0.1))
@@ -965,7 +1017,7 @@ def main() -> None:
         if found:
             version, fault = interpreter_python3(found, run)
             seen["interpreter_state"].update({"python": version} if version else {"fault": fault})
-        seen["checkpoint_state"] = checkpoint_state(params["checkpoint_dir"])
+        seen["checkpoint_state"] = checkpoint_state(params["checkpoint_dir"], params["base_dir"])
         seen["resolved"] = resolve_addresses(params["addresses"])
         seen["sources"] = source_addresses(seen["resolved"])
         if params["python"]:
@@ -978,7 +1030,7 @@ def main() -> None:
                     params["ports"], params["peers"], params["timeout"], probe_token(params["run_id"], params["me"])
                 )
             except OSError as exc:
-                module.fail_json(msg=f"cannot listen on {params['ports']}: {exc}", **seen)
+                module.fail_json(msg=listen_failure(params["me"], params["ports"], exc), **seen)
         # The one-run probe: with O(endpoints), this host connects to every worker port
         # right after its own listeners are up. A host refused for its look (a port taken)
         # does not: the run is refused for that, and nothing listens here to wait for.

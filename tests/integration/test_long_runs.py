@@ -233,6 +233,16 @@ def test_a_stopped_run_resumes_later_and_is_judged_whole(
     assert stopped.returncode == 0, stopped.stdout[-3000:]
     no_process_left(book, "later")
 
+    # Another checkpoint directory than the run kept its backups in would start it over.
+    elsewhere = book.play("train.yml", extra={"tf_run_id": "later", "tf_resume": True,
+                                              "tf_checkpoint_dir": "/var/tmp/tf-runbook-elsewhere"})
+    assert elsewhere.returncode != 0
+    for host in (0, 1):
+        assert (f"host node{host}: run 'later' kept its checkpoints in {hosts.host(host).home}/tf-runbook/runs/later/"
+                "checkpoints (attempt 0), and this resume would use /var/tmp/tf-runbook-elsewhere/later") in (
+            elsewhere.stdout), elsewhere.stdout[-3000:]
+    assert not book.exists(0, f"{RUN}/later/retry-1"), "a refused resume started an attempt"
+
     started = time.monotonic()
     timing: dict[str, float] = {}
 

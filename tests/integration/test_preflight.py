@@ -132,6 +132,28 @@ def test_two_workers_on_the_same_address_and_port_are_refused(cluster: LocalClus
     )
 
 
+def test_two_hosts_that_are_one_machine_with_one_base_dir_are_refused(cluster: LocalCluster) -> None:
+    """w0 and w1 are both this machine; with one base directory their runs would share
+    its directories (and the verdict refuse the run after the training)."""
+    cluster.hosts["w1"]["tf_worker_base_dir"] = cluster.hosts["w0"]["tf_worker_base_dir"]
+    cluster.assert_refused(
+        cluster.play(),
+        f"hosts w0, w1 are one machine with one tf_worker_base_dir ({cluster.tmp / 'w0'}): their runs would share",
+    )
+
+
+def test_a_checkpoint_dir_inside_the_runs_directory_is_refused(cluster: LocalCluster) -> None:
+    """An earlier run's directory as tf_checkpoint_dir: the new run's backups would go
+    into it, and a run id equal to its checkpoints' name would resume from them."""
+    earlier = cluster.tmp / "w1" / "runs" / EARLIER
+    cluster.hosts["w1"]["tf_checkpoint_dir"] = str(earlier)
+    cluster.assert_refused(
+        cluster.play(tf_run_id="checkpoints"),
+        f"host w1: tf_checkpoint_dir {earlier} is inside {cluster.tmp / 'w1' / 'runs'}, where every run keeps its own "
+        "directory",
+    )
+
+
 def test_a_port_already_in_use_is_refused_naming_the_process(cluster: LocalCluster) -> None:
     with port_held(2470) as holder:
         name = Path(f"/proc/{holder.pid}/comm").read_text().strip()

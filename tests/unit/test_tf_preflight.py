@@ -425,6 +425,26 @@ def test_connect_waits_until_its_own_listener_heard_the_last_peer() -> None:
         kill_quietly(pid)
 
 
+def test_ports_taken_between_the_look_and_the_listen_are_told_as_what_they_most_often_are() -> None:
+    """Two inventory names of one machine: the second host's look saw the ports free, and
+    the first one's probe took them before it listened."""
+    ports = [free_port()]
+    with socket.socket() as holder:
+        holder.bind(("", ports[0]))
+        holder.listen()
+        with pytest.raises(OSError) as raised:
+            probe.start_listener(ports, ["w0", "w1"], 5, probe.probe_token("r1", "w1"))
+    assert probe.listen_failure("w1", [ports[0], 2223], raised.value) == (
+        f"Preflight refused the run: host w1: cannot listen on worker port(s) {ports[0]}, 2223: Address already in "
+        "use: they were free when the probe looked a moment before, so another host of the play holds them on this "
+        "same machine (an inventory that names one machine twice: list it once, with tf_worker_slots), or a process "
+        "took them since"
+    )
+    assert probe.listen_failure("w1", [2222], PermissionError(13, "Permission denied")) == (
+        "Preflight refused the run: host w1: cannot listen on worker port(s) 2222: Permission denied"
+    )
+
+
 def test_connect_waits_a_bounded_time_and_says_what_is_still_held() -> None:
     """A peer that never comes: the wait ends at its bound, the listener is left to its
     own deadline (or the role's stop), and the result names its ports."""
@@ -915,6 +935,20 @@ def test_collect_patterns_that_cannot_match_or_drop_the_verdicts_records_are_ref
     assert [p for p in tf_preflight.input_problems(values) if "tf_collect" in p] == expected
 
 
+def test_an_empty_startup_pattern_and_a_restart_on_operator_are_refused() -> None:
+    """An empty pattern matches any line (every worker joined at its first line); an
+    operator's stop is never restarted, so listing it could only mislead."""
+    [empty] = tf_preflight.input_problems({"tf_startup_pattern": ""})
+    assert empty.startswith("tf_startup_pattern must not be empty: it would match any line")
+    assert tf_preflight.input_problems({"tf_startup_pattern": "cluster_workers="}) == []
+    [operator] = tf_preflight.input_problems({"tf_restart_on": ["preempted", "operator"]})
+    assert operator.startswith("tf_restart_on holds operator, which is never restarted")
+    assert tf_preflight.input_problems({"tf_restart_on": ["preempted", "killed"]}) == []
+    assert tf_preflight.input_problems({"tf_restart_on": []}) == []
+    [named] = tf_preflight.tf_preflight_input_problems({}, "w0", {"w1": {"tf_restart_on": ["operator"]}}, 2)
+    assert named.startswith("host w1: tf_restart_on holds operator")
+
+
 def test_the_collect_patterns_are_checked_on_every_host() -> None:
     problems = tf_preflight.tf_preflight_input_problems({}, "w0", {"w0": {}, "w1": {"tf_collect_artifacts": ["/x"]}})
     assert problems == ["host w1: tf_collect_artifacts entry '/x' must be a path relative to each worker directory, "
@@ -993,6 +1027,50 @@ def test_the_probe_tells_whether_the_checkpoint_dir_can_be_made(tmp_path: Path) 
         "path": str(tmp_path / "new" / "ckpt"), "exists": False, "parent": str(tmp_path), "parent_writable": True}
 
 
+def test_two_inventory_hosts_that_are_one_machine_with_one_base_dir_are_refused(tmp_path: Path) -> None:
+    """The identity is the same for one base directory (existing or not yet), and differs
+    for another directory or another path under the same existing parent."""
+    base = tmp_path / "tf-runbook"
+    base.mkdir()
+    same = probe.base_dir_identity(str(base))
+    assert same and same == probe.base_dir_identity(str(tmp_path / "." / "tf-runbook"))
+    assert probe.base_dir_identity(str(tmp_path / "new" / "base")) == probe.base_dir_identity(
+        str(tmp_path / "new" / "base"))
+    assert probe.base_dir_identity(str(tmp_path / "new" / "base")) != probe.base_dir_identity(
+        str(tmp_path / "new" / "other"))
+    assert probe.base_dir_identity(str(tmp_path / "other")) != same
+    assert probe.base_dir_identity(str(base), proc=str(tmp_path / "no-proc")) == ""
+    probes = {"w0": clean(base_dir_identity=same, base_dir="/root/tf-runbook"),
+              "w1": clean(base_dir_identity=same, base_dir="/root/tf-runbook"),
+              "w2": clean(base_dir_identity="other"), "w3": clean(base_dir_identity="")}
+    assert tf_preflight.tf_preflight_host_problems(probes, SPEC, 1024) == [
+        "hosts w0, w1 are one machine with one tf_worker_base_dir (/root/tf-runbook): their runs would share its "
+        "directories; list the machine once, with tf_worker_slots for more workers, or give each host a "
+        "tf_worker_base_dir of its own"
+    ]
+    assert tf_preflight.tf_preflight_host_problems({"w0": probes["w0"], "w2": probes["w2"]}, SPEC, 1024) == []
+
+
+def test_the_probe_tells_a_checkpoint_dir_inside_the_runs_directory(tmp_path: Path) -> None:
+    """The runs directory under tf_worker_base_dir holds every run's own directory: a
+    checkpoint directory in it (an earlier run's, the runs directory itself, one reached
+    through a symlink) would mix with or take over a run's files."""
+    base = tmp_path / "base"
+    earlier = base / "runs" / "base1" / "checkpoints"
+    earlier.mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(base / "runs" / "base1")
+    runs = str(base / "runs")
+    assert probe.checkpoint_state(str(earlier), str(base))["runs_dir"] == runs
+    assert probe.checkpoint_state(str(base / "runs"), str(base))["runs_dir"] == runs
+    assert probe.checkpoint_state(str(base / "runs" / "new" / "ckpt"), str(base))["runs_dir"] == runs
+    assert probe.checkpoint_state(str(link), str(base))["runs_dir"] == runs
+    assert "runs_dir" not in probe.checkpoint_state(str(base / "ckpt"), str(base))
+    assert "runs_dir" not in probe.checkpoint_state(str(base / "runs-old"), str(base))
+    assert "runs_dir" not in probe.checkpoint_state(str(tmp_path / "elsewhere"), str(base))
+    assert "runs_dir" not in probe.checkpoint_state(str(earlier))
+
+
 @pytest.mark.parametrize(
     ("field", "state", "expected"),
     [
@@ -1023,6 +1101,11 @@ def test_the_probe_tells_whether_the_checkpoint_dir_can_be_made(tmp_path: Path) 
          "host a: tf_checkpoint_dir /data/c does not exist and the remote user cannot create it (nearest existing "
          "parent: /data)"),
         ("checkpoint_state", {"path": "/data/c", "exists": False, "parent": "/data", "parent_writable": True}, None),
+        ("checkpoint_state", {"path": "/h/tf-runbook/runs/base1", "exists": True, "is_dir": True, "writable": True,
+                              "runs_dir": "/h/tf-runbook/runs"},
+         "host a: tf_checkpoint_dir /h/tf-runbook/runs/base1 is inside /h/tf-runbook/runs, where every run keeps its "
+         "own directory: its backups would mix with a run's files, or take over another run's; choose a directory "
+         "outside it (empty: each run keeps them in its own directory)"),
     ],
 )
 def test_a_worker_interpreter_or_checkpoint_dir_the_host_cannot_serve_is_refused(
