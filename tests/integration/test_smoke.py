@@ -114,6 +114,15 @@ def test_smoke_run_trains_two_workers_and_proves_it(dirs: dict[str, Path]) -> No
         typo.stdout), typo.stdout[-3000:]
     assert not (dirs["runs"] / "smoke-l").exists()
     assert helpers.tree_digest(dirs["base"]) | helpers.tree_digest(dirs["runs"]) == before
+    # stop.yml with that typo stops nothing and stays a success (a stop is safe to
+    # repeat), but says that no host holds the run, where the real id would not.
+    stop_typo = run_playbook("playbooks/stop.yml", *extra(dirs, tf_run_id="smoke-l"))
+    assert stop_typo.returncode == 0, stop_typo.stdout[-3000:]
+    assert "Run smoke-l: no host of this play holds a worker of this run, so nothing was stopped" in (
+        stop_typo.stdout), stop_typo.stdout[-3000:]
+    stop_real = run_playbook("playbooks/stop.yml", *extra(dirs, tf_run_id="smoke-1"))
+    assert stop_real.returncode == 0 and "no host of this play holds" not in stop_real.stdout, stop_real.stdout[-3000:]
+    assert helpers.tree_digest(dirs["base"]) | helpers.tree_digest(dirs["runs"]) == before
 
 
 def assert_report_drawn(run: Path, summary: dict[str, Any], tmp: Path) -> None:
