@@ -323,6 +323,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_base_dir import base_dir_state, creatable
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    CHECKPOINTS_DIR,
     LAUNCH_RECORDS,
     RETRY_PREFIX,
     RUNS_DIR,
@@ -433,7 +434,10 @@ def nearest_existing(path: str) -> str:
 
 
 def launched_record(base_dir: str, run_id: str) -> str:
-    """A record that shows ``run_id`` was already launched under ``base_dir``, or ''."""
+    """A record that shows ``run_id`` was already launched under ``base_dir``, or '': a
+    worker's launch record, or backups in the run's own checkpoint directory (its worker
+    directories removed, a run copied in): a new run there would resume from them. The
+    runbook's own dot files in it do not count (a deploy may write them)."""
     run_dir = run_dir_of(base_dir, run_id)
     if not os.path.isdir(run_dir):
         return ""
@@ -442,6 +446,12 @@ def launched_record(base_dir: str, run_id: str) -> str:
         for record in LAUNCH_RECORDS:
             if record in files:
                 return os.path.join(root, record)
+    backups = os.path.join(run_dir, CHECKPOINTS_DIR)
+    try:
+        if any(not name.startswith(".") for name in os.listdir(backups)):
+            return backups
+    except OSError:
+        pass
     return ""
 
 

@@ -187,6 +187,18 @@ def test_a_run_id_already_launched_on_a_host_is_refused(cluster: LocalCluster, t
     )
 
 
+def test_a_run_id_whose_backups_are_left_on_a_host_is_refused(cluster: LocalCluster, tmp_path: Path) -> None:
+    """Only the run's checkpoints are left on w1 (its worker directories removed, no run
+    of that id on the controller): a new run there would resume from them."""
+    backups = tmp_path / "w1" / "runs" / "copied" / "checkpoints"
+    backups.mkdir(parents=True)
+    (backups / "ckpt-3.index").write_text("backup\n")
+    cluster.before = digest(tmp_path)
+    cluster.assert_refused(
+        cluster.play(tf_run_id="copied"), f"host w1: run id 'copied' was already launched there ({backups})"
+    )
+
+
 def test_too_little_free_disk_is_refused(cluster: LocalCluster, tmp_path: Path) -> None:
     cluster.assert_refused(
         cluster.play(tf_preflight_min_free_mb=10**12),

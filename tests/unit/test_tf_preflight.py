@@ -228,6 +228,14 @@ def test_probe_host_reports_busy_ports_disk_and_earlier_launches(tmp_path: Path)
     assert seen["run_launched"] == ""  # that base dir does not exist yet
     assert probe.probe_host([], str(tmp_path), "r1")["run_launched"].endswith("retry-1/worker-3/exit.json")
     assert probe.probe_host([], str(tmp_path), "r2")["run_launched"] == ""
+    # Backups in the run's own checkpoint directory, its worker directories gone: a new
+    # run there would resume from them. The runbook's dot files alone do not count.
+    backups = tmp_path / "runs" / "r3" / "checkpoints"
+    backups.mkdir(parents=True)
+    (backups / ".tf-runbook-owner.json").write_text("{}")
+    assert probe.probe_host([], str(tmp_path), "r3")["run_launched"] == ""
+    (backups / "ckpt-3.index").write_text("x")
+    assert probe.probe_host([], str(tmp_path), "r3")["run_launched"] == str(backups)
 
 
 def test_gpus_are_counted_from_the_drivers_listing(tmp_path: Path) -> None:
