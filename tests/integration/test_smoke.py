@@ -174,6 +174,21 @@ def test_forks_one_and_two_runs_in_a_row_keep_both_results(dirs: dict[str, Path]
         assert (dirs["base"] / "runs" / run.name / "worker-0" / "worker.log").is_file()
 
 
+def test_a_relative_script_and_project_directory_are_read_from_where_ansible_playbook_runs(
+    dirs: dict[str, Path],
+) -> None:
+    """Paths relative to the directory ansible-playbook runs in (the clone, here): the
+    check and the deploy read the same file. The deploy's lookup searched the roles' and
+    plays' directories, and a module packing the project ran in the playbook's directory."""
+    script = run_playbook("train.yml", *extra(dirs, tf_run_id="relative-script", tf_train_script="molecule/job.py"))
+    assert script.returncode == 0, script.stdout[-4000:]
+    project = run_playbook("train.yml", *extra(dirs, tf_run_id="relative-project", tf_train_dir="molecule",
+                                              tf_train_script="job.py"))
+    assert project.returncode == 0, project.stdout[-4000:]
+    for run in ("relative-script", "relative-project"):
+        assert json.loads((dirs["runs"] / run / "summary.json").read_text())["status"] == "succeeded"
+
+
 @pytest.mark.parametrize("bad", ["../escape", "a/b", "x y", ".hidden"])
 def test_unsafe_run_id_is_refused_before_anything_is_created(dirs: dict[str, Path], bad: str) -> None:
     result = run_playbook("train.yml", *extra(dirs, tf_run_id=bad))
