@@ -155,13 +155,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import (
+    CAUSES,
     classify,
     parse_stacks,
     request_stacks,
     stacks_dumped,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
-    CAUSES,
     EXIT_FILE,
     JOB_DIR,
     RETRY_PREFIX,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.tf_runbook.multiworker.plugins.filter import tf_attempts
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import CAUSES, RESTARTABLE_CAUSES
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import CAUSES, RESTARTABLE_CAUSES
 
 
 
@@ -41,6 +41,7 @@ def test_a_job_error_is_not_restarted_and_the_output_says_why_and_how() -> None:
     failed = outcome(worker(0, "runbook", stopped_by="runbook", returncode=143),
                      {**worker(1, None), "cause": JOB_ERROR})
     decision = decide(failed, 0, 2, 100, 0)
+    assert decision.pop("failure")["culprit"] == 1
     assert decision == {
         "restart": False, "cause": "job-error", "culprit": 1,
         "why": "worker 1 on h1 failed with job-error (ModuleNotFoundError: No module named 'x'): a restart cannot "
@@ -91,7 +92,9 @@ def test_a_worker_that_only_lost_its_peer_is_not_the_cause() -> None:
         ({"returncode": 137}, "killed"),
         ({"returncode": -9}, "killed"),
         ({"returncode": 143}, "preempted"),
-        ({"returncode": 1}, "unknown"),
+        # The job's own status, where no record says more: its own error.
+        ({"returncode": 1}, "job-error"),
+        ({"returncode": None}, "unknown"),
         ({"returncode": 143, "stopped_by": "job-deadline"}, "deadline"),
         ({"returncode": 1, "stopped_by": "startup-deadline"}, "startup"),
     ],
