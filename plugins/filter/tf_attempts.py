@@ -44,8 +44,13 @@ def tf_attempts_decision(
     deadline: float,
     restart_on: list[str],
     workers: list[dict[str, Any]] | None = None,
+    host_lost_wait: int = 0,
 ) -> dict[str, Any]:
     """Whether another attempt follows this one, and why, in one sentence a user reads.
+
+    A lost host is restarted only after it answers again: with ``host_lost_wait``
+    seconds (tf_host_lost_wait) the decision restarts and names the hosts to wait for
+    (``wait_for_hosts``); with 0 the run ends, to be resumed.
 
     Returns ``{"restart": bool, "why": text, "cause": kind, "culprit": index or None,
     "failure": what tf_causes.attempt_failure found}``; ``workers`` is the cluster spec's
@@ -68,16 +73,20 @@ def tf_attempts_decision(
     elif kind not in kinds:
         reason = NOT_RESTARTED.get(kind, "tf_restart_on does not list it")
         why = f"{said}: {reason}; to restart it anyway add {kind} to tf_restart_on"
-    elif kind == "host-lost":
-        # The wait's lost hosts have left the play: a restart in this playbook would start
-        # a cluster without them. Once they answer again, a resume restarts the run.
-        why = (f"{said}: a host that stopped answering cannot rejoin this playbook's cluster; once it answers "
-               "again, continue the run with -e tf_run_id=<id> -e tf_resume=true")
+    elif kind == "host-lost" and not int(host_lost_wait):
+        # The wait's lost hosts have left the play, and tf_host_lost_wait 0 waits for none:
+        # once they answer again, a resume restarts the run.
+        why = (f"{said}: a host that stopped answering cannot rejoin this playbook's cluster (tf_host_lost_wait 0); "
+               "once it answers again, continue the run with -e tf_run_id=<id> -e tf_resume=true")
     elif int(attempt) >= int(attempts):
         why = (f"{said}, which tf_restart_on restarts, but no restart is left "
                f"(tf_restart_attempts={int(attempts)}); raise tf_restart_attempts to allow more")
     elif float(deadline) and float(now) >= float(deadline):
         why = f"{said}, but the run's deadline (tf_job_timeout) has passed: no time for another attempt"
+    elif kind == "host-lost":
+        decision.update(restart=True, wait_for_hosts=[str(h) for h in outcome.get("lost_hosts") or []])
+        why = (f"{said}: waiting up to {int(host_lost_wait)} s (tf_host_lost_wait) for it to answer again, then "
+               f"restarting it, attempt {int(attempt) + 1} of at most {int(attempts)} restarts")
     else:
         decision["restart"] = True
         why = f"{said}: restarting it, attempt {int(attempt) + 1} of at most {int(attempts)} restarts"
@@ -88,6 +97,8 @@ def tf_attempts_decision(
 def decision_name(decision: dict[str, Any]) -> str:
     """What was decided, as one word of the record: ``restart``, ``stop`` (an operator's),
     or ``give-up``."""
+    if decision.get("wait_for_hosts"):
+        return "wait-for-host" if decision.get("restart") else "give-up"
     if decision.get("restart"):
         return "restart"
     return "stop" if decision.get("cause") == "operator" else "give-up"

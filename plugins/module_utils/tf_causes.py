@@ -104,6 +104,10 @@ _MAIN_LINE = re.compile(r"main thread (0x[0-9a-fA-F]+)")
 _TENSORFLOW_PATH = re.compile(r"[/\\](?:tensorflow|keras|tf_keras|tensorflow_core)[/\\]")
 MAX_FRAMES = 5
 MAX_DETAIL = 300
+# How long a worker must have been seen frozen (stopped, or in uninterruptible sleep) to
+# be blamed for its peers' lost peer: a process caught once in a short disk wait is not;
+# a SIGSTOPped peer makes the others fail within about 20 s (FACTS.md).
+FROZEN_MIN_SECONDS = 10.0
 
 
 def _short(text: str, limit: int = MAX_DETAIL) -> str:
@@ -352,7 +356,8 @@ def culprit(
     stopped) is to blame, as ``stalled``: it never fails by itself (FACTS.md). Else the
     first worker to fail by itself (``first_failed``)."""
     worker = first_failed(failed, hosts_lost)
-    seen = [f for f in frozen or [] if isinstance(f, dict) and f.get("index") is not None]
+    seen = [f for f in frozen or [] if isinstance(f, dict) and f.get("index") is not None
+            and (_number(f.get("seconds")) or 0.0) >= FROZEN_MIN_SECONDS]  # fmt: skip
     if seen and (worker is None or cause_of(worker)["kind"] == "peer-lost"):
         first = max(seen, key=lambda f: _number(f.get("seconds")) or 0.0)
         cause = {"kind": "stalled", "detail": _frozen_text(first), "frozen": first.get("state")}

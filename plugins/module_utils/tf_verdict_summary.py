@@ -146,6 +146,10 @@ def stall_of(workers: list[dict[str, Any]], wait: dict[str, Any]) -> dict[str, A
         detail = "; ".join(f"worker {w['index']} on host {w['host']} stuck in {where}" for w, where in culprits)
     else:
         detail = "every worker stalled"
+        missing = sorted({str(as_dict(stacks_of(w.get("exit"))).get("missing")) for w in stalled
+                          if as_dict(stacks_of(w.get("exit"))).get("missing")})  # fmt: skip
+        if missing:
+            detail += f" ({'; '.join(missing)})"
     if waited.get("seconds") is not None:
         detail += f" (no progress on any worker for {waited['seconds']} s)"
     return {"culprits": sorted(w["index"] for w, _where in culprits), "detail": printable(detail)}

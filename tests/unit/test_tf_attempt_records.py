@@ -94,7 +94,7 @@ def write_run(run: Path) -> list[dict[str, Any]]:
                                 resumed_from=attempt or None, **fields)  # fmt: skip
             if no_exit:
                 (wdir / "exit.json").unlink()
-        decision = tf_attempts_decision(wait, attempt, 8, T0, 0, list(RESTARTABLE_CAUSES), SPEC)
+        decision = tf_attempts_decision(wait, attempt, 8, T0, 0, list(RESTARTABLE_CAUSES), SPEC, 600)
         written = tf_attempts_record(decision, wait, attempt, SPEC, str(run), T0 + 100 * attempt + 5)
         Path(written["path"]).write_text(json.dumps(written["record"]))
         history.append({"attempt": attempt, "ok": False, "outcome": wait})
@@ -117,7 +117,7 @@ def test_every_attempts_culprit_and_causes_come_from_its_record(tmp_path: Path, 
         assert [row["cause"]["kind"] for row in entry["workers"]] == causes, where
         assert [row["culprit"] for row in entry["workers"]] == [i == index for i in range(3)], where
         assert entry["hosts"] == {"0": "node0", "1": "node1", "2": "node2"}, where
-    assert [entry["decision"] for entry in timeline] == ["restart", "restart", "give-up", "restart", None]
+    assert [entry["decision"] for entry in timeline] == ["restart", "restart", "wait-for-host", "restart", None]
     assert timeline[1]["workers"][0]["cause"]["detail"] == SUPERVISOR_DIED
     assert timeline[2]["lost_hosts"] == ["node2"]
 

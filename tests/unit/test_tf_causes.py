@@ -269,6 +269,10 @@ def test_a_frozen_worker_is_the_culprit_of_its_peers_lost_peer() -> None:
     # A worker that failed first-hand stays the culprit, frozen peer or not.
     found = tf_causes.attempt_failure({"failed_workers": [failed(2, KILLED, 100.0)], "frozen_workers": frozen})
     assert (found["culprit"], found["kind"]) == (2, "killed")
+    # Caught once in a short disk wait: not frozen long enough to be blamed.
+    brief = [{"index": 0, "host": "h0", "state": "uninterruptible", "seconds": 2.0}]
+    found = tf_causes.attempt_failure({"failed_workers": [failed(2, PEER, 100.0)], "frozen_workers": brief})
+    assert (found["culprit"], found["kind"]) == (2, "peer-lost")
 
 
 def test_a_lost_host_names_its_worker() -> None:

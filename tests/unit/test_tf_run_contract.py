@@ -182,6 +182,31 @@ def test_only_the_structured_field_makes_a_victim(record: dict[str, Any], victim
     assert tf_causes.stopped_as_victim(record) is victim
 
 
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("evil\u202etxt.exe", "evil\\u202etxt.exe"),  # right-to-left override
+        ("a\u2066b\u2069c", "a\\u2066b\\u2069c"),  # isolates
+        ("zero\u200bwidth\ufeff", "zero\\u200bwidth\\ufeff"),
+        ("line\u2028sep", "line\\u2028sep"),
+        ("épée 训练 ✓", "épée 训练 ✓"),  # visible text stays as it is
+    ],
+)
+def test_printable_escapes_invisible_format_characters(text: str, shown: str) -> None:
+    """Issue 38, point 15: a log line cannot show other text than it holds."""
+    assert tf_run.printable(text) == shown
+
+
+@pytest.mark.parametrize(
+    ("number", "name"),
+    [(int(signal.SIGKILL), "SIGKILL"), (int(signal.SIGRTMIN) + 3, "SIGRTMIN+3"), (int(signal.SIGRTMAX), "SIGRTMAX"),
+     (int(signal.SIGRTMAX) - 2, "SIGRTMAX-2"), (200, "SIG200")],
+)  # fmt: skip
+def test_every_signal_a_process_can_die_of_has_a_name(number: int, name: str) -> None:
+    """Issue 38, point 1: signal.Signals raises for the real-time signals."""
+    assert tf_run.signal_name(number) == name
+
+
 def test_printable_escapes_control_characters() -> None:
     assert tf_run.printable("a\x1b[2Jb\x9b\tc") == "a\\x1b[2Jb\\x9b\\tc"
 

@@ -208,6 +208,33 @@ def test_the_stop_module_takes_the_stacks_without_stopping_then_stops(tmp_path: 
     assert exit_["stacks"]["frames"] == entry["stacks"]["frames"]
 
 
+def test_the_stacks_of_a_job_that_changed_its_directory_are_taken(tmp_path: Path, reaper: None) -> None:
+    """Issue 38, point 2: many scripts start with os.chdir(os.path.dirname(__file__)); the
+    job is told by its recorded group, whose keeper still works in the worker directory."""
+    import helpers
+    from conftest import PLUGINS
+    from test_tf_supervisor import command, make_worker_dir, wait_for
+
+    stop_module = PLUGINS / "modules" / "tf_worker_stop.py"
+    supervisor = WRAPPER.with_name(tf_run.SUPERVISOR_FILE)
+    wdir = make_worker_dir(tmp_path)
+    job = wdir.parent / "job"
+    job.mkdir()
+    (job / "train.py").write_text("import os\nos.chdir(os.path.dirname(os.path.abspath(__file__)))\n" + STUCK)
+    proc = subprocess.Popen(
+        command(supervisor, wdir, job / "train.py", "--grace", "1", job_args=(str(wdir / "ready"),)),
+        cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(wdir / "ready", timeout=30)
+        taken = helpers.run_module(stop_module, {"run_dir": str(wdir.parent), "capture_stacks": True, "stop": False})
+        [entry] = taken["stacks"]
+        assert entry["missing"] is None and entry["stacks"]["frames"][-1] == "train.py:8 in load_batch", entry
+    finally:
+        proc.kill()
+        proc.wait(20)
+
+
 def test_no_stacks_are_asked_of_a_job_without_the_wrapper(tmp_path: Path) -> None:
     """The stacks signal ends a process that did not register for it: a job started
     without the wrapper (an older deploy's) is never sent it."""
@@ -222,7 +249,9 @@ def test_no_stacks_are_asked_of_a_job_without_the_wrapper(tmp_path: Path) -> Non
         taken = helpers.run_module(
             PLUGINS / "modules" / "tf_worker_stop.py", {"run_dir": str(tmp_path), "capture_stacks": True, "stop": False}
         )
-        assert taken["stacks"] == [{"dir": str(wdir), "index": 0, "stacks": None}]
+        assert taken["stacks"] == [
+            {"dir": str(wdir), "index": 0, "stacks": None, "missing": "no stacks: the job runs without the wrapper"}
+        ]
         time.sleep(0.3)
         assert sleeper.poll() is None
     finally:

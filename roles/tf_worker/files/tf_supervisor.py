@@ -1153,8 +1153,10 @@ def supervise(args: argparse.Namespace) -> int:
         result["timed_lines"] = clock.lines
         oom_kills = oom_kills_between(oom_before, oom_kill_counts())
         stacks = read_stacks(worker_dir, job_dir)
-        if stacks is None and stacks_missing:
-            stacks = {"file": None, "where": "unknown", "frames": [], "missing": stacks_missing[0]}
+        missing = stacks_missing[0] if stacks_missing else (read_json(worker_dir / STOP_FILE) or {}).get("stacks_missing")
+        if stacks is None and isinstance(missing, str) and missing:
+            # Why no stacks were taken (at the deadline here, at a stall by tf_worker_stop).
+            stacks = {"file": None, "where": "unknown", "frames": [], "missing": missing[:300]}
         finish(worker_dir, result, stop_cause, log_tail(log_path), oom_kills, stacks, nonce)
     except Exception as exc:  # noqa: BLE001 - an exit.json whatever happens
         result.pop("timed_lines", None)
