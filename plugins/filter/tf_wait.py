@@ -48,6 +48,11 @@ def stall_of(statuses: list[Any]) -> dict[str, Any] | None:
     return None
 
 
+def unreachable(status: Any) -> bool:
+    """A host's wait result that says the host could not be reached."""
+    return isinstance(status, dict) and bool(status.get("unreachable"))
+
+
 def tf_wait_outcome(
     all_hosts: list[str], live_hosts: list[str], statuses: dict[str, Any], detached: bool = False
 ) -> dict[str, Any]:
@@ -60,8 +65,10 @@ def tf_wait_outcome(
     running: list[dict[str, Any]] = []
     deadline_hosts: list[str] = []
     problems: list[str] = []
-    lost = [host for host in all_hosts if host not in live_hosts]
-    for host in live_hosts:
+    # A host that left the play, or whose wait could not reach it (the wait ignores its
+    # unreachability, to keep it in the play): lost.
+    lost = [host for host in all_hosts if host not in live_hosts or unreachable(statuses.get(host))]
+    for host in [h for h in live_hosts if h not in lost]:
         status = statuses.get(host)
         problem = status_problem(host, status)
         if problem:
@@ -84,7 +91,7 @@ def tf_wait_outcome(
             elif worker["state"] != WORKER_EXITED:
                 running.append({**entry, "joined": bool(worker.get("joined"))})
     failed.sort(key=lambda w: w["index"])
-    stalled = stall_of([statuses.get(host) for host in live_hosts])
+    stalled = stall_of([statuses.get(host) for host in live_hosts if host not in lost])
     left_running = detached and bool(running) and all(w["joined"] for w in running)
     ok = (
         not failed and not lost and not deadline_hosts and not problems and not stalled

@@ -107,7 +107,10 @@ def culprit_of(
             return None
         match = next((w for w in workers if w["index"] == index and as_dict(w.get("exit")).get("returncode") not in (None, 0)), None)
         cause = as_dict(named.get("cause")) or (cause_of(match["exit"]) if match else {"kind": "unknown", "detail": ""})
-        return {"index": index, "host": named.get("host"), "cause": cause, "record": None, "worker": match, "entry": None}
+        # Without a collected exit, what the wait saw of it (a worker that never started).
+        seen = next((e for e in wait_failed or [] if isinstance(e, dict) and as_int(e.get("index")) == index), None)
+        return {"index": index, "host": named.get("host"), "cause": cause, "record": seen, "worker": match,
+                "entry": None if match else seen}  # fmt: skip
     failed = [{"index": w["index"], "host": w["host"], **w["exit"]}
               for w in workers if isinstance(w.get("exit"), dict) and w["exit"].get("returncode") != 0]  # fmt: skip
     collected = {w["index"] for w in workers if isinstance(w.get("exit"), dict)}

@@ -95,6 +95,16 @@ def test_outcome_names_a_failed_worker() -> None:
     assert outcome["running_workers"] == [] and outcome["lost_hosts"] == []
 
 
+def test_a_host_the_wait_could_not_reach_is_lost_though_still_in_the_play() -> None:
+    """The wait ignores a host's unreachability (it stays in the play, to be waited for and
+    brought back): its result says unreachable, and the outcome counts it lost."""
+    statuses = all_ok()
+    statuses["node-b"] = {"unreachable": True, "msg": "Data could not be sent to remote host"}
+    outcome = tf_wait_outcome(HOSTS, HOSTS, statuses)
+    assert outcome["ok"] is False
+    assert outcome["lost_hosts"] == ["node-b"] and outcome["status_problems"] == []
+
+
 def test_outcome_failed_workers_sorted_by_index_across_hosts() -> None:
     statuses = {
         "node-a": status(exited(3, 137, "job deadline of 5 s passed")),
