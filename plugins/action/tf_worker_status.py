@@ -125,7 +125,9 @@ def to_controller_clock(host_time: Any, host_now: Any, controller_now: float) ->
 def worker_state_text(worker: dict[str, Any]) -> str:
     state = worker.get("state", "?")
     if state != WORKER_EXITED:
-        return str(state)
+        frozen = worker.get("frozen") if isinstance(worker.get("frozen"), dict) else {}
+        # Without its seconds: the line is printed again only when it changes.
+        return f"{state} ({printable(frozen['state'])})" if frozen.get("state") else str(state)
     rc = worker.get("returncode")
     if rc == 0:
         return "finished"

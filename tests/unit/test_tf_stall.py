@@ -505,10 +505,13 @@ def test_the_wait_says_since_when_a_worker_is_frozen(monkeypatch: pytest.MonkeyP
     states = [["S", "S"], ["T", "S"], ["T", "D"], ["t", "S"], ["T", "S"], ["T", "S"]]
     host = Host(clock, [[1, 1]], states=states)
     args = {**stall_args(tmp_path, timeout=0), "deadline": T0 + 55}
-    result, _ = run_action(monkeypatch, clock, host, **args)
+    result, shown = run_action(monkeypatch, clock, host, **args)
     assert len(host.calls) == 6 and result["deadline_passed"]
     frozen = [w["frozen"] for w in result["workers"]]
     assert frozen == [{"state": "stopped", "since": T0 + 20, "seconds": 40.0}, None]
+    # Shown once when it froze, and again when worker 1 slept uninterruptibly and woke.
+    stopped = [line for line in shown if "node1 worker-0: running (stopped)" in line]
+    assert len(stopped) == 3 and any("node1 worker-1: running (uninterruptible)" in line for line in shown)
     outcome = tf_wait.tf_wait_outcome(["node1"], ["node1"], {"node1": result})
     assert outcome["frozen_workers"] == [{"index": 0, "host": "node1", "state": "stopped", "seconds": 40.0}]
 
