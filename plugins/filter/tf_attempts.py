@@ -6,11 +6,10 @@ import os
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import CAUSES, attempt_failure
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
-    CAUSES,
     CHECKPOINT_SYNC_PREFIX,
-    PREEMPTION_EXIT,
-    VICTIM_STOPS,
+    attempt_record_file,
 )
 
 # Why a cause that tf_restart_on leaves out is not worth another attempt, as the output
@@ -23,96 +22,6 @@ NOT_RESTARTED = {
     "restore-mismatch": "the workers restored different checkpoints",
     "unknown": "the runbook could not tell why it ended",
 }
-# Kinds a worker stopped because of someone else carries: a victim, never the cause.
-VICTIM_KINDS = ("runbook", "operator")
-
-
-def fallback_kind(worker: dict[str, Any]) -> str:
-    """The cause kind of a failed worker whose status carries no cause (a status from a
-    supervisor older than the causes): told from its structured fields only."""
-    stopped_by = worker.get("stopped_by")
-    if stopped_by == "operator":
-        return "operator"
-    if stopped_by in VICTIM_STOPS:
-        return "runbook"
-    if stopped_by == "job-deadline":
-        return "deadline"
-    if stopped_by == "startup-deadline":
-        return "startup"
-    if stopped_by == "controller":
-        return "controller-lost"
-    code = worker.get("returncode")
-    if code == PREEMPTION_EXIT:
-        return "preempted"
-    if code in (137, -9) or worker.get("signal") == "SIGKILL":
-        return "killed"
-    if code in (143, -15) or worker.get("signal") == "SIGTERM":
-        return "preempted"
-    return "unknown"
-
-
-def worker_cause(worker: dict[str, Any]) -> dict[str, Any]:
-    """The cause of a failed worker of the wait's outcome: its own, or one told from its
-    exit fields."""
-    cause = worker.get("cause")
-    if isinstance(cause, dict) and cause.get("kind") in CAUSES:
-        return cause
-    return {"kind": fallback_kind(worker), "detail": str(worker.get("reason") or "")}
-
-
-def is_victim(worker: dict[str, Any]) -> bool:
-    """Stopped by the runbook, an operator or a peer because of someone else."""
-    return worker.get("stopped_by") in VICTIM_STOPS or worker_cause(worker)["kind"] in VICTIM_KINDS
-
-
-def cause_text(cause: dict[str, Any]) -> str:
-    """``job-error (ModuleNotFoundError: No module named 'x')``: the kind and what it says."""
-    if cause.get("exception"):
-        said = f"{cause['exception']}: {cause['message']}" if cause.get("message") else str(cause["exception"])
-    else:
-        said = str(cause.get("detail") or "")
-    return f"{cause['kind']} ({said})" if said else str(cause["kind"])
-
-
-def failure(outcome: dict[str, Any]) -> dict[str, Any]:
-    """What made a failed attempt fail: ``{"kind", "who", "text", "culprit"}``.
-
-    An operator's stop first (a decision, never a failure); then a lost host (its peers
-    fail only because it went away), a stall (every worker is alive), a passed deadline
-    (no time is left), a host whose status the wait could not read (what runs there is
-    unknown), and last the first failed worker that is no victim (its own cause), one
-    that failed first-hand before one that only lost its peer."""
-    failed = [w for w in outcome.get("failed_workers") or [] if isinstance(w, dict)]
-    if outcome.get("stopped_by_operator") or any(worker_cause(w)["kind"] == "operator" for w in failed):
-        return {"kind": "operator", "who": "the run", "text": "operator", "culprit": None}
-    if outcome.get("lost_hosts"):
-        hosts = ", ".join(str(h) for h in outcome["lost_hosts"])
-        return {"kind": "host-lost", "who": f"host {hosts}", "text": "host-lost (it stopped answering)",
-                "culprit": None}
-    stalled = outcome.get("stalled")
-    if stalled:
-        detail = stalled.get("detail") if isinstance(stalled, dict) else ""
-        return {"kind": "stalled", "who": "the run", "text": cause_text({"kind": "stalled", "detail": detail}),
-                "culprit": None}
-    if outcome.get("deadline_hosts"):
-        hosts = ", ".join(str(h) for h in outcome["deadline_hosts"])
-        return {"kind": "deadline", "who": f"host {hosts}", "text": "deadline (the job deadline passed)",
-                "culprit": None}
-    if outcome.get("status_problems") or not failed:
-        problems = "; ".join(str(p) for p in outcome.get("status_problems") or []) or "no worker failed"
-        return {"kind": "unknown", "who": "the wait", "text": f"unknown ({problems})", "culprit": None,
-                "unread": True}
-    culprits = [w for w in failed if not is_victim(w)]
-    # A worker that lost its peer failed because of another: the other's cause decides.
-    first_hand = [w for w in culprits if worker_cause(w)["kind"] != "peer-lost"]
-    worker = (first_hand or culprits or failed)[0]
-    # Only victims: stopped because of a failure no status shows (a peer's, heard by
-    # them): what a restart fixes when a peer went away.
-    cause = worker_cause(worker) if culprits else {
-        "kind": "peer-lost", "detail": f"stopped by the {worker.get('stopped_by') or 'runbook'} after a peer failed"}
-    host = f" on {worker['host']}" if worker.get("host") else ""
-    return {"kind": cause["kind"], "who": f"worker {worker.get('index')}{host}", "text": cause_text(cause),
-            "culprit": worker.get("index")}
 
 
 def check_restart_on(restart_on: Any) -> list[str]:
@@ -134,10 +43,18 @@ def tf_attempts_decision(
     now: float,
     deadline: float,
     restart_on: list[str],
+    workers: list[dict[str, Any]] | None = None,
+    host_lost_wait: int = 0,
 ) -> dict[str, Any]:
     """Whether another attempt follows this one, and why, in one sentence a user reads.
 
-    Returns ``{"restart": bool, "why": text, "cause": kind, "culprit": index or None}``.
+    A lost host is restarted only after it answers again: with ``host_lost_wait``
+    seconds (tf_host_lost_wait) the decision restarts and names the hosts to wait for
+    (``wait_for_hosts``); with 0 the run ends, to be resumed.
+
+    Returns ``{"restart": bool, "why": text, "cause": kind, "culprit": index or None,
+    "failure": what tf_causes.attempt_failure found}``; ``workers`` is the cluster spec's
+    list (index and host), which names the worker of a lost host.
     The culprit's cause decides; a worker the runbook, an operator or a peer stopped is a
     victim, never the cause."""
     if not isinstance(outcome, dict):
@@ -145,9 +62,9 @@ def tf_attempts_decision(
     kinds = check_restart_on(restart_on)
     if outcome.get("ok"):
         return {"restart": False, "why": "the attempt succeeded", "cause": "completed", "culprit": None}
-    found = failure(outcome)
+    found = attempt_failure(outcome, workers)
     kind, said = found["kind"], f"{found['who']} failed with {found['text']}"
-    decision = {"restart": False, "cause": kind, "culprit": found["culprit"]}
+    decision = {"restart": False, "cause": kind, "culprit": found["culprit"], "failure": found}
     if kind == "operator":
         why = ("it was stopped by an operator (stop.yml): no restart; continue it later with "
                "-e tf_run_id=<id> -e tf_resume=true")
@@ -156,21 +73,69 @@ def tf_attempts_decision(
     elif kind not in kinds:
         reason = NOT_RESTARTED.get(kind, "tf_restart_on does not list it")
         why = f"{said}: {reason}; to restart it anyway add {kind} to tf_restart_on"
-    elif kind == "host-lost":
-        # The wait's lost hosts have left the play: a restart in this playbook would start
-        # a cluster without them. Once they answer again, a resume restarts the run.
-        why = (f"{said}: a host that stopped answering cannot rejoin this playbook's cluster; once it answers "
-               "again, continue the run with -e tf_run_id=<id> -e tf_resume=true")
+    elif kind == "host-lost" and not int(host_lost_wait):
+        # The wait's lost hosts have left the play, and tf_host_lost_wait 0 waits for none:
+        # once they answer again, a resume restarts the run.
+        why = (f"{said}: a host that stopped answering cannot rejoin this playbook's cluster (tf_host_lost_wait 0); "
+               "once it answers again, continue the run with -e tf_run_id=<id> -e tf_resume=true")
     elif int(attempt) >= int(attempts):
         why = (f"{said}, which tf_restart_on restarts, but no restart is left "
                f"(tf_restart_attempts={int(attempts)}); raise tf_restart_attempts to allow more")
     elif float(deadline) and float(now) >= float(deadline):
         why = f"{said}, but the run's deadline (tf_job_timeout) has passed: no time for another attempt"
+    elif kind == "host-lost":
+        decision.update(restart=True, wait_for_hosts=[str(h) for h in outcome.get("lost_hosts") or []])
+        why = (f"{said}: waiting up to {int(host_lost_wait)} s (tf_host_lost_wait) for it to answer again, then "
+               f"restarting it, attempt {int(attempt) + 1} of at most {int(attempts)} restarts")
     else:
         decision["restart"] = True
         why = f"{said}: restarting it, attempt {int(attempt) + 1} of at most {int(attempts)} restarts"
     decision["why"] = why
     return decision
+
+
+def decision_name(decision: dict[str, Any]) -> str:
+    """What was decided, as one word of the record: ``restart``, ``stop`` (an operator's),
+    or ``give-up``."""
+    if decision.get("wait_for_hosts"):
+        return "wait-for-host" if decision.get("restart") else "give-up"
+    if decision.get("restart"):
+        return "restart"
+    return "stop" if decision.get("cause") == "operator" else "give-up"
+
+
+def tf_attempts_record(
+    decision: dict[str, Any], outcome: dict[str, Any], attempt: int, workers: list[dict[str, Any]], run_dir: str,
+    now: float,
+) -> dict[str, Any]:
+    """The record of the decision made after a failed attempt, written when it is made:
+    ``{"path", "record"}``, the record (tf_run.ATTEMPT_RECORD) at ``path`` in the run's
+    directory on the controller. It holds the culprit (worker, host and cause, as
+    tf_causes.attempt_failure found it), the lost hosts, every worker with its host and
+    the cause the wait saw (None for one still running, stopped after the decision), what
+    was decided and why. The verdict and the report read it instead of deriving it again."""
+    if not isinstance(decision, dict) or not isinstance(outcome, dict):
+        raise AnsibleFilterError("tf_attempts_record: the decision and the wait's outcome must be mappings")
+    failure = decision.get("failure") if isinstance(decision.get("failure"), dict) else {}
+    seen = {w.get("index"): w for w in outcome.get("failed_workers") or [] if isinstance(w, dict)}
+    lost = [str(h) for h in outcome.get("lost_hosts") or []]
+    rows = []
+    for worker in workers or []:
+        index, host = worker.get("index"), worker.get("host")
+        failed = seen.get(index)
+        cause = failed.get("cause") if failed else None
+        if host in lost:
+            cause = {"kind": "host-lost", "detail": f"{host} stopped answering"}
+        rows.append({"index": index, "host": host, "cause": cause, "lost": host in lost})
+    culprit = None
+    if failure.get("culprit") is not None or failure.get("host"):
+        culprit = {"index": failure.get("culprit"), "host": failure.get("host"), "cause": failure.get("cause")}
+    record = {
+        "attempt": int(attempt), "decided_at": float(now), "ok": False, "cause": decision.get("cause"),
+        "culprit": culprit, "who": failure.get("who"), "lost_hosts": lost, "workers": rows,
+        "decision": decision_name(decision), "why": decision.get("why"),
+    }  # fmt: skip
+    return {"path": os.path.join(str(run_dir), attempt_record_file(int(attempt))), "record": record}
 
 
 def tf_attempts_sync_record(
@@ -217,4 +182,8 @@ class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Any]:
-        return {"tf_attempts_decision": tf_attempts_decision, "tf_attempts_sync_record": tf_attempts_sync_record}
+        return {
+            "tf_attempts_decision": tf_attempts_decision,
+            "tf_attempts_record": tf_attempts_record,
+            "tf_attempts_sync_record": tf_attempts_sync_record,
+        }

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import cause_of
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import WORKER_EXITED
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_contract import pattern_problem
 
@@ -64,11 +65,6 @@ def frozen_of(host: str, worker: dict[str, Any]) -> dict[str, Any] | None:
     return {"index": worker["index"], "host": host, "state": frozen["state"], "seconds": seconds}
 
 
-def cause_of(worker: dict[str, Any]) -> dict[str, Any] | None:
-    cause = worker.get("cause")
-    return cause if isinstance(cause, dict) and cause.get("kind") else None
-
-
 def tf_wait_outcome(
     all_hosts: list[str], live_hosts: list[str], statuses: dict[str, Any], detached: bool = False
 ) -> dict[str, Any]:
@@ -100,6 +96,7 @@ def tf_wait_outcome(
                 "returncode": worker.get("returncode"),
                 "reason": worker.get("reason"),
                 "stopped_by": worker.get("stopped_by"),
+                "finished_at": worker.get("finished_at"),
                 "log_tail": worker.get("log_tail", []),
             }
             if worker["state"] == WORKER_EXITED and worker["returncode"] != 0:

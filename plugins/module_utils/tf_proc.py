@@ -144,19 +144,31 @@ def works_in(pid: object, directory: str, proc: str = PROC) -> bool:
     return process_cwd(pid, proc) == os.path.realpath(directory)
 
 
-def signal_pending(pid: int, sig: int, proc: str = PROC) -> bool | None:
-    """Whether ``sig`` is pending on ``pid`` (sent to it or to its process, and blocked
-    there); None when its status cannot be read."""
+def _signal_masks(pid: int, fields: tuple[str, ...], sig: int, proc: str) -> bool | None:
+    """Whether ``sig`` is set in any of the signal masks ``fields`` of ``pid``'s status;
+    None when its status cannot be read."""
     try:
         with open(f"{proc}/{pid}/status", encoding="utf-8") as handle:
             lines = handle.read().splitlines()
     except OSError:
         return None
-    masks = [line.split(":", 1)[1].strip() for line in lines if line.startswith(("SigPnd:", "ShdPnd:"))]
+    masks = [line.split(":", 1)[1].strip() for line in lines if line.startswith(fields)]
     try:
         return any(int(mask, 16) >> (int(sig) - 1) & 1 for mask in masks) if masks else None
     except ValueError:
         return None
+
+
+def signal_pending(pid: int, sig: int, proc: str = PROC) -> bool | None:
+    """Whether ``sig`` is pending on ``pid`` (sent to it or to its process, and blocked
+    there); None when its status cannot be read."""
+    return _signal_masks(pid, ("SigPnd:", "ShdPnd:"), sig, proc)
+
+
+def signal_caught(pid: int, sig: int, proc: str = PROC) -> bool | None:
+    """Whether ``pid`` has a handler for ``sig`` (``SigCgt``): a signal whose default
+    action ends a process is safe to send only then. None when its status cannot be read."""
+    return _signal_masks(pid, ("SigCgt:",), sig, proc)
 
 
 def oom_kill_counts(proc: str = PROC, cgroup: str = CGROUP) -> dict[str, int]:

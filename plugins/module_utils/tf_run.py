@@ -20,6 +20,7 @@ import json
 import os
 import re
 import signal
+import unicodedata
 from typing import Any
 
 # Layout.
@@ -74,25 +75,17 @@ STOPPED_BY = (
 )  # fmt: skip
 # Who can ask a stop through stop.json (tf_worker_stop's choices).
 STOP_REQUESTERS = ("operator", "runbook")
-# Stops that make a worker collateral of another's failure or of a decision (the wait
-# stopping the rest of the run, an operator's stop.yml, a peer's failure heard): such a
-# worker is a victim, never the culprit of a failed run.
-VICTIM_STOPS = frozenset({"runbook", "operator", "peer"})
 
-# Why a worker ended: exit.json's "cause" (written by the supervisor, see tf_causes.py)
-# and summary.json's, per worker. A cause is a mapping {"kind": one of CAUSES, "detail":
-# text, ...} with more keys for some kinds (see tf_causes.py).
-CAUSES = (
-    "completed", "job-error", "peer-lost", "out-of-memory", "killed", "preempted", "stalled", "deadline",
-    "startup", "host-lost", "controller-lost", "operator", "runbook", "restore-mismatch", "unknown",
-)  # fmt: skip
-# What a restart can fix: the default of tf_restart_on.
-RESTARTABLE_CAUSES = ("preempted", "peer-lost", "stalled", "killed", "host-lost")
+# Why a worker ended (the kinds of cause, who counts as a victim, the culprit rule) lives
+# in tf_causes.py, which imports this module.
 # The exit status of a job that TensorFlow's PreemptionCheckpointHandler saved and ended.
 PREEMPTION_EXIT = 42
 # Written into the worker directory by the supervisor: every thread's Python stack of the
 # job (faulthandler's text), captured before a stall or deadline stop.
 STACKS_FILE = "stacks.txt"
+# Written into the worker directory by the job's wrapper: how the job's Python ended (its
+# uncaught exception's qualified class, or its own exit status; tf_causes.read_job_end).
+JOB_END_FILE = "job_end.json"
 
 # A run's checkpoint directory (TF_RUNBOOK_CHECKPOINT_DIR) holds, besides the job's own
 # files, the runbook's: who owns it (on a shared tf_checkpoint_dir, the run and cluster
@@ -107,6 +100,11 @@ CHECKPOINT_MARKER_PREFIX = ".tf-runbook-share-"
 # cluster's checksum, read again by a resume).
 CHECKPOINT_SYNC_PREFIX = "checkpoint-sync-"
 RUN_RECORD = "run.json"
+# On the controller, in the run's directory: what the controller decided after attempt n
+# failed (attempt-<n>.json), written when the decision is made: the culprit and its
+# cause (tf_causes.attempt_failure), the lost hosts, which host ran which worker, what was
+# decided and why. The verdict's timeline and the report read it, never derive it again.
+ATTEMPT_RECORD = "attempt-{attempt}.json"
 
 # On the controller, in <tf_runs_dir>/<run_id>/: the verdict's summary and the report, a
 # flag file per attempt that a failing host's wait raises for every other host's wait,
@@ -133,6 +131,11 @@ def attempt_failed_flag(attempt: int) -> str:
     return ATTEMPT_FAILED_FLAG.format(attempt=int(attempt))
 
 
+def attempt_record_file(attempt: int) -> str:
+    """The name of the record of the decision made after attempt ``attempt``."""
+    return ATTEMPT_RECORD.format(attempt=int(attempt))
+
+
 def attempt_progress_dir(attempt: int) -> str:
     """The name of attempt ``attempt``'s stall records directory on the controller."""
     return ATTEMPT_PROGRESS_DIR.format(attempt=int(attempt))
@@ -145,12 +148,29 @@ def stacks_signal() -> int:
     return int(signal.SIGRTMIN) + STACKS_SIGNAL_OFFSET
 
 
+def signal_name(number: int) -> str:
+    """A signal's name for any number a process can die of: ``SIGKILL``, and for the
+    real-time signals, which Python's ``signal.Signals`` does not name (it raises),
+    ``SIGRTMIN+3`` (``SIGRTMAX-2``, ``SIG37`` outside both)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        pass
+    low, high = int(signal.SIGRTMIN), int(signal.SIGRTMAX)
+    if low <= number <= high:
+        return f"SIGRTMIN+{number - low}" if number - low <= (high - low) // 2 else f"SIGRTMAX-{high - number}"
+    return f"SIG{number}"
+
+
 # A run id becomes a directory name on every host and on the controller.
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 RUN_ID_RULE = "use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit, without '..'"
 
 # Control characters (C0, DEL, C1); ESC among them starts terminal escape sequences.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Characters that show nothing of what they are: format characters, line and paragraph
+# separators.
+_HIDDEN_CATEGORIES = frozenset({"Cf", "Zl", "Zp"})
 
 
 def run_id_is_safe(run_id: Any) -> bool:
@@ -247,14 +267,14 @@ def killed_exit_record(reason: str, stopped_by: str, started_at: Any, finished_a
     }
 
 
-def stopped_as_victim(exit_record: dict[str, Any]) -> bool:
-    """Whether the runbook stopped this worker because of someone else (it is then no
-    culprit): the exit record's structured ``stopped_by``, never its free-text reason."""
-    return exit_record.get("stopped_by") in VICTIM_STOPS
-
-
 def printable(text: Any) -> str:
     """``text`` safe to print on a terminal: every control character shown as an escape
     (``\\x1b``), so that a worker's log line cannot move the cursor, recolour or retitle
-    the operator's terminal, or hide earlier output."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+    the operator's terminal, or hide earlier output; and every invisible format character
+    (Unicode category Cf: the bidirectional overrides U+202E and U+2066-2069, zero-width
+    characters) and line or paragraph separator as ``\\u202e``, so that a line cannot
+    show other text than it holds."""
+    shown = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+    if shown.isascii():
+        return shown
+    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) in _HIDDEN_CATEGORIES else c for c in shown)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import cause_of
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import (
     as_dict,
-    cause_of,
     cluster_of,
     marker_inside,
     parse_attempt,

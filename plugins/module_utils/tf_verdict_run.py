@@ -15,7 +15,6 @@ import os
 import re
 from typing import Any
 
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import classify
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import (
     empty_series,
     format_named,
@@ -24,7 +23,6 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics 
     source_of,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
-    CAUSES,
     CONFIG_FILE,
     EXIT_FILE,
     LOG_FILE,
@@ -161,34 +159,6 @@ def cluster_of(workers: list[dict[str, Any]]) -> list[str]:
 
 def port_of(endpoint: str) -> int | None:
     return small_int(endpoint.rsplit(":", 1)[1]) if ":" in endpoint else None
-
-
-# --- Why a worker ended -----------------------------------------------------------------
-
-def derived_cause(exit_: dict[str, Any] | None) -> dict[str, Any]:
-    """The cause of an exit record that carries none (an older supervisor, a record written
-    for a lost worker): tf_causes' rules over its structured fields, the one place they are
-    written."""
-    if not isinstance(exit_, dict):
-        return {"kind": "unknown", "detail": "no exit record (still running or lost)"}
-    return classify(exit_, [])
-
-
-def cause_of(exit_: dict[str, Any] | None) -> dict[str, Any]:
-    """exit.json's ``cause`` where it has a valid one, else one derived from the record."""
-    cause = as_dict(exit_).get("cause")
-    if isinstance(cause, dict) and cause.get("kind") in CAUSES:
-        return cause
-    return derived_cause(exit_)
-
-
-def cause_text(cause: dict[str, Any]) -> str:
-    """A cause as one line: ``job-error: ModuleNotFoundError: No module named 'x'``."""
-    if cause.get("exception"):
-        what = f"{cause['exception']}: {cause.get('message')}" if cause.get("message") else str(cause["exception"])
-    else:
-        what = str(cause.get("detail") or "")
-    return f"{cause.get('kind')}: {what}" if what else str(cause.get("kind"))
 
 
 FRAME = re.compile(r"^(?P<where>.+?:\d+) in (?P<function>.+)$")

@@ -19,14 +19,21 @@ import os
 import time
 from typing import Any
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import (
+    cause_of,
+    cause_text,
+    culprit,
+    judged_cause,
+    stopped_as_victim,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import CONTRACT, format_named
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     LOG_FILE,
     STATE_FILE,
     SUMMARY_FILE,
+    attempt_record_file,
     printable,
     read_json,
-    stopped_as_victim,
     write_json_atomic,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_checks import (
@@ -39,10 +46,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import (
     as_dict,
-    cause_of,
-    cause_text,
     cluster_of,
-    derived_cause,
     load_attempts,
     port_of,
     stacks_of,
@@ -83,36 +87,39 @@ def finished_at(worker: dict[str, Any]) -> float:
 
 
 def culprit_of(
-    workers: list[dict[str, Any]], wait_failed: list[Any] | None = None, lost_hosts: list[Any] | None = None
+    workers: list[dict[str, Any]],
+    wait_failed: list[Any] | None = None,
+    lost_hosts: list[Any] | None = None,
+    frozen: list[Any] | None = None,
+    decided: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """The culprit of an attempt: the first worker to fail that the runbook or an operator
-    did not stop; else the first worker the wait reported failed (``wait_failed``), unless
-    the runbook or an operator stopped it. A dict ``{"index", "host", "worker"}``
-    (``worker``: the collected worker, or None when only the wait knew it), or None.
-
-    While a host of the run was lost (``lost_hosts``), a worker that ended because a peer
-    was lost (cause ``peer-lost``) is that loss's victim, never the culprit (issue 24,
-    point 22): with no other culprit, the lost host is to blame."""
-
-    def victim(record: dict[str, Any]) -> bool:
-        return stopped_as_victim(record) or (bool(lost_hosts) and cause_of(record).get("kind") == "peer-lost")
-
-    failed = [w for w in workers if isinstance(w.get("exit"), dict) and w["exit"].get("returncode") != 0]
-    culprits = [w for w in failed if not victim(w["exit"])]
-    if culprits:
-        first = min(culprits, key=finished_at)
-        return {"index": first["index"], "host": first["host"], "worker": first}
+    """The culprit of an attempt by tf_causes' one rule (``culprit``), over the collected
+    workers that failed and the wait's failed workers (``wait_failed``) of which no exit
+    record was collected: ``{"index", "host", "cause", "worker", "entry"}`` (``worker``:
+    the collected worker, None when only the wait knew it; ``entry``: the record blamed),
+    or None. While a host was lost (``lost_hosts``), a worker that lost its peer is that
+    loss's victim. With the decision's record of the attempt (``decided``), its culprit is
+    the culprit: the live decision saw what the files may no longer show."""
+    if decided is not None:
+        named = as_dict(decided.get("culprit"))
+        index = as_int(named.get("index"))
+        if index is None:
+            return None
+        match = next((w for w in workers if w["index"] == index and as_dict(w.get("exit")).get("returncode") not in (None, 0)), None)
+        cause = as_dict(named.get("cause")) or (cause_of(match["exit"]) if match else {"kind": "unknown", "detail": ""})
+        return {"index": index, "host": named.get("host"), "cause": cause, "record": None, "worker": match, "entry": None}
+    failed = [{"index": w["index"], "host": w["host"], **w["exit"]}
+              for w in workers if isinstance(w.get("exit"), dict) and w["exit"].get("returncode") != 0]  # fmt: skip
+    collected = {w["index"] for w in workers if isinstance(w.get("exit"), dict)}
     for entry in wait_failed or []:
         entry = entry if isinstance(entry, dict) else {"index": entry}
-        kind = as_dict(entry.get("cause")).get("kind")
-        if stopped_as_victim(entry) or kind in ("operator", "runbook") or (lost_hosts and kind == "peer-lost"):
-            continue
-        index = entry.get("index")
-        match = next((w for w in workers if w["index"] == index), None)
-        if match is not None and victim(as_dict(match.get("exit"))):
-            continue
-        return {"index": index, "host": entry.get("host"), "worker": None, "entry": entry}
-    return None
+        if entry.get("index") not in collected:
+            failed.append(entry)
+    found = culprit(failed, bool(lost_hosts), [f for f in frozen or [] if isinstance(f, dict)])
+    if found is None:
+        return None
+    match = next((w for w in workers if w["index"] == found["index"] and isinstance(w.get("exit"), dict)), None)
+    return {**found, "worker": match if found["record"] is not None else None, "entry": found["record"]}
 
 
 def log_tail(text: str | None, lines: int = 5) -> list[str]:
@@ -139,6 +146,10 @@ def stall_of(workers: list[dict[str, Any]], wait: dict[str, Any]) -> dict[str, A
         detail = "; ".join(f"worker {w['index']} on host {w['host']} stuck in {where}" for w, where in culprits)
     else:
         detail = "every worker stalled"
+        missing = sorted({str(as_dict(stacks_of(w.get("exit"))).get("missing")) for w in stalled
+                          if as_dict(stacks_of(w.get("exit"))).get("missing")})  # fmt: skip
+        if missing:
+            detail += f" ({'; '.join(missing)})"
     if waited.get("seconds") is not None:
         detail += f" (no progress on any worker for {waited['seconds']} s)"
     return {"culprits": sorted(w["index"] for w, _where in culprits), "detail": printable(detail)}
@@ -169,6 +180,7 @@ def failure_reason(
     wait: dict[str, Any] | None = None,
     stall: dict[str, Any] | None = None,
     stopped: dict[str, Any] | None = None,
+    decided: dict[str, Any] | None = None,
 ) -> str | None:
     """Why a failed run failed, its cause first: a restore that differs between workers, a
     stall, the culprit (the first worker to fail by itself), a lost host, an operator's
@@ -179,25 +191,27 @@ def failure_reason(
         return f"restore-mismatch: {mismatch}"
     if stall:
         return f"stalled: {stall['detail']}"
-    culprit = culprit_of(workers, wait.get("failed_workers"), wait.get("lost_hosts"))
-    if culprit and culprit["worker"] is not None:
-        first = culprit["worker"]
+    found = culprit_of(workers, wait.get("failed_workers"), wait.get("lost_hosts"), wait.get("frozen_workers"), decided)
+    if found and found["worker"] is not None:
+        first = found["worker"]
         exit_ = first["exit"]
         where = stuck_in(stacks_of(exit_))
         stuck = f"; stuck in {where}" if where else ""
         tail = " | ".join(log_tail(first.get("log")))
         return (
             f"worker {first['index']} on host {first['host']} failed first: "
-            f"{with_status(cause_of(exit_), exit_.get('returncode'), exit_.get('reason'), exit_.get('signal'))}{stuck}; last log lines: {tail}"
+            f"{with_status(found['cause'], exit_.get('returncode'), exit_.get('reason'), exit_.get('signal'))}{stuck}; last log lines: {tail}"
         )
-    if culprit:
-        entry = culprit["entry"]
-        cause = as_dict(entry.get("cause")) or derived_cause(entry)
+    if found and found["entry"] is not None:
+        entry = found["entry"]
+        cause = cause_of(entry)
         tail = " | ".join(printable(line) for line in entry.get("log_tail") or [])
         return (
             f"worker {entry.get('index')} on host {entry.get('host')} failed: "
             f"{with_status(cause, entry.get('returncode'), entry.get('reason'), entry.get('signal'))}; last log lines: {tail}"
         )
+    if found:
+        return f"worker {found['index']} on host {found['host']}: {printable(cause_text(found['cause']))}"
     if wait.get("lost_hosts"):
         return f"host(s) {', '.join(str(h) for h in wait['lost_hosts'])} became unreachable during the run"
     if stopped:
@@ -232,13 +246,6 @@ def attempt_record(attempt: int, workers: list[dict[str, Any]]) -> dict[str, Any
             for w in workers
         ],
     }
-
-
-def worker_cause(worker: dict[str, Any], mismatched: set[int]) -> dict[str, Any]:
-    cause = cause_of(worker.get("exit"))
-    if worker["index"] in mismatched:
-        return {"kind": "restore-mismatch", "detail": "began at another epoch than the chief", "exit_cause": cause}
-    return cause
 
 
 def mismatched_workers(attempt: dict[str, Any]) -> set[int]:
@@ -306,7 +313,7 @@ def summarize_run(run_id: str, run_dir: str, marker_name: str, expected_size: in
                 "port": port_of(cluster[w["index"]]) if w["index"] < len(cluster) else None,
                 "exit_status": as_dict(w["exit"]).get("returncode"),
                 "exit_reason": as_dict(w["exit"]).get("reason"),
-                "cause": worker_cause(w, mismatched),
+                "cause": judged_cause(w.get("exit"), w["index"] in mismatched),
                 "stacks": stacks_of(w.get("exit")),
                 "log": os.path.join(w["dir"], LOG_FILE),
             }
@@ -319,7 +326,8 @@ def summarize_run(run_id: str, run_dir: str, marker_name: str, expected_size: in
         "job_output": verdict["job_output"],
         "stall": stall,
         "stopped": verdict["stopped"],
-        "reason": failure_reason(workers, verdict["checks"], wait, stall, verdict["stopped"]) if failed or stall else None,
+        "reason": (failure_reason(workers, verdict["checks"], wait, stall, verdict["stopped"],
+                                  decided_record(run_dir, final["attempt"])) if failed or stall else None),
         "attempt": final["attempt"],
         "attempts": [attempt_record(a["attempt"], a["workers"]) for a in attempts],
         "context": recorded,
@@ -403,14 +411,51 @@ def metric_disagreements(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
+def decided_record(run_dir: str, attempt: int) -> dict[str, Any] | None:
+    """The record of the decision made after ``attempt`` failed (tf_run.ATTEMPT_RECORD,
+    written by the attempts role when it decided), or None (the attempt succeeded, or ran
+    before such records, or collect.yml judges a run no decision was made for)."""
+    record = read_json(os.path.join(run_dir, attempt_record_file(attempt)))
+    return record if isinstance(record, dict) and as_int(record.get("attempt")) == attempt else None
+
+
+def decided_cause(row_cause: dict[str, Any], decided: dict[str, Any] | None) -> dict[str, Any]:
+    """A worker's cause in the timeline: the collected one, unless the decision's record
+    knows better: the worker's host was lost, or no exit record told why it ended (its
+    supervisor died), where the cause the live decision saw is kept."""
+    if decided is None:
+        return row_cause
+    if decided.get("lost") or row_cause.get("kind") == "unknown":
+        cause = decided.get("cause")
+        if isinstance(cause, dict) and cause.get("kind"):
+            return cause
+    return row_cause
+
+
 def attempt_timeline(
-    run_dir: str, attempt: dict[str, Any], failed: list[Any], lost_hosts: list[Any] | None = None
-) -> dict[str, Any]:
-    """One attempt: its workers, the culprit (``culprit_of``), the epoch it resumed after
-    and where its workers' metrics differ."""
+    run_dir: str, attempt: dict[str, Any], failed: list[Any], lost_hosts: list[Any] | None = None,
+    decided: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """One attempt: its workers, the culprit, the epoch it resumed after and where its
+    workers' metrics differ. The culprit and the causes come from the decision's record
+    (``decided``) where one was written; else from the one rule (``culprit_of``) over the
+    collected files and the wait's failed workers."""
     rows = [worker_timeline(run_dir, w, attempt["source"]) for w in attempt["workers"]]
-    culprit = culprit_of(attempt["workers"], failed, lost_hosts)
-    index = as_int(culprit["index"]) if culprit else None
+    if decided is not None:
+        culprit = as_dict(decided.get("culprit"))
+        index = as_int(culprit.get("index"))
+        said = {as_int(w.get("index")): w for w in decided.get("workers") or [] if isinstance(w, dict)}
+        for row in rows:
+            named = culprit.get("cause") if row["index"] == index and isinstance(culprit.get("cause"), dict) else None
+            row["cause"] = named or decided_cause(row["cause"], said.get(row["index"]))
+        extra = {"culprit_host": culprit.get("host"), "culprit_cause": culprit.get("cause"),
+                 "decision": decided.get("decision"), "why": decided.get("why"),
+                 "lost_hosts": decided.get("lost_hosts") or []}  # fmt: skip
+    else:
+        found = culprit_of(attempt["workers"], failed, lost_hosts)
+        index = as_int(found["index"]) if found else None
+        extra = {"culprit_host": found["host"] if found else None, "culprit_cause": found["cause"] if found else None,
+                 "decision": None, "why": None, "lost_hosts": [str(h) for h in lost_hosts or []]}  # fmt: skip
     for row in rows:
         row["culprit"] = row["index"] == index
     resumed = [r["resumed_from_epoch"] for r in rows if r["resumed_from_epoch"] is not None]
@@ -421,6 +466,8 @@ def attempt_timeline(
         "started_at": min(launched) if launched else None,
         "finished_at": max(ends) if ends else None,
         "culprit": index,
+        **extra,
+        "hosts": {str(r["index"]): r["host"] for r in rows},
         "resumed_from_epoch": min(resumed) if resumed else None,
         "workers": rows,
         "disagreements": metric_disagreements(rows),
@@ -428,8 +475,9 @@ def attempt_timeline(
 
 
 def timeline_of(summary: dict[str, Any], run_dir: str, attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per attempt (``attempt_timeline``), each with the wait's failed workers
-    of that attempt (from the recorded attempts; the last one's from the wait outcome)."""
+    """One entry per attempt (``attempt_timeline``): from the decision's record where the
+    attempt failed and one was written; else with the wait's failed workers of that
+    attempt (from the recorded attempts; the last one's from the wait outcome)."""
     context = as_dict(summary.get("context"))
     history = {as_int(h.get("attempt")): h for h in context.get("attempts") or [] if isinstance(h, dict)}
     timeline = []
@@ -437,8 +485,9 @@ def timeline_of(summary: dict[str, Any], run_dir: str, attempts: list[dict[str, 
         outcome = as_dict((history.get(attempt["attempt"]) or {}).get("outcome"))
         if attempt is attempts[-1] and not outcome:
             outcome = as_dict(context.get("wait"))
+        decided = decided_record(run_dir, attempt["attempt"])
         timeline.append(
-            attempt_timeline(run_dir, attempt, outcome.get("failed_workers") or [], outcome.get("lost_hosts"))
+            attempt_timeline(run_dir, attempt, outcome.get("failed_workers") or [], outcome.get("lost_hosts"), decided)
         )
     return timeline
 

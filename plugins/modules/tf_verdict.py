@@ -176,7 +176,7 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import lines_of, parse_contract
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import parse_keras as _parse_keras
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import stopped_as_victim
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import stopped_as_victim
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_checks import (
     CHECK_NAMES,
     DEFAULT_MARKER,

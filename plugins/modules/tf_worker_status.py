@@ -317,7 +317,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import pack_run
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import classify
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import cause_of
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import PROGRESS_PATTERN
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import PROC, group_usage, works_in
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
@@ -445,13 +445,19 @@ def supervisor_alive(pid: object, worker_dir: str) -> bool:
     return works_in(pid, worker_dir)
 
 
-def record_cause(record: dict, log_tail: list[str]) -> dict:
-    """The cause of an exit record: the one the supervisor wrote, else told from the record
-    and the log's last lines by the supervisor's own rules (tf_causes.classify)."""
-    cause = record.get("cause")
-    if isinstance(cause, dict) and cause.get("kind"):
-        return cause
-    return classify(record, log_tail)
+def supervisors_exit(state: dict | None, exit_: dict | None) -> dict | None:
+    """exit.json when its supervisor wrote it: it carries state.json's ``nonce`` (a record
+    the job wrote into its working directory does not, and is no exit: the supervisor's
+    record guard stops such a job and writes the real one). A record of a supervisor older
+    than the nonce is taken as it is."""
+    if exit_ is None or not state or not state.get("nonce"):
+        return exit_
+    return exit_ if exit_.get("nonce") == state["nonce"] else None
+
+
+def exit_status(value: object) -> int | None:
+    """An exit record's ``returncode`` as the int it must be; None for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict | None = None) -> dict:
@@ -460,7 +466,7 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
     wdir = entry["dir"]
     marks = {} if marks is None else marks
     state = read_json(os.path.join(wdir, STATE_FILE))
-    exit_ = read_json(os.path.join(wdir, EXIT_FILE))
+    exit_ = supervisors_exit(state, read_json(os.path.join(wdir, EXIT_FILE)))
     log_path = os.path.join(wdir, LOG_FILE)
     tail = _tail(log_path, max(tail_lines, 50))
     marks[wdir] = read_progress(log_path, progress, marks.get(wdir))
@@ -478,10 +484,11 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
         "log_tail": tail[-tail_lines:],
         "cause": None,
         "stacks": None,
+        "finished_at": None,
     }
     if exit_ is None and state is not None and not supervisor_alive(state.get("supervisor_pid"), wdir):
         # It may have written exit.json just before it ended: read it again.
-        exit_ = read_json(os.path.join(wdir, EXIT_FILE))
+        exit_ = supervisors_exit(state, read_json(os.path.join(wdir, EXIT_FILE)))
         if exit_ is None:
             reason = (
                 f"the supervisor (pid {state.get('supervisor_pid')}) died without recording an exit "
@@ -489,16 +496,18 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
             )
             # Its job got the keeper's SIGKILL, which nobody in the runbook asked for.
             record = killed_exit_record(reason, None, state.get("started_at"), time.time())
-            info.update(state=WORKER_EXITED, returncode=-1, reason=reason, cause=classify(record, tail))
+            cause = {"kind": "killed", "detail": reason, "signal": record["signal"]}
+            info.update(state=WORKER_EXITED, returncode=-1, reason=reason, cause=cause, finished_at=record["finished_at"])
             return info
     if exit_ is not None:
         info.update(
             state=WORKER_EXITED,
-            returncode=exit_.get("returncode"),
-            reason=exit_.get("reason"),
-            stopped_by=exit_.get("stopped_by"),
+            returncode=exit_status(exit_.get("returncode")),
+            reason=printable(exit_.get("reason")) if exit_.get("reason") is not None else None,
+            stopped_by=exit_.get("stopped_by") if isinstance(exit_.get("stopped_by"), str) else None,
+            finished_at=exit_.get("finished_at"),
             joined=bool(exit_.get("joined")) or info["joined"],
-            cause=record_cause(exit_, tail),
+            cause=cause_of(exit_),
             stacks=exit_.get("stacks") if isinstance(exit_.get("stacks"), dict) else None,
         )
     elif state is not None and state.get("pid") is None and entry.get("launch_error"):

@@ -138,14 +138,15 @@ run_dir:
   sample: /home/train/tf-runbook/runs/r1
 stacks:
   description: With O(capture_stacks), each running job's stacks, per worker directory
-    (C(stacks) is null when the job wrote none in time, or runs without the wrapper);
+    (C(stacks) is null when the job wrote none in time, or runs without the wrapper, and
+    C(missing) then says which; the stop request carries it into the worker's exit record);
     C(frames) are the innermost frames of the job's own code in its main thread,
     innermost last, and C(where) is C(own-code), C(tensorflow) or C(unknown).
   type: list
   elements: dict
   returned: always
   sample: [{"dir": "/home/train/tf-runbook/runs/r1/worker-1", "index": 1, "stacks": {"file": "stacks.txt",
-    "captured_at": 1736848920.5, "where": "own-code", "frames": ["train.py:41 in load_batch"]}}]
+    "captured_at": 1736848920.5, "where": "own-code", "frames": ["train.py:41 in load_batch"]}, "missing": null}]
 """
 
 import glob
@@ -156,13 +157,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import (
+    CAUSES,
     classify,
     parse_stacks,
     request_stacks,
     stacks_dumped,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
-    CAUSES,
     EXIT_FILE,
     JOB_DIR,
     RETRY_PREFIX,
@@ -182,7 +183,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc imp
     process_cwd,
     process_ids,
     process_stat,
-    works_in,
+    signal_caught,
 )
 
 # The fields of state.json that name processes: each a whole number, or null.
@@ -246,15 +247,20 @@ def _signal_all(pids: list[int], sig: int) -> None:
                 pass
 
 
-def write_stop_request(worker_dir: str, stopped_by: str, reason: str, cause: str = "") -> None:
+def write_stop_request(
+    worker_dir: str, stopped_by: str, reason: str, cause: str = "", stacks_missing: str | None = None
+) -> None:
     """Tell the supervisor who stops it and why, before it gets the signal (first request
-    wins); ``cause``, a cause kind, is recorded as the worker's cause."""
+    wins); ``cause``, a cause kind, is recorded as the worker's cause, and
+    ``stacks_missing``, why no stacks were taken, with its exit record."""
     path = os.path.join(worker_dir, STOP_FILE)
     if os.path.exists(path):
         return
     request = {"by": stopped_by, "reason": reason, "at": time.time()}
     if cause:
         request["cause"] = cause
+    if stacks_missing:
+        request["stacks_missing"] = stacks_missing
     write_json_atomic(path, request)
 
 
@@ -276,25 +282,50 @@ def capture_stacks(worker_dirs: list[str], job_dir: str, timeout: float) -> list
                 }  # fmt: skip
 
     threads = []
+    missing: dict[str, str] = {}
     for worker_dir in worker_dirs:
         state = read_json(os.path.join(worker_dir, STATE_FILE)) or {}
-        pid = state.get("pid")
         found[worker_dir] = None
-        # Only a job that runs under the wrapper (it recorded the signal) and is the run's
-        # own (a live process in that worker's directory): the signal would end another.
-        if state.get("stacks_signal") and state_problem("", state) is None and works_in(pid, worker_dir):
-            threads.append(threading.Thread(target=one, args=(worker_dir, pid), daemon=True))
+        why = stacks_refusal(worker_dir, state)
+        if why is None:
+            threads.append(threading.Thread(target=one, args=(worker_dir, state["pid"]), daemon=True))
+        else:
+            missing[worker_dir] = why
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout + 5)
+    for worker_dir in worker_dirs:
+        if found.get(worker_dir) is None and worker_dir not in missing:
+            missing[worker_dir] = f"no stacks: the job wrote none within {timeout:g} s"
     return [
-        {"dir": d, "index": worker_index(os.path.basename(d)), "stacks": found.get(d)} for d in worker_dirs
+        {"dir": d, "index": worker_index(os.path.basename(d)), "stacks": found.get(d), "missing": missing.get(d)}
+        for d in worker_dirs
     ]  # fmt: skip
 
 
+def stacks_refusal(worker_dir: str, state: dict) -> str | None:
+    """Why the stacks signal is not sent to this worker's job, or None when it may be: the
+    job must run under the wrapper (state.json records the signal, and the process has a
+    handler for it) and be this worker's own: the recorded group's leader (the job
+    starts its own session), alive, in a group the worker's keeper still works in. The
+    job's own working directory does not count: many scripts change it at their start."""
+    pid = state.get("pid")
+    if not state.get("stacks_signal"):
+        return "no stacks: the job runs without the wrapper"
+    if state_problem("", state) is not None or not isinstance(pid, int):
+        return "no stacks: the worker's state.json names no process"
+    stat = process_stat(pid)
+    if stat is None or stat[0] in ENDED_STATES or stat[1] != state.get("pgid") or not group_belongs(worker_dir, state):
+        return "no stacks: the job is gone"
+    if signal_caught(pid, int(state["stacks_signal"])) is False:
+        return "no stacks: the job runs without the wrapper (it does not catch the stacks signal)"
+    return None
+
+
 def stop_worker(
-    worker_dir: str, grace: float, stopped_by: str | None = None, reason: str = "", cause: str = ""
+    worker_dir: str, grace: float, stopped_by: str | None = None, reason: str = "", cause: str = "",
+    stacks_missing: str | None = None,
 ) -> list[int]:
     state = read_json(os.path.join(worker_dir, STATE_FILE))
     if state is None or state_problem(worker_dir, state) is not None:
@@ -311,7 +342,7 @@ def stop_worker(
     if not pids:
         return []
     if stopped_by:
-        write_stop_request(worker_dir, stopped_by, reason, cause)
+        write_stop_request(worker_dir, stopped_by, reason, cause, stacks_missing)
     # The supervisor stops its group itself on SIGTERM; signalling the group directly
     # as well covers a supervisor that is gone or stuck.
     _signal_all(run_processes(worker_dir, state), signal.SIGTERM)
@@ -389,7 +420,8 @@ def main() -> None:
         if module.check_mode:
             pids = run_processes(worker_dir, state)
         else:
-            pids = stop_worker(worker_dir, params["grace"], params["stopped_by"], params["reason"], params["cause"])
+            missing = next((entry["missing"] for entry in stacks if entry["dir"] == worker_dir), None)
+            pids = stop_worker(worker_dir, params["grace"], params["stopped_by"], params["reason"], params["cause"], missing)
         if pids:
             stopped.append({"dir": worker_dir, "pids": pids})
         exit_path = os.path.join(worker_dir, EXIT_FILE)

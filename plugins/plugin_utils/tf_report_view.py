@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import CAUSES
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import CAUSES
 
 
 # Chart box (SVG user units); the page scales it to its column.
@@ -303,10 +303,10 @@ def _status(row: dict[str, Any]) -> str:
     return "stopped" if row.get("stopped") else "failed"
 
 
-def cause_of(value: Any) -> dict[str, Any] | None:
+def shown_cause(value: Any) -> dict[str, Any] | None:
     """A worker's cause as the page shows it (summary.json's mapping ``{"kind", "detail",
     ...}``; None where the record has none, as in summaries written before causes). ``css``
-    is the kind only when it is one of the contract's (tf_run.CAUSES)."""
+    is the kind only when it is one of the contract's (tf_causes.CAUSES)."""
     if isinstance(value, str) and value:
         value = {"kind": value}
     if not isinstance(value, dict) or not value.get("kind"):
@@ -390,7 +390,7 @@ def timeline(
         times = epoch_times(row)
         ticks = sorted(x(_clamp(t - t0)) for t in times.values())
         status = _status(row)
-        cause = cause_of(row.get("cause"))
+        cause = shown_cause(row.get("cause"))
         joined = since(row.get("joined_at"))
         tail = [str(line) for line in (log_tails or {}).get(str(row.get("log")), [])] if row.get("culprit") else []
         rows.append(

@@ -61,7 +61,7 @@ def test_a_worker_killed_mid_training_stops_the_run(
     out = run_with_fault(hosts, tmp_path, "killed", common(worker_python), killing_worker_1(hosts, "killed"))
     summary = assert_clean_failure(hosts, out, [0, 1], bound=60)
     # The culprit's cause leads the failure message, then its exit status (issue 23, point 2).
-    assert re.search(r"worker 1 on host node1 failed first: (killed|out-of-memory): [^\n]*exit status 137 ", out.stdout)
+    assert re.search(r"worker 1 on host node1 failed first: (killed|out-of-memory) \([^\n]*exit status 137 ", out.stdout)
     assert summary["reason"].startswith("worker 1 on host node1")
 
 

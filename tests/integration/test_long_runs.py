@@ -15,6 +15,7 @@ attempt and print it (pytest -s), for docs/BENCHMARKS.md.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import threading
@@ -119,9 +120,10 @@ def test_a_worker_killed_by_sigkill_is_restarted(
 def test_a_host_lost_and_back_is_resumed(
     make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
 ) -> None:
-    """node1's network cut after epoch 2 and plugged back in 35 s later: the culprit is the
-    lost host (not worker 0, which only lost its peer); it left the play, so there is no
-    restart without it, and the output says to resume; the resume succeeds.
+    """node1's network cut after epoch 2 and plugged back in 35 s later, with
+    tf_host_lost_wait 0 (no wait): the culprit is the lost host (not worker 0, which only
+    lost its peer); it left the play, so there is no restart without it, and the output
+    says to resume; the resume succeeds.
 
     The cut outlasts the controller's SSH keepalive (ansible.cfg: the connection ends
     about 20 s after the host's last answer): a 20 s cut raced it (CI, stop 35), and
@@ -129,7 +131,7 @@ def test_a_host_lost_and_back_is_resumed(
     restarted with both hosts, as it should be for an outage that short."""
     hosts = make_ns_hosts(count=2)
     extra = settings(worker_python, tf_restart_attempts=1, tf_peer_timeout=10, tf_controller_timeout=20,
-                     tf_train_args=["--epochs=6", "--steps-per-epoch=40"])
+                     tf_host_lost_wait=0, tf_train_args=["--epochs=6", "--steps-per-epoch=40"])
     book = Runbook(hosts, tmp_path, port=2470, groupvars=extra)
     proc = start_playbook(book.inventory, book.runs, {"tf_run_id": "lostback"})
     try:
@@ -145,8 +147,8 @@ def test_a_host_lost_and_back_is_resumed(
     (tmp_path / "train.out").write_text(out)
     assert proc.returncode != 0
     assert ("host node1 failed with host-lost (it stopped answering): a host that stopped answering cannot rejoin "
-            "this playbook's cluster; once it answers again, continue the run with -e tf_run_id=<id> "
-            "-e tf_resume=true") in out, said(out, "lostback")
+            "this playbook's cluster (tf_host_lost_wait 0); once it answers again, continue the run with "
+            "-e tf_run_id=<id> -e tf_resume=true") in out, said(out, "lostback")
     assert hosts.run(1, f"test -e {RUN}/lostback/retry-1")[0] != 0
     # node1's worker stops by itself (its peer and the controller went quiet).
     wait_until(lambda: book.run_processes(1, "lostback") == [], 120, "node1's worker of the lost attempt ending")
@@ -154,6 +156,76 @@ def test_a_host_lost_and_back_is_resumed(
     assert resumed.returncode == 0, said(resumed.stdout, "lostback")
     assert book.summary("lostback")["status"] == "succeeded"
     no_process_left(book, "lostback")
+
+
+def attempt_record(book: Runbook, run_id: str, attempt: int) -> dict[str, Any]:
+    return json.loads((book.runs / run_id / f"attempt-{attempt}.json").read_text())
+
+
+def test_a_crashed_host_that_boots_again_rejoins_in_the_same_playbook(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    """Issue 37, point 1: node1 crashes after epoch 2 (every process killed) and boots 30 s
+    later. The run waits for it (tf_host_lost_wait), restarts the whole cluster with it in
+    the same playbook and succeeds; the record names node1 host-lost as the culprit."""
+    hosts = make_ns_hosts(count=2)
+    extra = settings(worker_python, tf_restart_attempts=2, tf_peer_timeout=10, tf_controller_timeout=20,
+                     tf_host_lost_wait=180, tf_train_args=["--epochs=6", "--steps-per-epoch=40"])
+    book = Runbook(hosts, tmp_path, port=2482, groupvars=extra)
+    proc = start_playbook(book.inventory, book.runs, {"tf_run_id": "crashback"})
+    try:
+        wait_for_log(hosts, 1, f"{RUN}/crashback/worker-1/worker.log", "epoch=2 ")
+        hosts.power_off(1)
+        time.sleep(30)
+        hosts.power_on(1)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (tmp_path / "train.out").write_text(out)
+    assert proc.returncode == 0, said(out, "crashback")
+    assert "waiting up to 180 s (tf_host_lost_wait) for node1 to answer again" in out, said(out, "crashback")
+    summary = book.summary("crashback")
+    assert summary["status"] == "succeeded", summary["reason"]
+    record = attempt_record(book, "crashback", 0)
+    assert (record["culprit"]["host"], record["culprit"]["index"], record["culprit"]["cause"]["kind"]) == (
+        "node1", 1, "host-lost"), record
+    assert record["decision"] == "wait-for-host"
+    first = summary["timeline"][0]
+    assert (first["culprit"], first["culprit_host"], first["workers"][1]["cause"]["kind"]) == (1, "node1", "host-lost")
+    assert [a["attempt"] for a in summary["timeline"]] == [0, 1]
+    no_process_left(book, "crashback")
+
+
+def test_a_host_lost_for_good_ends_the_run_after_the_wait_and_says_how_to_resume(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    """No spare and no smaller cluster: node1 stays cut off; after tf_host_lost_wait the run
+    ends with the complete resume command, and the record says it gave up."""
+    hosts = make_ns_hosts(count=2)
+    extra = settings(worker_python, tf_restart_attempts=2, tf_peer_timeout=10, tf_controller_timeout=20,
+                     tf_host_lost_wait=15, tf_train_args=["--epochs=6", "--steps-per-epoch=40"])
+    book = Runbook(hosts, tmp_path, port=2492, groupvars=extra)
+    proc = start_playbook(book.inventory, book.runs, {"tf_run_id": "lostgood"})
+    try:
+        wait_for_log(hosts, 1, f"{RUN}/lostgood/worker-1/worker.log", "epoch=2 ")
+        hosts.cut_network(1)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        hosts.restore_network(1)
+    (tmp_path / "train.out").write_text(out)
+    assert proc.returncode != 0
+    assert ("host node1 did not answer within 15 s (tf_host_lost_wait): no restart without it; once it answers "
+            "again, continue the run with -e tf_run_id=lostgood -e tf_resume=true") in out, said(out, "lostgood")
+    record = attempt_record(book, "lostgood", 0)
+    assert (record["decision"], record["culprit"]["host"]) == ("give-up", "node1"), record
+    assert hosts.run(0, f"test -e {RUN}/lostgood/retry-1")[0] != 0
+    wait_until(lambda: book.run_processes(1, "lostgood") == [], 120, "node1's worker of the lost attempt ending")
+    no_process_left(book, "lostgood")
 
 
 # -- (c) preemption ----------------------------------------------------------------------

@@ -7,15 +7,15 @@ from typing import Any
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.tf_runbook.multiworker.plugins.filter import tf_attempts
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import CAUSES, RESTARTABLE_CAUSES
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import CAUSES, RESTARTABLE_CAUSES
 
 
 
 def decide(outcome: dict[str, Any], attempt: int, attempts: int, now: float, deadline: float,
-           restart_on: Any = RESTARTABLE_CAUSES) -> dict[str, Any]:
+           restart_on: Any = RESTARTABLE_CAUSES, host_lost_wait: int = 0) -> dict[str, Any]:
     """The decision with tf_restart_on's default unless given."""
     return tf_attempts.tf_attempts_decision(outcome, attempt, attempts, now, deadline, list(restart_on)
-                                            if isinstance(restart_on, tuple) else restart_on)
+                                            if isinstance(restart_on, tuple) else restart_on, None, host_lost_wait)
 
 JOB_ERROR = {"kind": "job-error", "detail": "ModuleNotFoundError: No module named 'x'",
              "exception": "ModuleNotFoundError", "message": "No module named 'x'"}  # fmt: skip
@@ -41,6 +41,7 @@ def test_a_job_error_is_not_restarted_and_the_output_says_why_and_how() -> None:
     failed = outcome(worker(0, "runbook", stopped_by="runbook", returncode=143),
                      {**worker(1, None), "cause": JOB_ERROR})
     decision = decide(failed, 0, 2, 100, 0)
+    assert decision.pop("failure")["culprit"] == 1
     assert decision == {
         "restart": False, "cause": "job-error", "culprit": 1,
         "why": "worker 1 on h1 failed with job-error (ModuleNotFoundError: No module named 'x'): a restart cannot "
@@ -91,7 +92,9 @@ def test_a_worker_that_only_lost_its_peer_is_not_the_cause() -> None:
         ({"returncode": 137}, "killed"),
         ({"returncode": -9}, "killed"),
         ({"returncode": 143}, "preempted"),
-        ({"returncode": 1}, "unknown"),
+        # The job's own status, where no record says more: its own error.
+        ({"returncode": 1}, "job-error"),
+        ({"returncode": None}, "unknown"),
         ({"returncode": 143, "stopped_by": "job-deadline"}, "deadline"),
         ({"returncode": 1, "stopped_by": "startup-deadline"}, "startup"),
     ],
@@ -119,13 +122,31 @@ def test_a_stall_left_out_of_tf_restart_on_says_so() -> None:
     assert "add stalled to tf_restart_on" in decision["why"]
 
 
-def test_a_lost_host_is_resumed_later_not_restarted_without_it() -> None:
-    """The lost host left the play: no restart here, and the output says how to go on."""
+def test_a_lost_host_is_resumed_later_without_a_wait() -> None:
+    """tf_host_lost_wait 0: no restart here, and the output says how to go on."""
     decision = decide(outcome(worker(0, "peer-lost"), lost_hosts=["h1"]), 0, 1, 100, 0)
     assert (decision["restart"], decision["cause"]) == (False, "host-lost")
+    assert "wait_for_hosts" not in decision
     assert decision["why"] == (
         "host h1 failed with host-lost (it stopped answering): a host that stopped answering cannot rejoin this "
-        "playbook's cluster; once it answers again, continue the run with -e tf_run_id=<id> -e tf_resume=true")
+        "playbook's cluster (tf_host_lost_wait 0); once it answers again, continue the run with -e tf_run_id=<id> "
+        "-e tf_resume=true")
+
+
+def test_a_lost_host_is_waited_for_and_restarted_with_it() -> None:
+    """Issue 37, point 1: a host that answers again needs no person."""
+    decision = decide(outcome(worker(0, "peer-lost"), lost_hosts=["h1"]), 0, 2, 100, 0, host_lost_wait=600)
+    assert (decision["restart"], decision["cause"], decision["wait_for_hosts"]) == (True, "host-lost", ["h1"])
+    assert decision["why"] == (
+        "host h1 failed with host-lost (it stopped answering): waiting up to 600 s (tf_host_lost_wait) for it to "
+        "answer again, then restarting it, attempt 1 of at most 2 restarts")
+    assert tf_attempts.decision_name(decision) == "wait-for-host"
+    # No restart left: no wait either.
+    spent = decide(outcome(worker(0, "peer-lost"), lost_hosts=["h1"]), 2, 2, 100, 0, host_lost_wait=600)
+    assert spent["restart"] is False and "wait_for_hosts" not in spent
+    # Not in tf_restart_on: no wait.
+    left_out = decide(outcome(worker(0, "peer-lost"), lost_hosts=["h1"]), 0, 2, 100, 0, ["killed"], 600)
+    assert left_out["restart"] is False and "wait_for_hosts" not in left_out
 
 
 def test_a_lost_host_decides_over_its_peers_peer_lost() -> None:

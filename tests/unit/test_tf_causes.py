@@ -132,7 +132,7 @@ def test_the_exception_line_is_found_without_the_traceback_start() -> None:
 def test_the_exit_record_names_the_cause(rec: dict[str, Any], oom_kills: int | None, kind: str) -> None:
     cause = tf_causes.classify(rec, [], oom_kills)
     assert cause["kind"] == kind
-    assert cause["kind"] in tf_run.CAUSES
+    assert cause["kind"] in tf_causes.CAUSES
     assert cause["detail"]
 
 
@@ -154,3 +154,141 @@ def test_a_long_message_is_one_short_line() -> None:
     cause = tf_causes.classify(record(), ["Traceback (most recent call last):", "ValueError: " + "x" * 1000])
     assert len(cause["detail"]) <= tf_causes.MAX_DETAIL
     assert cause["detail"].endswith("...")
+
+
+# --- The process decides, not the log (issue 37, point 5) --------------------------------
+
+# A job that caught TensorFlow's error in a retry loop, logged it with its traceback
+# (logging.exception), and then gave up with its own status.
+LOGGED_THEN_EXITED = UNAVAILABLE + "ERROR:root:giving up after 3 tries\n"
+TF_UNAVAILABLE = "tensorflow.python.framework.errors_impl.UnavailableError"
+
+
+@pytest.mark.parametrize(
+    ("log", "job_end", "kind"),
+    [
+        # The wrapper saw sys.exit(1): the job's own decision, whatever its log printed.
+        (LOGGED_THEN_EXITED, {"exit": 1}, "job-error"),
+        ("DeadlineExceededError: Graph execution error:\n", {"exit": 1}, "job-error"),
+        # The uncaught exception, by its qualified class.
+        ("", {"raised": {"type": TF_UNAVAILABLE, "message": "Collective ops is aborted"}}, "peer-lost"),
+        ("", {"raised": {"type": "__main__.UnavailableError", "message": "retry"}}, "job-error"),
+        ("", {"raised": {"type": "mylib.retry.UnavailableError", "message": "retry"}}, "job-error"),
+        ("", {"raised": {"type": "asyncio.exceptions.CancelledError", "message": ""}}, "job-error"),
+        ("", {"raised": {"type": "MemoryError", "message": ""}}, "out-of-memory"),
+        ("", {"raised": {"type": "tensorflow.python.framework.errors_impl.ResourceExhaustedError", "message": "OOM"}},
+         "out-of-memory"),
+        # No record (the job ended in C, or without the wrapper): TensorFlow's classes by
+        # qualified name only.
+        (UNAVAILABLE, None, "peer-lost"),
+        ("Traceback (most recent call last):\n  File \"t.py\", line 1\nUnavailableError: mine\n", None, "job-error"),
+        ("DeadlineExceededError: Graph execution error:\n", None, "job-error"),
+        ("asyncio.exceptions.CancelledError\n", None, "job-error"),
+    ],
+    ids=["logged-then-exited", "printed-deadline-then-exited", "tf-raised", "own-class-main", "own-class-module",
+         "asyncio-cancelled", "memory-error", "tf-oom", "log-tf", "log-own-class", "log-bare-name", "log-asyncio"],
+)  # fmt: skip
+def test_the_wrappers_record_decides_and_the_log_only_without_it(
+    log: str, job_end: dict[str, Any] | None, kind: str
+) -> None:
+    cause = tf_causes.classify(record(1), log.splitlines(), None, job_end)
+    assert cause["kind"] == kind, cause
+
+
+def test_an_exit_record_with_the_wrappers_record_says_it_decided() -> None:
+    cause = tf_causes.classify(record(1), LOGGED_THEN_EXITED.splitlines(), None, {"exit": 1})
+    assert cause == {"kind": "job-error",
+                     "detail": "the job exited with its own status 1 (sys.exit), with no uncaught exception"}  # fmt: skip
+    raised = tf_causes.classify(record(1), [], None, {"raised": {"type": TF_UNAVAILABLE, "message": "gone"}})
+    assert (raised["exception"], raised["exception_type"], raised["from"]) == ("UnavailableError", TF_UNAVAILABLE,
+                                                                              "the job's wrapper")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('{"exit": 3}', {"exit": 3}),
+        ('{"raised": {"type": "a.B", "message": "m"}}', {"raised": {"type": "a.B", "message": "m"}}),
+        ('{"exit": true}', None),
+        ('{"exit": "1"}', None),
+        ('{"raised": {"type": ""}}', None),
+        ('["exit", 1]', None),
+        ("not json", None),
+    ],
+)
+def test_the_wrappers_record_is_read_field_by_field(tmp_path: Any, content: str, expected: Any) -> None:
+    path = tmp_path / "job_end.json"
+    path.write_text(content)
+    assert tf_causes.read_job_end(str(path)) == expected
+    assert tf_causes.read_job_end(str(tmp_path / "none.json")) is None
+
+
+# --- The culprit rule, once (issue 40, point 1; issue 38, point 16) ---------------------
+
+def failed(index: int, cause: dict[str, Any], finished_at: float | None, **more: Any) -> dict[str, Any]:
+    return {"index": index, "host": f"h{index}", "returncode": 1, "stopped_by": None, "cause": cause,
+            "finished_at": finished_at, **more}  # fmt: skip
+
+
+KILLED = {"kind": "killed", "detail": "SIGKILL that the runbook did not send"}
+PEER = {"kind": "peer-lost", "detail": "UnavailableError: gone", "exception": "UnavailableError"}
+OWN = {"kind": "job-error", "detail": "ValueError: x"}
+
+
+def test_the_culprit_is_the_first_to_fail_by_time_not_by_list_order() -> None:
+    # Worker 1 killed at t, worker 0 raising TensorFlow's UnavailableError at t+1.
+    workers = [failed(0, PEER, 101.0), failed(1, KILLED, 100.0)]
+    assert tf_causes.culprit(workers)["index"] == 1
+    # Two first-hand failures: the earlier one, wherever it stands in the list.
+    workers = [failed(0, OWN, 101.0), failed(1, KILLED, 100.0)]
+    assert tf_causes.culprit(workers)["index"] == 1
+    workers = [failed(0, OWN, 99.0), failed(1, KILLED, 100.0)]
+    assert tf_causes.culprit(workers)["index"] == 0
+
+
+def test_a_first_hand_failure_is_blamed_before_an_earlier_lost_peer() -> None:
+    workers = [failed(0, PEER, 99.0), failed(1, KILLED, 100.0)]
+    found = tf_causes.attempt_failure({"failed_workers": workers})
+    assert (found["culprit"], found["host"], found["kind"]) == (1, "h1", "killed")
+    assert found["text"] == "killed (SIGKILL that the runbook did not send)"
+
+
+def test_victims_are_never_the_culprit() -> None:
+    workers = [failed(0, {"kind": "runbook", "detail": "stopped"}, 90.0, stopped_by="runbook"), failed(1, OWN, 100.0)]
+    assert tf_causes.culprit(workers)["index"] == 1
+    assert tf_causes.culprit([workers[0]]) is None
+
+
+def test_a_frozen_worker_is_the_culprit_of_its_peers_lost_peer() -> None:
+    """FACTS.md: a SIGSTOPped worker never fails by itself; its peer fails within about 20 s
+    with DeadlineExceededError. The frozen one is named, as stalled."""
+    frozen = [{"index": 0, "host": "h0", "state": "stopped", "seconds": 22.4}]
+    found = tf_causes.attempt_failure({"failed_workers": [failed(2, PEER, 100.0)], "frozen_workers": frozen})
+    assert (found["culprit"], found["host"], found["kind"]) == (0, "h0", "stalled")
+    assert found["text"] == "stalled (its process was stopped (SIGSTOP or a debugger) for 22 s)"
+    # A worker that failed first-hand stays the culprit, frozen peer or not.
+    found = tf_causes.attempt_failure({"failed_workers": [failed(2, KILLED, 100.0)], "frozen_workers": frozen})
+    assert (found["culprit"], found["kind"]) == (2, "killed")
+    # Caught once in a short disk wait: not frozen long enough to be blamed.
+    brief = [{"index": 0, "host": "h0", "state": "uninterruptible", "seconds": 2.0}]
+    found = tf_causes.attempt_failure({"failed_workers": [failed(2, PEER, 100.0)], "frozen_workers": brief})
+    assert (found["culprit"], found["kind"]) == (2, "peer-lost")
+
+
+def test_a_lost_host_names_its_worker() -> None:
+    spec = [{"index": 0, "host": "h0"}, {"index": 1, "host": "h1"}, {"index": 2, "host": "h2"}]
+    found = tf_causes.attempt_failure({"failed_workers": [failed(0, PEER, 100.0)], "lost_hosts": ["h2"]}, spec)
+    assert (found["kind"], found["culprit"], found["host"]) == ("host-lost", 2, "h2")
+
+
+@pytest.mark.parametrize(
+    ("cause", "text"),
+    [
+        ({"kind": "job-error", "exception": "ValueError", "message": "x", "detail": "ValueError: x"},
+         "job-error (ValueError: x)"),
+        ({"kind": "killed", "detail": "SIGKILL"}, "killed (SIGKILL)"),
+        ({"kind": "unknown", "detail": ""}, "unknown"),
+    ],
+)  # fmt: skip
+def test_a_cause_has_one_text(cause: dict[str, Any], text: str) -> None:
+    assert tf_causes.cause_text(cause) == text

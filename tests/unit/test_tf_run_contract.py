@@ -16,7 +16,7 @@ import pytest
 
 import tf_supervisor
 import yaml
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_run
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_causes, tf_run
 
 REPO = Path(__file__).resolve().parents[2]
 HOST_FILES = REPO / "roles" / "tf_worker" / "files"
@@ -132,7 +132,7 @@ def test_a_killed_workers_record_has_the_contracts_fields() -> None:
 
 def test_stop_requesters_and_victims_are_stopped_by_values() -> None:
     assert set(tf_run.STOP_REQUESTERS) <= set(tf_run.STOPPED_BY)
-    assert tf_run.VICTIM_STOPS <= set(tf_run.STOPPED_BY)
+    assert tf_causes.VICTIM_STOPS <= set(tf_run.STOPPED_BY)
 
 
 @pytest.mark.parametrize(
@@ -179,7 +179,32 @@ def test_cluster_checksum_ignores_key_order() -> None:
      ({"reason": "stopped by signal SIGTERM"}, False), ({"stopped_by": "job-deadline"}, False)],
 )  # fmt: skip
 def test_only_the_structured_field_makes_a_victim(record: dict[str, Any], victim: bool) -> None:
-    assert tf_run.stopped_as_victim(record) is victim
+    assert tf_causes.stopped_as_victim(record) is victim
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("evil\u202etxt.exe", "evil\\u202etxt.exe"),  # right-to-left override
+        ("a\u2066b\u2069c", "a\\u2066b\\u2069c"),  # isolates
+        ("zero\u200bwidth\ufeff", "zero\\u200bwidth\\ufeff"),
+        ("line\u2028sep", "line\\u2028sep"),
+        ("épée 训练 ✓", "épée 训练 ✓"),  # visible text stays as it is
+    ],
+)
+def test_printable_escapes_invisible_format_characters(text: str, shown: str) -> None:
+    """Issue 38, point 15: a log line cannot show other text than it holds."""
+    assert tf_run.printable(text) == shown
+
+
+@pytest.mark.parametrize(
+    ("number", "name"),
+    [(int(signal.SIGKILL), "SIGKILL"), (int(signal.SIGRTMIN) + 3, "SIGRTMIN+3"), (int(signal.SIGRTMAX), "SIGRTMAX"),
+     (int(signal.SIGRTMAX) - 2, "SIGRTMAX-2"), (200, "SIG200")],
+)  # fmt: skip
+def test_every_signal_a_process_can_die_of_has_a_name(number: int, name: str) -> None:
+    """Issue 38, point 1: signal.Signals raises for the real-time signals."""
+    assert tf_run.signal_name(number) == name
 
 
 def test_printable_escapes_control_characters() -> None:
@@ -230,18 +255,20 @@ def test_plugins_that_touch_a_runs_files_import_the_contract() -> None:
         if any(f"module_utils.{name} import" in p.read_text(encoding="utf-8") for name in ("tf_run", "tf_run_files"))
     ]  # fmt: skip
     names = {p.name for p in touching}
+    # The verdict reads a run's files through tf_verdict_run, which imports the contract.
+    assert "module_utils.tf_run import" in (REPO / "plugins" / "module_utils" / "tf_verdict_run.py").read_text(encoding="utf-8")
     assert {
         "tf_run_dir.py", "tf_worker_launch.py", "tf_preflight_probe.py", "tf_worker_status.py", "tf_worker_stop.py",
-        "tf_collect_bundle.py", "tf_verdict.py", "tf_cluster.py", "tf_worker_config.py",
+        "tf_collect_bundle.py", "tf_cluster.py", "tf_worker_config.py",
     } <= names  # fmt: skip
 
 
 def test_the_stop_roles_and_modules_cause_choices_are_the_contracts() -> None:
     spec = yaml.safe_load((REPO / "roles" / "tf_stop" / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))
-    assert spec["argument_specs"]["stop"]["options"]["tf_stop_cause"]["choices"] == ["", *tf_run.CAUSES]
+    assert spec["argument_specs"]["stop"]["options"]["tf_stop_cause"]["choices"] == ["", *tf_causes.CAUSES]
     source = (REPO / "plugins" / "modules" / "tf_worker_stop.py").read_text(encoding="utf-8")
     documentation = yaml.safe_load(ast.literal_eval(source.split("DOCUMENTATION = ", 1)[1].split('\n"""', 1)[0] + '\n"""'))
-    assert documentation["options"]["cause"]["choices"] == ["", *tf_run.CAUSES]
+    assert documentation["options"]["cause"]["choices"] == ["", *tf_causes.CAUSES]
 
 
 def test_private_dirs_are_made_0700_whatever_the_umask_and_existing_ones_are_left(tmp_path: Path) -> None:

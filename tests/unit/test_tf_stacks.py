@@ -58,7 +58,8 @@ def run_both(tmp_path: Path, source: str, *args: str) -> tuple[subprocess.Comple
     env = {**os.environ, "PYTHONPATH": ""}
     plain = subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     wrapped = subprocess.run(
-        [sys.executable, str(WRAPPER), str(cwd / "stacks.txt"), str(tf_run.stacks_signal()), str(script), *args],
+        [sys.executable, str(WRAPPER), str(cwd / "stacks.txt"), str(tf_run.stacks_signal()), str(cwd / tf_run.JOB_END_FILE),
+         str(script), *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     return plain, wrapped
@@ -82,7 +83,7 @@ def test_an_uncaught_exception_is_the_scripts_own(tmp_path: Path) -> None:
 
 
 def test_a_bad_command_line_is_refused(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(WRAPPER), "stacks.txt", "x", "train.py"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, str(WRAPPER), "stacks.txt", "x", "end.json", "train.py"], capture_output=True, text=True)
     assert done.returncode == 2
     assert "usage:" in done.stderr
 
@@ -93,7 +94,8 @@ def test_the_signal_dumps_every_threads_stack_and_the_job_goes_on(tmp_path: Path
     (job / "train.py").write_text(STUCK)
     ready, stacks = tmp_path / "ready", tmp_path / "stacks.txt"
     proc = subprocess.Popen(
-        [sys.executable, str(WRAPPER), str(stacks), str(tf_run.stacks_signal()), str(job / "train.py"), str(ready)]
+        [sys.executable, str(WRAPPER), str(stacks), str(tf_run.stacks_signal()), str(tmp_path / "end.json"),
+         str(job / "train.py"), str(ready)]
     )
     try:
         end = time.monotonic() + 30
@@ -206,6 +208,33 @@ def test_the_stop_module_takes_the_stacks_without_stopping_then_stops(tmp_path: 
     assert exit_["stacks"]["frames"] == entry["stacks"]["frames"]
 
 
+def test_the_stacks_of_a_job_that_changed_its_directory_are_taken(tmp_path: Path, reaper: None) -> None:
+    """Issue 38, point 2: many scripts start with os.chdir(os.path.dirname(__file__)); the
+    job is told by its recorded group, whose keeper still works in the worker directory."""
+    import helpers
+    from conftest import PLUGINS
+    from test_tf_supervisor import command, make_worker_dir, wait_for
+
+    stop_module = PLUGINS / "modules" / "tf_worker_stop.py"
+    supervisor = WRAPPER.with_name(tf_run.SUPERVISOR_FILE)
+    wdir = make_worker_dir(tmp_path)
+    job = wdir.parent / "job"
+    job.mkdir()
+    (job / "train.py").write_text("import os\nos.chdir(os.path.dirname(os.path.abspath(__file__)))\n" + STUCK)
+    proc = subprocess.Popen(
+        command(supervisor, wdir, job / "train.py", "--grace", "1", job_args=(str(wdir / "ready"),)),
+        cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(wdir / "ready", timeout=30)
+        taken = helpers.run_module(stop_module, {"run_dir": str(wdir.parent), "capture_stacks": True, "stop": False})
+        [entry] = taken["stacks"]
+        assert entry["missing"] is None and entry["stacks"]["frames"][-1] == "train.py:8 in load_batch", entry
+    finally:
+        proc.kill()
+        proc.wait(20)
+
+
 def test_no_stacks_are_asked_of_a_job_without_the_wrapper(tmp_path: Path) -> None:
     """The stacks signal ends a process that did not register for it: a job started
     without the wrapper (an older deploy's) is never sent it."""
@@ -220,7 +249,9 @@ def test_no_stacks_are_asked_of_a_job_without_the_wrapper(tmp_path: Path) -> Non
         taken = helpers.run_module(
             PLUGINS / "modules" / "tf_worker_stop.py", {"run_dir": str(tmp_path), "capture_stacks": True, "stop": False}
         )
-        assert taken["stacks"] == [{"dir": str(wdir), "index": 0, "stacks": None}]
+        assert taken["stacks"] == [
+            {"dir": str(wdir), "index": 0, "stacks": None, "missing": "no stacks: the job runs without the wrapper"}
+        ]
         time.sleep(0.3)
         assert sleeper.poll() is None
     finally:
@@ -244,3 +275,34 @@ def test_ctrl_c_ends_the_script_by_sigint_as_the_interpreter_does(tmp_path: Path
     plain, wrapped = run_both(tmp_path, "def loop():\n    raise KeyboardInterrupt\nloop()\n")
     assert wrapped.returncode == plain.returncode == -signal.SIGINT
     assert wrapped.stderr == plain.stderr
+
+
+OWN_UNAVAILABLE = """\
+import logging, sys
+class UnavailableError(Exception):
+    pass
+try:
+    raise UnavailableError("the service is down")
+except UnavailableError:
+    logging.exception("retrying")
+if sys.argv[1] == "raise":
+    raise UnavailableError("gave up")
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "status", "end"),
+    [
+        ("0", 0, {"exit": 0}),
+        ("3", 3, {"exit": 3}),
+        ("raise", 1, {"raised": {"type": "__main__.UnavailableError", "message": "gave up"}}),
+    ],
+)
+def test_the_wrapper_records_how_the_scripts_python_ended(tmp_path: Path, how: str, status: int, end: dict) -> None:
+    """Issue 37, point 5: the cause comes from the process: the job's own status or its
+    uncaught exception's qualified class, recorded by the wrapper, never its log."""
+    _plain, wrapped = run_both(tmp_path, OWN_UNAVAILABLE, how)
+    assert wrapped.returncode == status
+    assert json.loads((tmp_path / "worker-0" / tf_run.JOB_END_FILE).read_text()) == end
+    assert not list((tmp_path / "worker-0").glob("*.tmp"))

@@ -394,7 +394,7 @@ def test_outcome_carries_each_failed_workers_cause_and_the_kinds() -> None:
         "b": _status(_failed(1, "job-error"), _failed(3, None)),
     }
     outcome = tf_wait.tf_wait_outcome(["a", "b"], ["a", "b"], statuses)
-    assert [w["cause"] and w["cause"]["kind"] for w in outcome["failed_workers"]] == ["runbook", "job-error", "job-error", None]
+    assert [w["cause"] and w["cause"]["kind"] for w in outcome["failed_workers"]] == ["runbook", "job-error", "job-error", "job-error"]
     assert outcome["failed_workers"][1]["cause"] == {"kind": "job-error", "detail": "job-error detail"}
     assert outcome["causes"] == ["job-error", "runbook"]
     assert outcome["stalled"] is None

@@ -100,6 +100,14 @@ SCENARIOS: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
     "writes-exit": (
         "import json, time\njson.dump({'returncode': 0}, open('exit.json', 'w'))\ntime.sleep(30)\n", ("--grace", "1"), {}
     ),
+    # Issue 38, point 1: a real-time signal, which signal.Signals does not name.
+    "dies-of-rt-signal": ("import os, signal\nos.kill(os.getpid(), signal.SIGRTMIN + 5)\n", (), {}),
+    # The common re-exec idiom drops the wrapper: the stacks signal would end the job.
+    "reexec-deadline": (
+        "import os, sys, time\nif '--again' not in sys.argv:\n    os.execv(sys.executable, [sys.executable, __file__, "
+        "'--again'])\nprint('joined', flush=True)\ntime.sleep(30)\n",
+        ("--job-timeout", "2", "--grace", "1"), {},
+    ),
     "writes-stop": (
         "import json, time\njson.dump({'by': 'operator'}, open('stop.json', 'w'))\ntime.sleep(30)\n", ("--grace", "1"), {}
     ),
@@ -312,7 +320,29 @@ def test_a_job_error_is_named_by_its_exception(runs: dict[str, Run]) -> None:
     assert cause == {
         "kind": "job-error", "detail": "ModuleNotFoundError: No module named 'nonexistent_pkg_xyz'",
         "exception": "ModuleNotFoundError", "message": "No module named 'nonexistent_pkg_xyz'",
+        "exception_type": "ModuleNotFoundError", "from": "the job's wrapper",
     }  # fmt: skip
+
+
+def test_a_job_dead_of_a_real_time_signal_has_its_exit_record(runs: dict[str, Run]) -> None:
+    exit_ = runs["dies-of-rt-signal"].finish().json("exit.json")
+    assert exit_["signal"] == "SIGRTMIN+5" and exit_["returncode"] == 128 + signal.SIGRTMIN + 5
+    assert exit_["cause"]["kind"] == "unknown" and "SIGRTMIN+5" in exit_["cause"]["detail"]
+
+
+def test_a_job_without_the_wrapper_gets_no_stacks_signal_at_its_deadline(runs: dict[str, Run]) -> None:
+    exit_ = runs["reexec-deadline"].finish().json("exit.json")
+    assert (exit_["stopped_by"], exit_["cause"]["kind"]) == ("job-deadline", "deadline"), exit_
+    assert exit_["signal"] in (None, "SIGTERM"), exit_
+    assert exit_["stacks"]["missing"].startswith("no stacks: the job runs without the wrapper"), exit_
+
+
+def test_only_the_supervisors_exit_record_carries_its_nonce(runs: dict[str, Run]) -> None:
+    run = runs["exit-3"].finish()
+    nonce = run.json("state.json")["nonce"]
+    assert isinstance(nonce, str) and len(nonce) >= 32
+    assert run.json("exit.json")["nonce"] == nonce
+    assert run.json("job_end.json") == {"exit": 3}
 
 
 def test_a_sigkill_nobody_sent_carries_the_oom_count(runs: dict[str, Run]) -> None:

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import CAUSES
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import derived_cause
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import CAUSES, cause_of
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import table, verdict
 from report_runs import MARKER, build, endpoints, write_worker
 
@@ -44,7 +43,7 @@ def test_the_culprits_cause_leads_the_failure_message(tmp_path: Path) -> None:
          w1={"epochs": [], "exit_status": 1, "complete": False, "exit_extra": {"cause": JOB_ERROR}})  # fmt: skip
     summary = build(run, 2)
     assert summary["reason"].startswith(
-        "worker 1 on host node1 failed first: job-error: ModuleNotFoundError: No module named 'x'; exit status 1 (exited)"
+        "worker 1 on host node1 failed first: job-error (ModuleNotFoundError: No module named 'x'); exit status 1 (exited)"
     )
     assert [w["cause"] for w in summary["workers"]] == [
         {"kind": "runbook", "detail": "stopped after worker 1 failed"},
@@ -70,11 +69,14 @@ def test_the_culprits_cause_leads_the_failure_message(tmp_path: Path) -> None:
         ({"returncode": 137, "stopped_by": "job-deadline"}, "deadline"),
         ({"returncode": 137, "stopped_by": "startup-deadline"}, "startup"),
         ({"returncode": 137, "stopped_by": "controller"}, "controller-lost"),
+        ({"returncode": 137, "stopped_by": None}, "killed"),
+        ({"returncode": 143, "stopped_by": None}, "preempted"),
+        ({"returncode": 3, "stopped_by": None, "cause": {"kind": "no such kind"}}, "job-error"),
         (None, "unknown"),
     ],
 )
 def test_a_record_without_a_cause_gets_one_from_its_structured_fields(record: dict[str, Any] | None, kind: str) -> None:
-    cause = derived_cause(record)
+    cause = cause_of(record)
     assert cause["kind"] == kind and kind in CAUSES and cause["detail"]
 
 
@@ -180,7 +182,7 @@ def test_collect_alone_keeps_what_the_earlier_judgement_recorded(tmp_path: Path)
                                 "cause": {"kind": "host-lost", "detail": "node1 stopped answering"}}]}  # fmt: skip
     attempts = [{"attempt": 0, "ok": False, "outcome": wait}]
     first = run_verdict(run, wait_outcome=wait, attempts=attempts, devices={"0": "0", "1": "1"}, expected_size=2)
-    assert first["reason"].startswith("worker 1 on host node1 failed: host-lost: node1 stopped answering")
+    assert first["reason"].startswith("worker 1 on host node1 failed: host-lost (node1 stopped answering)")
     assert first["summary"]["judged_again"] is None
 
     again = run_verdict(run)
@@ -208,7 +210,7 @@ def test_a_deadline_stop_says_where_the_culprit_was_stuck(tmp_path: Path) -> Non
              "exit_extra": {"cause": deadline}})  # fmt: skip
     summary = build(run, 2)
     assert summary["reason"].startswith(
-        "worker 0 on host node0 failed first: deadline: job deadline of 60 s passed; exit status 137 (exited); "
+        "worker 0 on host node0 failed first: deadline (job deadline of 60 s passed); exit status 137 (exited); "
         "stuck in load_batch (train.py:41); last log lines: "
     )
     assert summary["stall"] is None
@@ -220,5 +222,5 @@ def test_a_job_a_signal_ended_on_its_own_says_so_in_the_failure_message(tmp_path
     pair(run, w0={"exit_status": 143, "stopped_by": "runbook", "complete": False},
          w1={"epochs": [1], "exit_status": 137, "signal": "SIGKILL", "complete": False})  # fmt: skip
     summary = build(run, 2)
-    assert "worker 1 on host node1 failed first: killed: " in summary["reason"]
+    assert "worker 1 on host node1 failed first: killed (SIGKILL" in summary["reason"]
     assert "exit status 137 (killed by SIGKILL)" in summary["reason"]

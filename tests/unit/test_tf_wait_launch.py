@@ -87,8 +87,10 @@ def test_outcome_names_a_failed_worker() -> None:
             "returncode": 1,
             "reason": "exited",
             "stopped_by": None,
+            "finished_at": None,
             "log_tail": ["Traceback (most recent call last):", "ValueError: boom"],
-            "cause": None,
+            # A status without a cause is told from its exit fields, never from its log.
+            "cause": {"kind": "job-error", "detail": "the job exited with status 1 and no traceback in its log"},
         }
     ]
     assert outcome["running_workers"] == [] and outcome["lost_hosts"] == []
@@ -144,7 +146,7 @@ def test_outcome_worker_still_running(state: str) -> None:
     outcome = tf_wait_outcome(HOSTS, HOSTS, statuses)
     assert outcome["ok"] is False
     assert outcome["running_workers"] == [
-        {"index": 3, "host": "node-c", "returncode": None, "reason": None, "stopped_by": None,
+        {"index": 3, "host": "node-c", "returncode": None, "reason": None, "stopped_by": None, "finished_at": None,
          "log_tail": ["worker=3 epoch=1 loss=0.6"], "joined": False}
     ]  # fmt: skip
     assert outcome["failed_workers"] == []

@@ -213,6 +213,7 @@ def test_status_starting_without_files(tmp_path: Path) -> None:
         "log_tail": [],
         "cause": None,
         "stacks": None,
+        "finished_at": None,
     }
 
 
@@ -507,11 +508,12 @@ def test_the_cause_and_stacks_of_exit_json(tmp_path: Path) -> None:
 def test_a_record_without_a_cause_is_classified_by_the_supervisors_rules(
     tmp_path: Path, record: dict[str, Any], log: str, kind: str
 ) -> None:
+    """From its structured fields (tf_causes.cause_of): the log never decides a cause."""
     (tmp_path / "worker.log").write_text(log)
     (tmp_path / "exit.json").write_text(json.dumps({**record, "reason": "why"}))
     cause = worker_state(entry(tmp_path), PROGRESS, 8)["cause"]
     assert cause["kind"] == kind
-    assert cause == tf_causes.classify({**record, "reason": "why"}, [line for line in log.splitlines() if line])
+    assert cause == tf_causes.cause_of({**record, "reason": "why"})
 
 
 def test_a_dead_supervisor_and_a_launch_that_failed_have_causes(tmp_path: Path) -> None:
@@ -658,3 +660,31 @@ def test_a_new_exit_record_ends_the_wait_for_news_at_once(tmp_path: Path) -> Non
         writer.cancel()
     assert news == frozenset({str(run / "worker-0"), str(run / "worker-1")})
     assert time.monotonic() - start < 0.1 + 2 * tf_worker_status.EXIT_POLL_SECONDS + 0.2
+
+
+def test_an_exit_record_without_the_supervisors_nonce_is_no_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37, point 5: the job wrote its own exit.json (its working directory is the
+    worker's); while the record guard stops it, the wait must not read that as its exit,
+    nor print its forged fields."""
+    monkeypatch.chdir(tmp_path)  # this test process plays the live supervisor
+    state = {"pid": 4321, "pgid": 4321, "supervisor_pid": os.getpid(), "nonce": "a1b2"}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    forged = {"returncode": "0\x1b[2J", "reason": "done", "cause": {"kind": "completed", "detail": "mine"}}
+    (tmp_path / "exit.json").write_text(json.dumps(forged))
+    info = worker_state(entry(tmp_path), EPOCH, 8)
+    assert (info["state"], info["returncode"], info["cause"]) == ("running", None, None)
+    # The supervisor's own record, with the nonce, is the exit.
+    (tmp_path / "exit.json").write_text(json.dumps({"returncode": 3, "reason": "exited\x1b[2J", "nonce": "a1b2"}))
+    info = worker_state(entry(tmp_path), EPOCH, 8)
+    assert (info["state"], info["returncode"], info["reason"]) == ("exited", 3, "exited\\x1b[2J")
+
+
+def test_a_forged_exit_record_of_a_gone_supervisor_is_its_death(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    state = {"pid": dead.pid, "pgid": dead.pid, "supervisor_pid": dead.pid, "nonce": "a1b2"}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    (tmp_path / "exit.json").write_text(json.dumps({"returncode": 0, "reason": "exited"}))
+    info = worker_state(entry(tmp_path), EPOCH, 8)
+    assert (info["state"], info["returncode"], info["cause"]["kind"]) == ("exited", -1, "killed")
+    assert info["reason"].startswith(f"the supervisor (pid {dead.pid}) died without recording an exit")

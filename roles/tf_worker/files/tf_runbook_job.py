@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Run a training script exactly as ``python SCRIPT ARGS`` would, with its stacks on a signal.
 
-The supervisor starts the job as ``python tf_runbook_job.py STACKS_FILE SIGNUM SCRIPT ARGS``.
+The supervisor starts the job as
+``python tf_runbook_job.py STACKS_FILE SIGNUM END_FILE SCRIPT ARGS``.
 Before the script runs, ``faulthandler`` is registered for the real-time signal SIGNUM:
 on that signal every thread's Python stack is appended to STACKS_FILE, written from the
 signal handler itself, without the GIL, so that a main thread blocked in a TensorFlow
@@ -15,13 +16,23 @@ script's directory (not this file's), and its exit status and traceback as its o
 uncaught exception prints the script's frames only and exits 1, ``sys.exit(n)`` exits n,
 Ctrl-C ends the process by SIGINT.
 
+How the script's Python ended is written into END_FILE (JSON, atomically) for the
+supervisor, which takes the job's cause from it rather than from the log (tf_causes):
+``{"raised": {"type": "tensorflow.python.framework.errors_impl.UnavailableError",
+"message": ...}}`` for an uncaught exception (its qualified class: a class of the job's own
+named like one of TensorFlow's is told apart), ``{"exit": N}`` for ``sys.exit(N)`` or the
+script's end. A job that ends in C (``os._exit``, TensorFlow's own abort) or by a signal
+leaves no END_FILE.
+
 Standard library only, and it imports nothing of the runbook: the job's own modules are
 never shadowed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
+import json
 import os
 import runpy
 import signal
@@ -30,7 +41,37 @@ import threading
 import traceback
 from types import TracebackType
 
-USAGE = "usage: tf_runbook_job.py STACKS_FILE SIGNUM SCRIPT [ARGS...]"
+USAGE = "usage: tf_runbook_job.py STACKS_FILE SIGNUM END_FILE SCRIPT [ARGS...]"
+MAX_MESSAGE = 1000
+
+
+def qualified_name(kind: type) -> str:
+    """A class as Python's traceback names it: ``module.QualName``, the module left out
+    for builtins (``MemoryError``)."""
+    module = getattr(kind, "__module__", None) or ""
+    name = getattr(kind, "__qualname__", None) or kind.__name__
+    return name if module in ("builtins", "") else f"{module}.{name}"
+
+
+def write_end(path: str, record: dict) -> None:
+    """END_FILE, written whole or not at all (a temporary file renamed over it)."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(record, handle)
+        os.replace(temporary, path)
+    except (OSError, TypeError, ValueError):
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+
+
+def exit_status(code: object) -> int:
+    """The status ``raise SystemExit(code)`` ends the interpreter with."""
+    if code is None:
+        return 0
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code & 0xFF
+    return 1
 
 
 def register_stacks(path: str, signum: int) -> object:
@@ -52,13 +93,14 @@ def script_traceback(tb: TracebackType | None, script: str) -> TracebackType | N
     return first or tb
 
 
-def run(script: str, args: list[str]) -> None:
+def run(script: str, args: list[str], end_file: str) -> None:
     path = os.path.abspath(script)
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.realpath(script))
     try:
         runpy.run_path(path, run_name="__main__")
-    except SystemExit:
+    except SystemExit as exc:
+        write_end(end_file, {"exit": exit_status(exc.code)})
         raise
     except KeyboardInterrupt as exc:
         exc.with_traceback(script_traceback(exc.__traceback__, path))
@@ -68,18 +110,21 @@ def run(script: str, args: list[str]) -> None:
         os.kill(os.getpid(), signal.SIGINT)
         raise SystemExit(130) from None
     except BaseException as exc:  # noqa: BLE001 - reported as the interpreter would
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        write_end(end_file, {"raised": {"type": qualified_name(type(exc)), "message": message[:MAX_MESSAGE]}})
         exc.with_traceback(script_traceback(exc.__traceback__, path))
         sys.excepthook(type(exc), exc, exc.__traceback__)
         raise SystemExit(1) from None
+    write_end(end_file, {"exit": 0})
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) < 3 or not argv[1].lstrip("-").isdigit():
+    if len(argv) < 4 or not argv[1].lstrip("-").isdigit():
         print(USAGE, file=sys.stderr)
         raise SystemExit(2)
-    stacks_file, signum, script, *args = argv
+    stacks_file, signum, end_file, script, *args = argv
     keep = register_stacks(stacks_file, int(signum))  # noqa: F841 - kept open while the job runs
-    run(script, args)
+    run(script, args, end_file)
 
 
 if __name__ == "__main__":

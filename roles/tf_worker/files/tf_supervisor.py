@@ -65,6 +65,7 @@ import json
 import math
 import os
 import re
+import secrets
 import selectors
 import signal
 import socket
@@ -86,13 +87,12 @@ if not os.path.exists(os.path.join(_HERE, "tf_run.py")) and os.path.isdir(_SOURC
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from tf_causes import classify, parse_stacks, request_stacks, stacks_dumped  # noqa: E402
+from tf_causes import CAUSES, classify, parse_stacks, read_job_end, request_stacks, stacks_dumped  # noqa: E402
 from tf_metrics import is_timed  # noqa: E402
-from tf_proc import group_members, oom_kill_counts, oom_kills_between, signal_pending  # noqa: E402
+from tf_proc import group_members, oom_kill_counts, oom_kills_between, signal_caught, signal_pending  # noqa: E402
 from tf_run import (  # noqa: E402
     ANNOUNCE_KEY_ENV,
     ANNOUNCE_MAGIC,
-    CAUSES,
     CONFIG_FILE,
     EXIT_FILE,
     GO_FAILED,
@@ -100,6 +100,7 @@ from tf_run import (  # noqa: E402
     GO_MAGIC,
     GO_STARTED,
     GO_TOKEN_ENV,
+    JOB_END_FILE,
     JOB_ENV_FILE,
     JOB_WRAPPER,
     LOG_FILE,
@@ -108,6 +109,7 @@ from tf_run import (  # noqa: E402
     STOP_FILE,
     STOPPED_BY,
     read_json,
+    signal_name,
     stacks_signal,
     write_json_atomic,
 )
@@ -865,14 +867,18 @@ def finish(
     tail: list[str] | None = None,
     oom_kills: int | None = None,
     stacks: dict[str, Any] | None = None,
+    nonce: str | None = None,
 ) -> dict[str, Any]:
     """Write exit.json: ``result`` with its cause (``cause``, a kind the stop named, or
-    what tf_causes.classify reads from the record and the log's last lines) and its
-    stacks when some were taken."""
+    what tf_causes.classify reads from the record, the wrapper's job_end.json and, only
+    without that, the log's last lines), its stacks when some were taken, and this
+    supervisor's ``nonce`` (state.json's: the wait trusts an exit record only with it)."""
     if cause is not None:
         result["cause"] = {"kind": cause, "detail": str(result.get("reason") or cause)}
     else:
-        result["cause"] = classify(result, tail or [], oom_kills)
+        result["cause"] = classify(result, tail or [], oom_kills, read_job_end(str(worker_dir / JOB_END_FILE)))
+    if nonce is not None:
+        result["nonce"] = nonce
     if stacks is not None:
         result["stacks"] = stacks
         if cause in ("stalled", "deadline") or result["cause"]["kind"] == "deadline":
@@ -887,7 +893,7 @@ def exit_record(
     sig = -returncode if returncode < 0 else None
     return {
         "returncode": returncode if returncode >= 0 else 128 + (sig or 0),
-        "signal": signal.Signals(sig).name if sig else None,
+        "signal": signal_name(sig) if sig else None,
         "reason": reason,
         "stopped_by": stopped_by,
         "started_at": started,
@@ -933,7 +939,7 @@ def supervise(args: argparse.Namespace) -> int:
 
     def on_signal(signum: int, _frame: Any) -> None:
         stop_reason.append(
-            stop_request(worker_dir) or ("signal", f"stopped by signal {signal.Signals(signum).name}", None)
+            stop_request(worker_dir) or ("signal", f"stopped by signal {signal_name(signum)}", None)
         )
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -962,14 +968,17 @@ def supervise(args: argparse.Namespace) -> int:
     has_wrapper = os.path.isfile(wrapper)
     stacks_path = worker_dir / STACKS_FILE
     job_argv = (
-        [args.python, wrapper, str(stacks_path), str(stacks_signal()), str(args.script), *args.job_args]
+        [args.python, wrapper, str(stacks_path), str(stacks_signal()), str(worker_dir / JOB_END_FILE), str(args.script),
+         *args.job_args]
         if has_wrapper
         else argv
     )
     job_dir = job_dir_of(args.script)
     # state.json: armed (no job yet) and then started, with the same launch.
+    # Only this supervisor's exit.json carries it: the wait ignores one the job wrote.
+    nonce = secrets.token_hex(16)
     record: dict[str, Any] = {
-        "supervisor_pid": os.getpid(), "pid": None, "pgid": None, "keeper_pid": None, "started_at": None,
+        "nonce": nonce, "supervisor_pid": os.getpid(), "pid": None, "pgid": None, "keeper_pid": None, "started_at": None,
         "armed_at": None, "go_port": None, "argv": argv, "launch": launch, "joined_at": None,
         "stacks_signal": stacks_signal() if has_wrapper else None,
     }  # fmt: skip
@@ -980,7 +989,7 @@ def supervise(args: argparse.Namespace) -> int:
         except OSError as exc:
             reason = f"refused to start: port {own_port} (its TensorFlow port) is not free: {exc}"
             print(f"{worker_dir}: {reason}", file=sys.stderr)
-            finish(worker_dir, exit_record(2, reason, None, started, False), cause="startup")
+            finish(worker_dir, exit_record(2, reason, None, started, False), cause="startup", nonce=nonce)
             return 2
         armed_at = time.time()
         record.update(armed_at=armed_at, go_port=own_port)
@@ -997,7 +1006,7 @@ def supervise(args: argparse.Namespace) -> int:
                     "not finish on every host, so the job was never started"
                 )
                 result, cause = exit_record(124, reason, "startup-deadline", armed_at, False), None
-            finish(worker_dir, result, cause=cause)
+            finish(worker_dir, result, cause=cause, nonce=nonce)
             return int(result["returncode"])
         started = time.time()
     spent = time.monotonic() - launched_mono
@@ -1020,7 +1029,7 @@ def supervise(args: argparse.Namespace) -> int:
             )
         except OSError as exc:
             log.write(f"supervisor: cannot start {args.python}: {exc}\n".encode())
-            finish(worker_dir, exit_record(127, f"cannot start the job: {exc}", None, started, False), cause="startup")
+            finish(worker_dir, exit_record(127, f"cannot start the job: {exc}", None, started, False), cause="startup", nonce=nonce)
             if go_conn is not None:
                 answer_go(go_conn, GO_FAILED + f"cannot start the job: {exc}".encode("utf-8", "replace"))
             return 127
@@ -1040,10 +1049,21 @@ def supervise(args: argparse.Namespace) -> int:
     if go_conn is not None:
         answer_go(go_conn, GO_STARTED + str(child.pid).encode())
 
+    stacks_missing: list[str] = []
+
     def take_stacks() -> None:
-        """The job's stacks, before it is stopped for a deadline (exit.json's stacks)."""
-        if has_wrapper and child.poll() is None:
-            request_stacks(child.pid, str(stacks_path), STACKS_SECONDS)
+        """The job's stacks, before it is stopped for a deadline (exit.json's stacks). The
+        stacks signal ends a process that does not catch it: a job that re-executed itself
+        (``os.execv``) dropped the wrapper, and is not sent it."""
+        if not has_wrapper or child.poll() is not None:
+            return
+        if signal_caught(child.pid, stacks_signal()) is False:
+            stacks_missing.append(
+                "no stacks: the job runs without the wrapper (it does not catch the stacks signal; "
+                "a job that re-executes itself drops it)"
+            )
+            return
+        request_stacks(child.pid, str(stacks_path), STACKS_SECONDS)
 
     def stop_from_outside() -> None:
         """A SIGTERM from outside the runbook (a preemption, a host's shutdown): the job gets
@@ -1134,9 +1154,19 @@ def supervise(args: argparse.Namespace) -> int:
         stop_group(pgid, child, min(args.grace, 2.0), keeper=keeper)
     os.close(keeper_write)
     result = exit_record(returncode, reason, stopped_by, started, watcher.poll())
-    result["timed_lines"] = clock.lines
-    oom_kills = oom_kills_between(oom_before, oom_kill_counts())
-    finish(worker_dir, result, stop_cause, log_tail(log_path), oom_kills, read_stacks(worker_dir, job_dir))
+    try:
+        result["timed_lines"] = clock.lines
+        oom_kills = oom_kills_between(oom_before, oom_kill_counts())
+        stacks = read_stacks(worker_dir, job_dir)
+        missing = stacks_missing[0] if stacks_missing else (read_json(worker_dir / STOP_FILE) or {}).get("stacks_missing")
+        if stacks is None and isinstance(missing, str) and missing:
+            # Why no stacks were taken (at the deadline here, at a stall by tf_worker_stop).
+            stacks = {"file": None, "where": "unknown", "frames": [], "missing": missing[:300]}
+        finish(worker_dir, result, stop_cause, log_tail(log_path), oom_kills, stacks, nonce)
+    except Exception as exc:  # noqa: BLE001 - an exit.json whatever happens
+        result.pop("timed_lines", None)
+        result["supervisor_error"] = f"{type(exc).__name__}: {exc}"
+        finish(worker_dir, result, stop_cause, [], None, None, nonce)
     preempted = result["cause"]["kind"] == "preempted"
     if peers and args.peer_timeout and result["returncode"] != 0 and stopped_by is None and not preempted:
         # The job failed on its own: tell the peers, which would otherwise wait for it (a
