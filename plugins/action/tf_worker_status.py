@@ -26,11 +26,18 @@ once another host has flagged a failure (the collect fetches everything after a 
 
 It is also the run's stall watchdog (tf_stall_timeout), cluster-wide although each host's
 wait runs on its own: every host records, on the controller's clock, when one of its
-workers last printed a progress line, in a file of its own in the attempt's stall
-directory, and reads every host's record at each round. When no worker of the run
-printed one for stall_timeout seconds since the wait began or the latest progress
-anywhere, it writes the attempt's failure flag with the cause ``stalled``: every host's
-wait stops, as for a failed worker.
+workers last made progress, in a file of its own in the attempt's stall directory, and
+reads every host's record at each round. Progress is a new progress line, or a job that
+used CPU (more than tf_activity.BUSY_CPU_SHARE of a core over a window of the module's
+successive readings): a stall is silence and idleness together. When no worker of the run
+made progress of either kind for stall_timeout seconds since the wait began or the latest
+progress anywhere, it writes the attempt's failure flag with the cause ``stalled`` and a
+reason that says what was seen (tf_activity.stall_detail): every host's wait stops, as
+for a failed worker.
+
+Each worker of the status gets ``frozen``: since when (controller clock) its job's main
+process is seen stopped (T, t) or in uninterruptible sleep (D), at every check of this
+wait, or null; tf_wait_outcome lists such workers (``frozen_workers``).
 
 Times a host records on its own clock (the supervisors' ``deadline_at``) are converted to
 the controller's with the host's clock read in the same module call (``now``).
@@ -51,6 +58,13 @@ from typing import Any
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_activity import (
+    frozen_entry,
+    frozen_since,
+    progress_record,
+    seconds_without_progress,
+    stall_detail,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import receive
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     WORKER_EXITED,
@@ -111,7 +125,9 @@ def to_controller_clock(host_time: Any, host_now: Any, controller_now: float) ->
 def worker_state_text(worker: dict[str, Any]) -> str:
     state = worker.get("state", "?")
     if state != WORKER_EXITED:
-        return str(state)
+        frozen = worker.get("frozen") if isinstance(worker.get("frozen"), dict) else {}
+        # Without its seconds: the line is printed again only when it changes.
+        return f"{state} ({printable(frozen['state'])})" if frozen.get("state") else str(state)
     rc = worker.get("returncode")
     if rc == 0:
         return "finished"
@@ -178,33 +194,10 @@ def write_private_json(path: str, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def progress_record(previous: dict[str, Any] | None, host: str, workers: list[dict[str, Any]], now: float) -> dict[str, Any]:
-    """This host's progress record after a check at ``now`` (controller clock): its
-    workers' progress line counts, and when one of them last changed (``now`` when one
-    did, or for a host not recorded yet: the watch begins)."""
-    counts = {str(w.get("index")): int(w.get("progress_lines") or 0) for w in workers}
-    if not isinstance(previous, dict) or not isinstance(previous.get("last_progress_at"), (int, float)):
-        return {"host": host, "progress_lines": counts, "last_progress_at": now}
-    old = previous.get("progress_lines") if isinstance(previous.get("progress_lines"), dict) else {}
-    moved = any(old.get(index) != count for index, count in counts.items())
-    return {"host": host, "progress_lines": counts, "last_progress_at": now if moved else previous["last_progress_at"]}
-
-
 def read_records(stall_dir: str) -> list[dict[str, Any]]:
     """Every host's progress record of the attempt."""
     records = (read_json(path) for path in sorted(glob.glob(os.path.join(glob.escape(stall_dir), "*.json"))))
     return [r for r in records if r and isinstance(r.get("last_progress_at"), (int, float))]
-
-
-def seconds_without_progress(records: list[dict[str, Any]], now: float) -> float | None:
-    """Seconds since the latest progress of any host (None with no record)."""
-    if not records:
-        return None
-    return max(0.0, now - max(float(r["last_progress_at"]) for r in records))
-
-
-def stall_detail(seconds: float, timeout: int) -> str:
-    return f"no worker printed a progress line for {seconds:.0f} s (tf_stall_timeout {timeout} s)"
 
 
 class StallWatch:
@@ -219,15 +212,19 @@ class StallWatch:
         self.path = os.path.join(stall_dir, f"{host}.json")
         self.record = read_json(self.path)
 
-    def check(self, workers: list[dict[str, Any]], now: float) -> float | None:
-        """Record this check's progress; the seconds without progress anywhere when they
-        reach the timeout (the run is stalled), else None."""
+    def check(self, workers: list[dict[str, Any]], now: float) -> tuple[float, str] | None:
+        """Record this check's progress (progress lines and CPU use); when no host's
+        record shows progress for the timeout (the run is stalled), the seconds without
+        and what was seen (tf_activity.stall_detail), else None."""
         updated = progress_record(self.record, self.host, workers, now)
         if updated != self.record:
             write_private_json(self.path, updated)
             self.record = updated
-        seconds = seconds_without_progress(read_records(self.stall_dir), now)
-        return seconds if seconds is not None and seconds >= self.timeout else None
+        records = read_records(self.stall_dir)
+        seconds = seconds_without_progress(records, now)
+        if seconds is None or seconds < self.timeout:
+            return None
+        return seconds, stall_detail(records, now, self.timeout)
 
 
 class ActionModule(ActionBase):
@@ -260,6 +257,8 @@ class ActionModule(ActionBase):
         started = time.monotonic()
         last_shown: list[str] = []
         status: dict[str, Any] = {}
+        # Per worker, since when (controller clock) its job is seen frozen.
+        frozen: dict[str, dict[str, Any]] = {}
         # This worker process's parent is ansible-playbook's main process. A worker is a
         # session of its own, so a SIGKILL of ansible-playbook (the OOM killer, kill -9)
         # leaves it running: it must then stop renewing the controller heartbeat, or the
@@ -288,6 +287,9 @@ class ActionModule(ActionBase):
                 launch = status["launch"]
                 launch["deadline_at_controller"] = to_controller_clock(launch.get("deadline_at"), status.get("now"), now)
             args["progress_marks"] = status.get("progress_marks") or {}
+            frozen = frozen_since(frozen, status.get("workers", []), now)
+            for worker in status.get("workers", []):
+                worker["frozen"] = frozen_entry(frozen, worker, now)
             status["deadline_passed"] = deadline_passed(deadline, now)
             if options["show_logs"]:
                 indices = [int(i) for i in options["log_workers"]] if options["log_workers"] is not None else None
@@ -313,9 +315,9 @@ class ActionModule(ActionBase):
                 break
             if until_joined and status.get("joined"):
                 break
-            stalled_for = watch.check(status.get("workers", []), now) if watch else None
-            if stalled_for is not None:
-                detail = stall_detail(stalled_for, stall_timeout)
+            stall = watch.check(status.get("workers", []), now) if watch else None
+            if stall is not None:
+                stalled_for, detail = stall
                 flag = {"host": host, "cause": "stalled", "reason": detail, "seconds": round(stalled_for), "workers": []}
                 # Another host may have flagged first (a stall too, or a failure): then its
                 # flag is read below, as any peer's.

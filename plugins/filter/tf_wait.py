@@ -53,16 +53,36 @@ def unreachable(status: Any) -> bool:
     return isinstance(status, dict) and bool(status.get("unreachable"))
 
 
+# What a worker's ``frozen`` (added by the tf_worker_status action) may say.
+FROZEN_KINDS = ("stopped", "uninterruptible")
+
+
+def frozen_of(host: str, worker: dict[str, Any]) -> dict[str, Any] | None:
+    """The entry of ``frozen_workers`` for a worker of ``host`` whose job was alive and
+    frozen (stopped, or in uninterruptible sleep) at the wait's last check; None else."""
+    frozen = worker.get("frozen")
+    if worker.get("state") == WORKER_EXITED or not isinstance(frozen, dict) or frozen.get("state") not in FROZEN_KINDS:
+        return None
+    try:
+        seconds = float(frozen.get("seconds") or 0)
+    except (TypeError, ValueError):
+        seconds = 0.0
+    return {"index": worker["index"], "host": host, "state": frozen["state"], "seconds": seconds}
+
+
 def tf_wait_outcome(
     all_hosts: list[str], live_hosts: list[str], statuses: dict[str, Any], detached: bool = False
 ) -> dict[str, Any]:
     """Summarise the wait: a failed or lost worker anywhere, a stall, or a host whose
     status is missing or incomplete, makes the run not ok. Each failed worker carries its
-    ``cause``; ``causes`` lists their kinds, sorted, each once."""
+    ``cause``; ``causes`` lists their kinds, sorted, each once. ``frozen_workers`` lists
+    the workers alive and frozen (stopped, or in uninterruptible sleep) when the wait
+    ended, with how long they were seen so: facts for the culprit rule, not a verdict."""
     if not isinstance(statuses, dict):
         raise TypeError(f"tf_wait_outcome: statuses must map host to status, not {type(statuses).__name__}")
     failed: list[dict[str, Any]] = []
     running: list[dict[str, Any]] = []
+    frozen: list[dict[str, Any]] = []
     deadline_hosts: list[str] = []
     problems: list[str] = []
     # A host that left the play, or whose wait could not reach it (the wait ignores its
@@ -90,7 +110,11 @@ def tf_wait_outcome(
                 failed.append({**entry, "cause": cause_of(worker)})
             elif worker["state"] != WORKER_EXITED:
                 running.append({**entry, "joined": bool(worker.get("joined"))})
+            seen = frozen_of(host, worker)
+            if seen is not None:
+                frozen.append(seen)
     failed.sort(key=lambda w: w["index"])
+    frozen.sort(key=lambda w: w["index"])
     stalled = stall_of([statuses.get(host) for host in live_hosts if host not in lost])
     left_running = detached and bool(running) and all(w["joined"] for w in running)
     ok = (
@@ -103,6 +127,7 @@ def tf_wait_outcome(
         "stopped_by_operator": any(w["stopped_by"] == "operator" for w in failed),
         "failed_workers": failed,
         "running_workers": running,
+        "frozen_workers": frozen,
         "lost_hosts": lost,
         "deadline_hosts": deadline_hosts,
         "status_problems": problems,

@@ -17,6 +17,7 @@ so that a test can hand it a tree of its own.
 from __future__ import annotations
 
 import os
+from typing import Any, Iterable
 
 PROC = "/proc"
 CGROUP = "/sys/fs/cgroup"
@@ -24,15 +25,72 @@ CGROUP = "/sys/fs/cgroup"
 ENDED_STATES = ("Z", "X")
 
 
+# The CPU time fields of ``/proc/<pid>/stat`` (proc(5) fields 14 to 17: utime, stime, cutime,
+# cstime, in clock ticks), counted from the state (field 3), the first after the command name.
+CPU_FIELDS = slice(11, 15)
+
+
+def stat_fields(text: str) -> list[str]:
+    """The fields of a ``/proc/<pid>/stat`` text from the state on. The command name may
+    hold spaces and parentheses: the fields start after the last ')'."""
+    return text[text.rfind(")") + 2 :].split()
+
+
 def parse_stat(text: str) -> tuple[str, int] | None:
     """(state, process group) from the text of ``/proc/<pid>/stat``; None when the text is
-    not one. The command name may hold spaces and parentheses: the fields start after the
-    last ')'."""
-    fields = text[text.rfind(")") + 2 :].split()
+    not one."""
+    fields = stat_fields(text)
     try:
         return fields[0], int(fields[2])
     except (IndexError, ValueError):
         return None
+
+
+def parse_cpu_ticks(text: str) -> int | None:
+    """The CPU time of a ``/proc/<pid>/stat`` text in clock ticks: user and system time of
+    the process (all its threads), and of its children it waited for (cutime, cstime: a
+    data loader process that ended between two readings still counts); None when the text
+    is not one."""
+    ticks = stat_fields(text)[CPU_FIELDS]
+    try:
+        return sum(int(tick) for tick in ticks) if len(ticks) == 4 else None
+    except ValueError:
+        return None
+
+
+def clock_ticks() -> int:
+    """Clock ticks per second of the CPU times in ``/proc`` (100 on Linux)."""
+    try:
+        return int(os.sysconf("SC_CLK_TCK")) or 100
+    except (ValueError, OSError, AttributeError):
+        return 100
+
+
+def group_usage(pgids: Iterable[int], proc: str = PROC) -> dict[int, dict[str, Any]]:
+    """Per process group of ``pgids`` (whole numbers above 1; others are ignored) that has a
+    process: ``cpu_seconds``, the CPU time (parse_cpu_ticks) its processes used so far, and
+    ``states``, pid to state letter (``R``, ``S``, ``D``, ``T``, ``Z``...) of each of them.
+    One pass over the process table, whatever the number of groups. The sum goes down when
+    a process leaves the group (ends and is reaped by a parent outside it)."""
+    wanted = {pgid for pgid in pgids if not isinstance(pgid, bool) and isinstance(pgid, int) and pgid > 1}
+    usage: dict[int, dict[str, Any]] = {}
+    if not wanted:
+        return usage
+    per_second = clock_ticks()
+    for pid in process_ids(proc):
+        try:
+            with open(f"{proc}/{pid}/stat", encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        stat = parse_stat(text)
+        ticks = parse_cpu_ticks(text)
+        if stat is None or stat[1] not in wanted or ticks is None:
+            continue
+        group = usage.setdefault(stat[1], {"cpu_seconds": 0.0, "states": {}})
+        group["cpu_seconds"] += ticks / per_second
+        group["states"][pid] = stat[0]
+    return usage
 
 
 def process_stat(pid: int | str, proc: str = PROC) -> tuple[str, int] | None:

@@ -51,9 +51,11 @@ description:
     with what their supervisors recorded about the launch (C(launch)).
   - With O(stall_timeout), the action is the run's stall watchdog; it records in the
     attempt's progress directory of O(controller_dir) (controller clock) when this host's
-    workers last printed a progress line, reads every host's record, and when no worker of
-    the run printed one for O(stall_timeout) seconds it writes the attempt's failure flag
-    with C(cause) C(stalled) and returns C(stalled).
+    workers last made progress, reads every host's record, and when no worker of the run
+    made progress for O(stall_timeout) seconds it writes the attempt's failure flag with
+    C(cause) C(stalled) and returns C(stalled). Progress is a new progress line or CPU
+    use; a job whose processes used more than 5% of a core (C(tf_activity.BUSY_CPU_SHARE))
+    between two of the module's readings at least 5 s apart is busy, not stalled.
   - Read-only apart from the heartbeat; supports check mode (no heartbeat then).
 extends_documentation_fragment:
   - tf_runbook.multiworker.attributes
@@ -145,8 +147,8 @@ options:
     type: int
     default: 100000
   stall_timeout:
-    description: Used by the action on the controller. Seconds without a progress line
-      on any worker of the run (every host's record in the attempt's progress directory of
+    description: Used by the action on the controller. Seconds without progress (a
+      progress line or CPU use) on any worker of the run (every host's record in the attempt's progress directory of
       O(controller_dir), private, 0600 files in a 0700 directory) after which the run is
       stalled; 0 for no stall watchdog.
     type: int
@@ -204,12 +206,23 @@ EXAMPLES = r"""
 
 RETURN = r"""
 workers:
-  description: One entry per worker, in the order given, with C(index), C(dir), C(pid),
-    C(state) (starting, running or exited), C(returncode), C(reason), C(stopped_by),
-    C(joined), C(last_line) (the latest progress line), C(progress_lines) (how many so
-    far), C(log_tail), C(cause) (why it ended, the mapping of exit.json or one told from
-    the record, null while it runs) and C(stacks) (exit.json's when its stacks were
-    captured, else null).
+  description:
+    - One entry per worker, in the order given, with C(index), C(dir), C(pid),
+      C(state) (starting, running or exited), C(returncode), C(reason), C(stopped_by),
+      C(joined), C(last_line) (the latest progress line), C(progress_lines) (how many so
+      far), C(log_tail), C(cause) (why it ended, the mapping of exit.json or one told from
+      the record, null while it runs) and C(stacks) (exit.json's when its stacks were
+      captured, else null).
+    - While its job runs (else null), C(cpu_seconds), the CPU time (user and system, with
+      that of the children they waited for) every process of the job's process group used
+      so far, read from C(/proc) when the call returns; C(cpu_at), this host's monotonic
+      clock (seconds) at that reading; and C(process_state), the state letter of the job's
+      main process (from C(/proc/<pid>/stat), C(R) running, C(S) sleeping, C(D) uninterruptible
+      sleep, C(T) or C(t) stopped, C(Z) zombie).
+    - The action adds C(frozen) to every worker, C(state) (C(stopped) for T or t,
+      C(uninterruptible) for D), C(since) (controller epoch seconds of the first check of
+      this wait that saw it so, every check since agreeing) and C(seconds) until the latest
+      check; null when its job is not seen frozen.
   type: list
   elements: dict
   returned: always
@@ -271,8 +284,10 @@ controller_gone:
   type: bool
   returned: when ansible-playbook ended during the wait
 stalled:
-  description: Set by the action when the run stalled, C(seconds) without a progress line
-    and C(detail).
+  description: Set by the action when the run stalled, C(seconds) without progress (no
+    progress line, no CPU use) and C(detail), what was seen (C(no worker printed a
+    progress line for 30 s and none used over 5% of a core (at most 0.2%, worker 1 on
+    node1) (tf_stall_timeout 30 s))).
   type: dict
   returned: when the stall watchdog found the run stalled
 bundle:
@@ -304,7 +319,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import pack_run
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import cause_of
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import PROGRESS_PATTERN
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import works_in
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import PROC, group_usage, works_in
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     EXIT_FILE,
     HEARTBEAT_FILE,
@@ -509,6 +524,33 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
     return info
 
 
+def with_activity(current: list[dict], proc: str = PROC) -> list[dict]:
+    """Each worker of ``current`` with what ``/proc`` shows of its job (the process group
+    and the pid its ``state.json`` records), read once per call, at its end, in one pass
+    over the process table: ``cpu_seconds`` (the CPU time the group's processes used so
+    far, tf_proc.group_usage), ``cpu_at`` (this host's monotonic clock at the reading) and
+    ``process_state`` (the job's main process's state letter); None where the job does not
+    run."""
+    jobs = {}
+    for worker in current:
+        if worker["state"] == WORKER_RUNNING:
+            state = read_json(os.path.join(worker["dir"], STATE_FILE)) or {}
+            jobs[worker["index"]] = (state.get("pid"), state.get("pgid"))
+    usage = group_usage([pgid for _pid, pgid in jobs.values()], proc)
+    at = time.monotonic()
+    result = []
+    for worker in current:
+        pid, pgid = jobs.get(worker["index"], (None, None))
+        group = usage.get(pgid) if isinstance(pgid, int) else None
+        result.append({
+            **worker,
+            "cpu_seconds": round(group["cpu_seconds"], 2) if group else None,
+            "cpu_at": at if group else None,
+            "process_state": group["states"].get(pid) if group else None,
+        })  # fmt: skip
+    return result
+
+
 def worth_returning(first: list[dict], current: list[dict], until_joined: bool) -> bool:
     """Whether the wait must hear now rather than at the end of its window.
 
@@ -657,6 +699,7 @@ def main() -> None:
         current = snapshot(workers, progress, params["tail_lines"], marks)
         if worth_returning(first, current, params["until_joined"]):
             break
+    current = with_activity(current)
     failed = [w["index"] for w in current if w["state"] == WORKER_EXITED and w["returncode"] != 0]
     if params["collect"] and not module.check_mode:
         extra.update(packed_bundle(run_dir, params["collect"], current))

@@ -21,8 +21,9 @@ description:
   - Before signalling, writes the stop request C(stop.json) (O(stopped_by), O(reason))
     into the worker directory; the supervisor records it in C(exit.json) as
     C(stopped_by), and the wait never restarts a run an operator stopped.
-  - Sends SIGTERM, waits O(grace) seconds, then SIGKILL. Writes C(exit.json) for a
-    worker whose supervisor could not write it any more.
+  - Sends SIGTERM (then SIGCONT, so that a stopped process acts on it), waits O(grace)
+    seconds, then SIGKILL. Writes C(exit.json) for a worker whose supervisor could not
+    write it any more.
   - With O(capture_stacks), first asks every running job of the run for its Python stacks
     (every thread's, through the job's wrapper, on a real-time signal that does not stop
     it), waits up to O(stacks_timeout) seconds for each C(stacks.txt) and returns them
@@ -222,19 +223,28 @@ def group_belongs(worker_dir: str, state: dict) -> bool:
     return any(process_cwd(pid) == wanted_dir for pid in group_members(state.get("pgid")))
 
 
+def _with_continue(sig: int) -> tuple[int, ...]:
+    """The signals a stop sends for ``sig``: a SIGTERM is followed by a SIGCONT, since a
+    stopped process (SIGSTOP, a debugger's) acts on a SIGTERM it handles only once
+    continued."""
+    return (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,)
+
+
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        _signal_all(group_members(pgid), sig)
+    for each in _with_continue(sig):
+        try:
+            os.killpg(pgid, each)
+        except (ProcessLookupError, PermissionError):
+            _signal_all(group_members(pgid), each)
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    for each in _with_continue(sig):
+        for pid in pids:
+            try:
+                os.kill(pid, each)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def write_stop_request(

@@ -222,3 +222,35 @@ def test_a_worker_hung_in_its_own_code_is_a_stall_named_with_its_culprit(
     texts = {i: (book.runs / "hang" / f"node{i}" / f"worker-{i}" / "stacks.txt").read_text() for i in (0, 1)}
     assert "load_batch_that_deadlocks" in texts[1], texts[1][-3000:]
     assert TENSORFLOW_FRAME.search(texts[0]), texts[0][-3000:]
+
+
+# -- a silent epoch that computes is no stall (issue 37 A) ---------------------------------
+
+SILENT_EPOCH_JOB = Path(__file__).resolve().parent / "jobs" / "silent_epoch_job.py"
+
+
+def test_a_silent_epoch_three_times_the_stall_timeout_that_computes_is_no_stall(tmp_path: Path) -> None:
+    """Issue 37 (A), on localhost's two workers: after its first progress line each job
+    computes for 30 s without printing anything (a Keras verbose=2 epoch), with
+    tf_stall_timeout 10 and a restart allowed for a stall. The wait sees the jobs' CPU use
+    as progress: the run succeeds in its first attempt, and no stall is reported."""
+    base = settings(tmp_path, tf_run_id="silent")
+    extra = {**base, "tf_train_script": str(SILENT_EPOCH_JOB), "tf_train_args": ["30"], "tf_stall_timeout": 10,
+             "tf_wait_poll_interval": 2, "tf_restart_attempts": 1, "tf_job_timeout": 300}
+    started = time.monotonic()
+    result = play("train.yml", extra)
+    took = time.monotonic() - started
+    run = tmp_path / "host" / "runs" / "silent"
+    for pid in run_pids(run):
+        helpers.kill_quietly(pid)
+    out = result.stdout
+    assert result.returncode == 0, out[-5000:] + result.stderr[-2000:]
+    assert "the run is stalled" not in out, out[-5000:]
+    summary = json.loads((tmp_path / "runs" / "silent" / "summary.json").read_text())
+    assert summary["status"] == "succeeded", summary.get("reason")
+    assert [a["attempt"] for a in summary["attempts"]] == [0], summary["attempts"]
+    # Both workers really computed through the silent epoch, in the first attempt.
+    for index in (0, 1):
+        log = (run / f"worker-{index}" / "worker.log").read_text()
+        assert f"worker={index} epoch=2/2" in log, log[-2000:]
+    assert took > 30, took

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import ast
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +189,76 @@ def test_signal_pending_on_this_machine() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+# --- CPU use and state of a job's process group (issue 37) ----------------------------------
+
+
+def cpu_stat_line(pid: int, comm: str, state: str, pgid: int, utime: int, stime: int, cutime: int, cstime: int) -> str:
+    """A /proc/<pid>/stat line with CPU times (fields 14 to 17; fields 7 to 13 zeros)."""
+    fields = ["0"] * 7 + [str(utime), str(stime), str(cutime), str(cstime)] + ["0"] * 36
+    return f"{pid} ({comm}) {state} 1 {pgid} {pgid} " + " ".join(fields) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "ticks"),
+    [(cpu_stat_line(7, "x", "S", 7, 100, 20, 3, 1), 124), (cpu_stat_line(8, "a) R 1 2 (b", "R", 8, 5, 0, 0, 0), 5),
+     (stat_line(9, "x", "S", 9), 0), ("1 (x) S 1 1 1", None), ("garbage", None),
+     ("1 (x) S 1 1 1 0 0 0 0 0 0 0 u 2 3 4", None)],
+)  # fmt: skip
+def test_parse_cpu_ticks(text: str, ticks: int | None) -> None:
+    assert tf_proc.parse_cpu_ticks(text) == ticks
+
+
+def test_group_usage_on_a_tree(tmp_path: Path) -> None:
+    """Two groups read in one pass: the CPU times of every member (a zombie's too, until
+    it is reaped), and each member's state; a group with no process is left out."""
+    root = tmp_path / "proc"
+    entries = {
+        "300": cpu_stat_line(300, "python3", "T", 300, 150, 50, 100, 0),
+        "301": cpu_stat_line(301, "loader", "D", 300, 10, 0, 0, 0),
+        "302": cpu_stat_line(302, "defunct", "Z", 300, 0, 0, 0, 0),
+        "400": cpu_stat_line(400, "other", "R", 400, 1000, 0, 0, 0),
+        "500": cpu_stat_line(500, "mine", "S", 500, 1, 1, 0, 0),
+        "501": "garbage",
+    }
+    for pid, text in entries.items():
+        (root / pid).mkdir(parents=True)
+        (root / pid / "stat").write_text(text)
+    ticks = tf_proc.clock_ticks()
+    usage = tf_proc.group_usage([300, 500, 777, 1, True], str(root))  # type: ignore[list-item]
+    assert sorted(usage) == [300, 500]
+    assert usage[300]["cpu_seconds"] == pytest.approx(310 / ticks)
+    assert usage[300]["states"] == {300: "T", 301: "D", 302: "Z"}
+    assert usage[500] == {"cpu_seconds": pytest.approx(2 / ticks), "states": {500: "S"}}
+    assert tf_proc.group_usage([], str(root)) == {}
+
+
+SPIN = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end:\n    pass\n"
+SLEEP = "import time\ntime.sleep(30)\n"
+
+
+def test_group_usage_tells_a_spinning_job_from_a_sleeping_one() -> None:
+    """Real processes, each its own group: over 2 s a busy loop uses most of a core (at
+    least a quarter on a loaded machine), a sleeper almost nothing; a SIGSTOPped one
+    shows state T and uses nothing."""
+    jobs = {name: subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+            for name, code in (("spin", SPIN), ("sleep", SLEEP), ("stopped", SPIN))}  # fmt: skip
+    try:
+        os.kill(jobs["stopped"].pid, signal.SIGSTOP)
+        time.sleep(0.5)
+        pgids = [job.pid for job in jobs.values()]
+        before, at = tf_proc.group_usage(pgids), time.monotonic()
+        time.sleep(2.0)
+        after, elapsed = tf_proc.group_usage(pgids), time.monotonic() - at
+        share = {name: (after[job.pid]["cpu_seconds"] - before[job.pid]["cpu_seconds"]) / elapsed for name, job in jobs.items()}
+        print(f"\nCPU share over {elapsed:.1f} s: {share}")
+        assert share["spin"] > 0.25, share
+        assert share["sleep"] < 0.02 and share["stopped"] < 0.02, share
+        assert after[jobs["stopped"].pid]["states"] == {jobs["stopped"].pid: "T"}
+        assert after[jobs["spin"].pid]["states"][jobs["spin"].pid] in ("R", "S")
+        assert after[jobs["sleep"].pid]["states"] == {jobs["sleep"].pid: "S"}
+    finally:
+        for job in jobs.values():
+            job.kill()
+            job.wait()

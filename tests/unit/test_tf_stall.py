@@ -12,14 +12,16 @@ import os
 import stat
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible.plugins.action import ActionBase
 
 import tf_wait
+import tf_worker_status
 import tf_worker_status_action as action
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_activity, tf_proc
 
 T0 = 1_800_000_000.0
 
@@ -37,25 +39,44 @@ class Clock:
 
 class Host:
     """The host module: its workers' progress line counts at each call (the last one
-    repeats), each call moving the controller clock on."""
+    repeats), each call moving the controller clock on. With ``shares``, each worker's job
+    used that share of a core during each call (the last one repeats): its cumulative
+    ``cpu_seconds`` at ``cpu_at`` (the host's monotonic clock, T0 at the controller's T0);
+    with ``states``, each job's ``process_state`` at each call (the last one repeats)."""
 
-    def __init__(self, clock: Clock, counts: list[list[int]], rounds_to_done: int = 10**6, **extra: Any) -> None:
+    def __init__(
+        self, clock: Clock, counts: list[list[int]], rounds_to_done: int = 10**6,
+        shares: list[list[float]] | None = None, states: list[list[str]] | None = None, **extra: Any,
+    ) -> None:  # fmt: skip
         self.clock = clock
         self.counts = counts
         self.rounds_to_done = rounds_to_done
+        self.shares = shares
+        self.states = states
+        self.cpu = [5.0] * len(counts[0])
         self.calls: list[dict[str, Any]] = []
         self.extra = extra
 
     def __call__(self, module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
         self.calls.append(dict(module_args))
         self.clock.now += self.clock.step
-        counts = self.counts[min(len(self.calls), len(self.counts)) - 1]
-        done = len(self.calls) >= self.rounds_to_done
+        call = len(self.calls)
+        counts = self.counts[min(call, len(self.counts)) - 1]
+        done = call >= self.rounds_to_done
         workers = [
             {"index": i, "state": "exited" if done else "running", "returncode": 0 if done else None,
-             "reason": None, "last_line": f"worker={i} epoch={n}" if n else None, "progress_lines": n}
+             "reason": None, "last_line": f"worker={i} epoch={n}" if n else None, "progress_lines": n,
+             "cpu_seconds": None, "cpu_at": None, "process_state": None}
             for i, n in enumerate(counts)
         ]  # fmt: skip
+        if self.shares is not None and not done:
+            shares = self.shares[min(call, len(self.shares)) - 1]
+            for worker, share in zip(workers, shares):
+                self.cpu[worker["index"]] += share * self.clock.step
+                worker.update(cpu_seconds=self.cpu[worker["index"]], cpu_at=self.clock.now - T0 + 1000.0)
+        if self.states is not None and not done:
+            for worker, state in zip(workers, self.states[min(call, len(self.states)) - 1]):
+                worker["process_state"] = state
         return {
             "workers": workers,
             "done": done,
@@ -106,12 +127,89 @@ def test_no_progress_line_for_the_timeout_stalls_the_run(monkeypatch: pytest.Mon
     assert len(host.calls) == 4
     assert result["stalled"] == {
         "seconds": 30,
-        "detail": "no worker printed a progress line for 30 s (tf_stall_timeout 30 s)",
+        "detail": "no worker printed a progress line for 30 s and no CPU use was measured (tf_stall_timeout 30 s)",
     }
     flag = json.loads(Path(flag_of(args)).read_text())
     assert flag == {"host": "node1", "cause": "stalled", "reason": result["stalled"]["detail"], "seconds": 30,
                     "workers": []}  # fmt: skip
     assert any("the run is stalled: no worker printed a progress line for 30 s" in line for line in shown)
+
+
+# --- CPU use is progress too (issue 37 A) ---------------------------------------------------
+
+
+def test_a_busy_silent_worker_is_never_stalled(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One progress line, then an epoch of 3x the timeout that prints nothing while worker
+    0 computes (a whole core) and worker 1 waits for it (0.2 %), then the end."""
+    clock = Clock(step=10)
+    host = Host(clock, [[1, 1]], rounds_to_done=10, shares=[[1.0, 0.002]])
+    args = stall_args(tmp_path, timeout=30)
+    result, _ = run_action(monkeypatch, clock, host, **args)
+    assert len(host.calls) == 10 and result["done"]
+    assert "stalled" not in result and not Path(flag_of(args)).exists()
+    own = json.loads((Path(stall_dir_of(args)) / "node1.json").read_text())
+    assert own["last_line_at"] == T0 + 10 and own["busy_at"] == T0 + 90
+    assert own["cpu_share"] == {"0": 1.0, "1": 0.002}
+
+
+def test_an_idle_silent_worker_is_a_stall_that_says_what_was_seen(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Deadlocked workers use 0.2 % of a core (FACTS.md): silent and idle, a stall,
+    caught at the timeout; the detail says how little CPU, and whose."""
+    clock = Clock(step=10)
+    host = Host(clock, [[1, 1]], shares=[[0.002, 0.003]])
+    result, shown = run_action(monkeypatch, clock, host, **stall_args(tmp_path, timeout=30))
+    assert len(host.calls) == 4
+    detail = ("no worker printed a progress line for 30 s and none used over 5% of a core "
+              "(at most 0.3%, worker 1 on node1) (tf_stall_timeout 30 s)")  # fmt: skip
+    assert result["stalled"] == {"seconds": 30, "detail": detail}
+    assert any(f"the run is stalled: {detail}" in line for line in shown)
+
+
+def test_a_worker_that_hangs_after_a_busy_silent_spell_stalls_a_timeout_after(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Busy without a line for 5 checks (50 s > the timeout), then idle: the stall comes
+    a timeout after the last busy window, and says since when no line came."""
+    clock = Clock(step=10)
+    host = Host(clock, [[1]], shares=[[1.0]] * 5 + [[0.0]])
+    result, _ = run_action(monkeypatch, clock, host, **stall_args(tmp_path, timeout=30))
+    # Busy windows end at checks 2..5 (T0 + 50); stalled at check 8 (T0 + 80).
+    assert len(host.calls) == 8
+    assert result["stalled"]["seconds"] == 30
+    assert result["stalled"]["detail"].startswith("no worker printed a progress line for 70 s and none used over 5%")
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        ({"seconds": 10.0, "at": 100.0}, {"seconds": 40.0, "at": 130.0}, 1.0),
+        ({"seconds": 10.0, "at": 100.0}, {"seconds": 10.06, "at": 130.0}, 0.002),
+        (None, {"seconds": 1.0, "at": 1.0}, None),
+        ({"seconds": 10.0, "at": 100.0}, {"seconds": 11.0, "at": 100.0}, None),  # the clock did not move on
+        ({"seconds": 10.0, "at": 100.0}, {"seconds": 9.0, "at": 110.0}, None),  # a process left the group
+        ({"seconds": "x", "at": 100.0}, {"seconds": 9.0, "at": 110.0}, None),
+    ],
+)
+def test_cpu_share(before: Any, after: dict[str, float], expected: float | None) -> None:
+    share = tf_activity.cpu_share(before, after)
+    assert share == (pytest.approx(expected) if expected is not None else None)
+
+
+def test_a_short_window_keeps_its_base_until_it_is_long_enough() -> None:
+    base = {"0": {"seconds": 1.0, "at": 100.0}, "1": {"seconds": 1.0, "at": 100.0}}
+    # Two ticks in a second would be 2 % (or 20 % in a tenth): too short to judge.
+    bases, shares = tf_activity.cpu_windows(base, {"0": {"seconds": 1.02, "at": 101.0}, "2": {"seconds": 3.0, "at": 101.0}})
+    assert bases == {"0": base["0"], "2": {"seconds": 3.0, "at": 101.0}} and shares == {}
+    bases, shares = tf_activity.cpu_windows(bases, {"0": {"seconds": 1.04, "at": 110.0}})
+    assert bases == {"0": {"seconds": 1.04, "at": 110.0}} and shares == {"0": 0.004}
+
+
+def test_the_busy_threshold_separates_facts_measurements() -> None:
+    """FACTS.md: a hung worker 0.2 % of a core, a computing one about 100 %."""
+    assert 0.002 < tf_activity.BUSY_CPU_SHARE < 1.0
+    assert tf_activity.BUSY_CPU_SHARE / 0.002 >= 10 and 1.0 / tf_activity.BUSY_CPU_SHARE >= 10
 
 
 def test_progress_keeps_the_run_going(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -150,10 +248,24 @@ def test_the_time_since_the_last_progress_counts_not_since_the_start(
 # --- the watchdog, cluster-wide -----------------------------------------------------------
 
 
-def test_progress_on_another_host_keeps_a_silent_host_going(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def node2_prints(previous: Any, calls: int, now: float) -> dict[str, Any]:
+    """node2's record when its worker prints a progress line at every check."""
+    return {"host": "node2", "progress_lines": {"1": calls}, "last_progress_at": now}
+
+
+def node2_computes(previous: Any, calls: int, now: float) -> dict[str, Any]:
+    """node2's record when its worker prints nothing but keeps a core busy."""
+    busy = [{"index": 1, "progress_lines": 1, "cpu_seconds": 3.0 + now - T0, "cpu_at": now}]
+    return tf_activity.progress_record(previous, "node2", busy, now)
+
+
+@pytest.mark.parametrize("node2", [node2_prints, node2_computes])
+def test_progress_on_another_host_keeps_a_silent_host_going(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, node2: Callable[[Any, int, float], dict[str, Any]]
+) -> None:
     """The run is stalled only when no worker anywhere made progress: a host whose own
     workers are silent (blocked in the all-reduce behind a slow peer) goes on while
-    another host's record shows recent progress."""
+    another host's record shows recent progress, a line or CPU use (issue 37)."""
     clock = Clock(step=10)
     args = stall_args(tmp_path, timeout=30)
     stall_dir = Path(stall_dir_of(args))
@@ -162,17 +274,17 @@ def test_progress_on_another_host_keeps_a_silent_host_going(monkeypatch: pytest.
         def __call__(self, *a: Any, **k: Any) -> dict[str, Any]:
             status = super().__call__(*a, **k)
             # The other host's wait records progress on every check.
-            action.write_private_json(
-                str(stall_dir / "node2.json"),
-                {"host": "node2", "progress_lines": {"1": len(self.calls)}, "last_progress_at": self.clock.now},
-            )
+            path = stall_dir / "node2.json"
+            previous = json.loads(path.read_text()) if path.exists() else None
+            action.write_private_json(str(path), node2(previous, len(self.calls), self.clock.now))
             return status
 
     host = Busy(clock, [[3]], rounds_to_done=10)
     result, _ = run_action(monkeypatch, clock, host, **args)
     assert len(host.calls) == 10 and result["done"] and "stalled" not in result
     own = json.loads((stall_dir / "node1.json").read_text())
-    assert own == {"host": "node1", "progress_lines": {"0": 3}, "last_progress_at": T0 + 10}
+    assert own == {"host": "node1", "progress_lines": {"0": 3}, "last_line_at": T0 + 10, "busy_at": None, "cpu": {},
+                   "cpu_share": {}, "last_progress_at": T0 + 10}  # fmt: skip
 
 
 def test_a_host_stops_for_a_stall_another_host_flagged(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -214,6 +326,7 @@ def test_a_reattached_wait_goes_on_from_the_hosts_record(monkeypatch: pytest.Mon
     ("previous", "counts", "expected_at"),
     [
         (None, [0, 0], 500.0),
+        # A record of an earlier version: its last_progress_at is its lines' time.
         ({"last_progress_at": 100.0, "progress_lines": {"0": 2, "1": 2}}, [2, 2], 100.0),
         ({"last_progress_at": 100.0, "progress_lines": {"0": 2, "1": 2}}, [2, 3], 500.0),
         # A log read again from its start (replaced) counts as activity too.
@@ -224,7 +337,22 @@ def test_a_reattached_wait_goes_on_from_the_hosts_record(monkeypatch: pytest.Mon
 def test_progress_record(previous: Any, counts: list[int], expected_at: float) -> None:
     workers = [{"index": i, "progress_lines": n} for i, n in enumerate(counts)]
     record = action.progress_record(previous, "h", workers, 500.0)
-    assert record == {"host": "h", "progress_lines": {str(i): n for i, n in enumerate(counts)}, "last_progress_at": expected_at}
+    assert record == {"host": "h", "progress_lines": {str(i): n for i, n in enumerate(counts)}, "last_line_at": expected_at,
+                      "busy_at": None, "cpu": {}, "cpu_share": {}, "last_progress_at": expected_at}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("share", "busy_at", "last_progress_at"),
+    [(1.0, 500.0, 500.0), (0.06, 500.0, 500.0), (0.04, 300.0, 300.0), (0.002, None, 100.0)],
+)
+def test_progress_record_counts_a_busy_window(share: float, busy_at: float | None, last_progress_at: float) -> None:
+    previous = {"last_line_at": 100.0, "last_progress_at": 100.0, "progress_lines": {"0": 2},
+                "busy_at": 300.0 if share == 0.04 else None, "cpu": {"0": {"seconds": 7.0, "at": 40.0}}}  # fmt: skip
+    workers = [{"index": 0, "progress_lines": 2, "cpu_seconds": 7.0 + share * 20, "cpu_at": 60.0}]
+    record = tf_activity.progress_record(previous, "h", workers, 500.0)
+    assert (record["busy_at"], record["last_progress_at"], record["last_line_at"]) == (busy_at, last_progress_at, 100.0)
+    assert record["cpu"] == {"0": {"seconds": 7.0 + share * 20, "at": 60.0}}
+    assert record["cpu_share"] == {"0": pytest.approx(share)}
 
 
 def test_seconds_without_progress_takes_the_latest_host(tmp_path: Path) -> None:
@@ -364,3 +492,92 @@ def test_pattern_problem_names_host_variable_and_value() -> None:
     assert tf_wait.tf_pattern_problem("", "tf_stall_pattern", "w1") == ""
     message = tf_wait.tf_pattern_problem("step=(", "tf_stall_pattern", "w1")
     assert message.startswith("host w1: tf_stall_pattern 'step=(' is not a regular expression: missing ), unterminated")
+
+
+# --- a frozen worker is visible (issue 37 B) ------------------------------------------------
+
+
+def test_the_wait_says_since_when_a_worker_is_frozen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Worker 0 stopped (SIGSTOP) from the 2nd check on, worker 1 in uninterruptible sleep
+    at the 3rd only, then sleeping again: at the wait's end (the deadline) worker 0 has
+    been seen stopped for 40 s, worker 1 is not frozen."""
+    clock = Clock(step=10)
+    states = [["S", "S"], ["T", "S"], ["T", "D"], ["t", "S"], ["T", "S"], ["T", "S"]]
+    host = Host(clock, [[1, 1]], states=states)
+    args = {**stall_args(tmp_path, timeout=0), "deadline": T0 + 55}
+    result, shown = run_action(monkeypatch, clock, host, **args)
+    assert len(host.calls) == 6 and result["deadline_passed"]
+    frozen = [w["frozen"] for w in result["workers"]]
+    assert frozen == [{"state": "stopped", "since": T0 + 20, "seconds": 40.0}, None]
+    # Shown once when it froze, and again when worker 1 slept uninterruptibly and woke.
+    stopped = [line for line in shown if "node1 worker-0: running (stopped)" in line]
+    assert len(stopped) == 3 and any("node1 worker-1: running (uninterruptible)" in line for line in shown)
+    outcome = tf_wait.tf_wait_outcome(["node1"], ["node1"], {"node1": result})
+    assert outcome["frozen_workers"] == [{"index": 0, "host": "node1", "state": "stopped", "seconds": 40.0}]
+
+
+@pytest.mark.parametrize(
+    ("previous", "state", "expected"),
+    [
+        ({}, "T", {"state": "stopped", "since": 500.0}),
+        ({}, "t", {"state": "stopped", "since": 500.0}),
+        ({}, "D", {"state": "uninterruptible", "since": 500.0}),
+        ({"0": {"state": "stopped", "since": 300.0}}, "T", {"state": "stopped", "since": 300.0}),
+        # Another kind of frozen starts anew; so does a check that saw it otherwise.
+        ({"0": {"state": "stopped", "since": 300.0}}, "D", {"state": "uninterruptible", "since": 500.0}),
+        ({"0": {"state": "stopped", "since": 300.0}}, "R", None),
+        ({}, "S", None),
+        ({}, "Z", None),
+        ({}, None, None),
+    ],
+)
+def test_frozen_since(previous: dict[str, Any], state: str | None, expected: dict[str, Any] | None) -> None:
+    workers = [{"index": 0, "state": "running", "process_state": state}]
+    assert tf_activity.frozen_since(previous, workers, 500.0).get("0") == expected
+
+
+def test_an_exited_worker_is_not_frozen() -> None:
+    workers = [{"index": 0, "state": "exited", "process_state": "T"}]
+    assert tf_activity.frozen_since({}, workers, 500.0) == {}
+
+
+def test_outcome_lists_the_workers_alive_and_frozen_at_the_end() -> None:
+    stopped = {"state": "stopped", "since": T0, "seconds": 21.5}
+    statuses = {
+        "a": _status({"index": 2, "state": "running", "returncode": None, "frozen": stopped},
+                     {"index": 0, "state": "running", "returncode": None, "frozen": None}),
+        "b": _status({"index": 1, "state": "running", "returncode": None,
+                      "frozen": {"state": "uninterruptible", "since": T0, "seconds": 3}},
+                     # Exited: no longer frozen, whatever its last status said.
+                     {"index": 3, "state": "exited", "returncode": 1, "frozen": stopped},
+                     # An older action's status: no frozen at all.
+                     {"index": 4, "state": "running", "returncode": None}),
+    }  # fmt: skip
+    outcome = tf_wait.tf_wait_outcome(["a", "b"], ["a", "b"], statuses)
+    assert outcome["frozen_workers"] == [
+        {"index": 1, "host": "b", "state": "uninterruptible", "seconds": 3.0},
+        {"index": 2, "host": "a", "state": "stopped", "seconds": 21.5},
+    ]
+    assert tf_wait.tf_wait_outcome(["a"], ["a"], {"a": _status(_failed(0, None))})["frozen_workers"] == []
+
+
+def test_the_host_module_reads_each_running_jobs_cpu_and_state(tmp_path: Path) -> None:
+    """tf_worker_status.with_activity: the group and the pid of each running worker's
+    state.json, read in one pass over a /proc tree; a worker whose job does not run (or
+    whose pid is no longer in its group) has none."""
+    root = tmp_path / "proc"
+    rest = " ".join(["0"] * 36)
+    for pid, state, pgid, utime in ((300, "T", 300, 200), (301, "R", 300, 100), (400, "S", 999, 7)):
+        (root / str(pid)).mkdir(parents=True)
+        (root / str(pid) / "stat").write_text(f"{pid} (job) {state} 1 {pgid} {pgid} 0 0 0 0 0 0 0 {utime} 0 0 0 {rest}\n")
+    workers = []
+    for index, record in enumerate(({"pid": 300, "pgid": 300}, {"pid": 400, "pgid": 400}, {"pid": 300, "pgid": 300})):
+        wdir = tmp_path / f"worker-{index}"
+        wdir.mkdir()
+        (wdir / "state.json").write_text(json.dumps(record))
+        workers.append({"index": index, "dir": str(wdir), "state": "exited" if index == 2 else "running"})
+    current = tf_worker_status.with_activity(workers, str(root))
+    ticks = tf_proc.clock_ticks()
+    assert (current[0]["cpu_seconds"], current[0]["process_state"]) == (round(300 / ticks, 2), "T")
+    assert isinstance(current[0]["cpu_at"], float)
+    assert [(w["cpu_seconds"], w["cpu_at"], w["process_state"]) for w in current[1:]] == [(None, None, None)] * 2

@@ -19,6 +19,8 @@ from typing import Any, Callable
 import pytest
 
 import tf_supervisor
+import tf_worker_stop
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_proc
 from helpers import pid_running
 from test_tf_supervisor import assert_group_gone, command, job, make_worker_dir, read_json, wait_for
 
@@ -209,6 +211,58 @@ def test_stop_group_survives_permission_error(monkeypatch: pytest.MonkeyPatch) -
     tf_supervisor.stop_group(4242, Child(), 0.5)  # type: ignore[arg-type]
     # The members it may signal were signalled one by one.
     assert (4242, signal.SIGTERM) in sent and (4243, signal.SIGTERM) in sent
+
+
+# A job that saves on SIGTERM (as TensorFlow's preemption handler does) and says it is ready.
+SAVES_ON_SIGTERM = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+@contextlib.contextmanager
+def stopped_job() -> Any:
+    """A job in a process group of its own, SIGSTOPped once its SIGTERM handler is set."""
+    child = subprocess.Popen([sys.executable, "-c", SAVES_ON_SIGTERM], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        os.kill(child.pid, signal.SIGSTOP)
+        end = time.monotonic() + 5
+        while tf_proc.process_stat(child.pid) != ("T", child.pid):
+            assert time.monotonic() < end, "the job did not stop"
+            time.sleep(0.02)
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+
+
+@pytest.mark.parametrize("terminate", [True, False])
+def test_a_stop_continues_a_stopped_job_which_ends_on_its_sigterm_within_the_grace(terminate: bool) -> None:
+    """Issue 37 (B): a stopped process holds the SIGTERM it handles pending until it is
+    continued. The stop sends SIGCONT after SIGTERM (also when the group got its SIGTERM
+    from outside, terminate=False): the job saves and exits 0 at once, not killed by the
+    SIGKILL after the grace."""
+    with stopped_job() as child:
+        started = time.monotonic()
+        if not terminate:
+            os.killpg(child.pid, signal.SIGTERM)
+        tf_supervisor.stop_group(child.pid, child, 10.0, terminate=terminate)
+        took = time.monotonic() - started
+        assert child.wait(5) == 0, "the job was killed, not stopped by its own SIGTERM handler"
+        assert took < 5.0, took
+
+
+def test_the_stop_module_continues_a_stopped_job() -> None:
+    """tf_worker_stop's direct signals to the run's processes and group do the same."""
+    for send in (lambda pid: tf_worker_stop._signal_all([pid], signal.SIGTERM),
+                 lambda pid: tf_worker_stop._signal_group(pid, signal.SIGTERM)):  # fmt: skip
+        with stopped_job() as child:
+            send(child.pid)
+            assert child.wait(5) == 0
 
 
 def test_group_alive_with_permission_error(monkeypatch: pytest.MonkeyPatch) -> None:

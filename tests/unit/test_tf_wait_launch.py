@@ -64,6 +64,7 @@ def test_outcome_ok_when_every_worker_exited_zero() -> None:
         "stopped_by_operator": False,
         "failed_workers": [],
         "running_workers": [],
+        "frozen_workers": [],
         "lost_hosts": [],
         "deadline_hosts": [],
         "status_problems": [],

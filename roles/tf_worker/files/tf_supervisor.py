@@ -175,12 +175,17 @@ def signal_group(pgid: int, sig: int) -> bool:
 def stop_group(
     pgid: int, child: subprocess.Popen[bytes], grace: float, terminate: bool = True, keeper: int | None = None
 ) -> None:
-    """SIGTERM the process group (unless ``terminate`` is false: it got one already), then
-    SIGKILL whatever is left after ``grace`` seconds. Done as soon as nothing but the
-    ``keeper`` is left: it outlives any SIGTERM by design, and waiting for it would make
-    every stop, and every finished job, last the whole grace."""
+    """SIGTERM the process group (unless ``terminate`` is false: it got one already) and
+    SIGCONT it, then SIGKILL whatever is left after ``grace`` seconds. Done as soon as
+    nothing but the ``keeper`` is left: it outlives any SIGTERM by design, and waiting for
+    it would make every stop, and every finished job, last the whole grace.
+
+    A stopped process (SIGSTOP, a debugger's, a frozen peer) holds a SIGTERM it handles
+    (TensorFlow's preemption handler, the job's own) pending until it is continued: without
+    the SIGCONT it would be stopped only by the SIGKILL, its grace to save wasted."""
     if terminate and not signal_group(pgid, signal.SIGTERM):
         return
+    signal_group(pgid, signal.SIGCONT)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         child.poll()

@@ -1,0 +1,173 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the wait counts as a worker's activity (issue 37): progress lines, CPU use, and a
+process that is frozen.
+
+A stall is silence and idleness together. A worker makes progress when it prints a
+progress line the wait knows, or when its job's processes (its process group) used more
+than ``BUSY_CPU_SHARE`` of one core over a window of at least ``CPU_WINDOW_SECONDS``: a
+Keras job with ``verbose=2`` prints one line per epoch, and an epoch longer than
+tf_stall_timeout is no stall while it computes.
+
+The host module reads each running job's cumulative CPU time (``cpu_seconds``) and the
+host's monotonic clock (``cpu_at``), and its main process's state (``process_state``);
+the action on the controller turns successive readings into the host's progress record
+(``progress_record``) and tracks since when a worker is frozen (``frozen_since``). Pure
+functions of their inputs; the controller's clock is passed in as ``now``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import WORKER_EXITED
+
+# A job whose processes use more than this share of one core over a window is busy, i.e.
+# making progress. Measured (FACTS.md, the team's measurements of tensorflow-cpu 2.21
+# workers): two workers deadlocked in an all-reduce behind a peer stuck in its own code
+# used 6 clock ticks in 30 s each, 0.2 % of a core; a worker computing through an epoch
+# uses close to a whole core (100 %). 5 % sits 25 times above the one and 20 times below
+# the other.
+BUSY_CPU_SHARE = 0.05
+# The shortest window a share is judged over: a second holds only 100 clock ticks, and a
+# hung job's few ticks (a gRPC keepalive) could land in one short window. A shorter
+# window keeps its earlier reading as the base until it is this long.
+CPU_WINDOW_SECONDS = 5.0
+# The process states (/proc/<pid>/stat) of a frozen job: stopped (SIGSTOP, a debugger) or
+# in uninterruptible sleep (a dead NFS mount, a hung device). Neither ends by itself.
+FROZEN_STATES = {"T": "stopped", "t": "stopped", "D": "uninterruptible"}
+
+
+def cpu_share(before: Any, after: Any) -> float | None:
+    """The share of one core (1.0 = a whole core) the job used between two readings
+    (``{"seconds": cumulative CPU seconds, "at": host monotonic seconds}``); None when they
+    cannot be compared: no earlier reading, a clock that did not move on (another boot),
+    or a sum that went down (a process left the group)."""
+    try:
+        used = float(after["seconds"]) - float(before["seconds"])
+        elapsed = float(after["at"]) - float(before["at"])
+    except (TypeError, KeyError, ValueError):
+        return None
+    if elapsed <= 0 or used < 0:
+        return None
+    return used / elapsed
+
+
+def cpu_readings(workers: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per worker index (as text) the reading of its job's CPU the host module returned
+    (``cpu_seconds`` at ``cpu_at``), for the workers that have one."""
+    readings = {}
+    for worker in workers:
+        seconds, at = worker.get("cpu_seconds"), worker.get("cpu_at")
+        if isinstance(seconds, (int, float)) and isinstance(at, (int, float)):
+            readings[str(worker.get("index"))] = {"seconds": float(seconds), "at": float(at)}
+    return readings
+
+
+def cpu_windows(
+    base: dict[str, Any], readings: dict[str, dict[str, float]]
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """The next bases of each worker's CPU window and the shares of the windows that ended
+    now: a reading replaces its base once the window is ``CPU_WINDOW_SECONDS`` long (or
+    cannot be compared to it); a worker with no reading now drops out."""
+    bases: dict[str, dict[str, float]] = {}
+    shares: dict[str, float] = {}
+    for index, reading in readings.items():
+        old = base.get(index) if isinstance(base, dict) else None
+        share = cpu_share(old, reading)
+        if share is not None and reading["at"] - float(old["at"]) < CPU_WINDOW_SECONDS:
+            bases[index] = old
+            continue
+        bases[index] = reading
+        if share is not None:
+            shares[index] = round(share, 4)
+    return bases, shares
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def progress_record(previous: Any, host: str, workers: list[dict[str, Any]], now: float) -> dict[str, Any]:
+    """This host's progress record after a check at ``now`` (controller clock).
+
+    ``progress_lines``: each worker's progress line count; ``last_line_at``: when one of
+    them last changed (``now`` for a host not recorded yet: the watch begins); ``cpu``: the
+    base reading of each worker's CPU window; ``cpu_share``: each worker's share of a core
+    over its latest window; ``busy_at``: when a window last ended with a worker busy
+    (``BUSY_CPU_SHARE``), None before; ``last_progress_at``: the later of the two, what the
+    stall watchdog reads. A record of an earlier version (only ``last_progress_at``) counts
+    as its lines' time."""
+    counts = {str(w.get("index")): int(w.get("progress_lines") or 0) for w in workers}
+    readings = cpu_readings(workers)
+    old = previous if isinstance(previous, dict) else {}
+    started = _number(old.get("last_progress_at"))
+    if started is None:
+        return {"host": host, "progress_lines": counts, "last_line_at": now, "busy_at": None, "cpu": readings,
+                "cpu_share": {}, "last_progress_at": now}  # fmt: skip
+    old_counts = old.get("progress_lines") if isinstance(old.get("progress_lines"), dict) else {}
+    moved = any(old_counts.get(index) != count for index, count in counts.items())
+    line_at = _number(old.get("last_line_at"))
+    last_line_at = now if moved else (line_at if line_at is not None else started)
+    bases, shares = cpu_windows(old.get("cpu") or {}, readings)
+    old_shares = old.get("cpu_share") if isinstance(old.get("cpu_share"), dict) else {}
+    latest = {index: shares.get(index, old_shares.get(index)) for index in bases}
+    busy = any(share >= BUSY_CPU_SHARE for share in shares.values())
+    busy_at = now if busy else _number(old.get("busy_at"))
+    return {
+        "host": host, "progress_lines": counts, "last_line_at": last_line_at, "busy_at": busy_at, "cpu": bases,
+        "cpu_share": {index: share for index, share in latest.items() if share is not None},
+        "last_progress_at": max(last_line_at, busy_at or 0.0),
+    }  # fmt: skip
+
+
+def seconds_without_progress(records: list[dict[str, Any]], now: float) -> float | None:
+    """Seconds since the latest progress of any kind on any host (None with no record)."""
+    if not records:
+        return None
+    return max(0.0, now - max(float(r["last_progress_at"]) for r in records))
+
+
+def stall_detail(records: list[dict[str, Any]], now: float, timeout: int) -> str:
+    """What the stall watchdog saw, for the stall's reason: the seconds since any worker's
+    latest progress line, and the most CPU any worker used over its latest window (which
+    worker, on which host), or that no CPU use was measured."""
+    line_times = [_number(r.get("last_line_at")) or float(r["last_progress_at"]) for r in records]
+    silent = max(0.0, now - max(line_times)) if line_times else 0.0
+    peaks = [
+        (float(share), str(r.get("host")), index)
+        for r in records if isinstance(r.get("cpu_share"), dict)
+        for index, share in r["cpu_share"].items() if _number(share) is not None
+    ]  # fmt: skip
+    if peaks:
+        share, host, index = max(peaks)
+        cpu = (f"none used over {BUSY_CPU_SHARE:.0%} of a core (at most {share:.1%}, worker {index} on {host})")
+    else:
+        cpu = "no CPU use was measured"
+    return f"no worker printed a progress line for {silent:.0f} s and {cpu} (tf_stall_timeout {timeout} s)"
+
+
+def frozen_since(previous: dict[str, Any], workers: list[dict[str, Any]], now: float) -> dict[str, dict[str, Any]]:
+    """Per worker index (as text) whose job runs and is frozen now (its ``process_state``
+    one of FROZEN_STATES): ``state`` (stopped or uninterruptible) and ``since``, the
+    controller time it was first seen so, without a check in between that saw it otherwise.
+    ``previous`` is the result of the check before."""
+    frozen: dict[str, dict[str, Any]] = {}
+    for worker in workers:
+        state = FROZEN_STATES.get(str(worker.get("process_state")))
+        if state is None or worker.get("state") == WORKER_EXITED:
+            continue
+        index = str(worker.get("index"))
+        seen = previous.get(index) if isinstance(previous, dict) else None
+        since = seen["since"] if isinstance(seen, dict) and seen.get("state") == state else now
+        frozen[index] = {"state": state, "since": since}
+    return frozen
+
+
+def frozen_entry(frozen: dict[str, dict[str, Any]], worker: dict[str, Any], now: float) -> dict[str, Any] | None:
+    """What a worker's status says of it being frozen: ``state``, ``since`` (controller
+    clock) and ``seconds`` until ``now``; None when it is not."""
+    seen = frozen.get(str(worker.get("index")))
+    if seen is None:
+        return None
+    return {"state": seen["state"], "since": seen["since"], "seconds": round(max(0.0, now - seen["since"]), 1)}
