@@ -40,6 +40,7 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
+        args.setdefault("host", str((task_vars or {}).get("inventory_hostname", "")))
         mode = args.get("mode")
         if mode not in ("pack", "unpack") or self._task.check_mode:
             return {**result, **self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)}
@@ -57,8 +58,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("tf_checkpoint_sync: mode pack needs dest, the archive's path on the controller")
         self._fixup_perms2((remote_tmp,))
         landing = os.path.dirname(os.path.abspath(dest)) if dest else ""
-        args = {**args, "host": str(task_vars.get("inventory_hostname", "")), "controller_dir": landing,
-                "controller_free": free_bytes(landing) if landing else -1}  # fmt: skip
+        args = {**args, "controller_dir": landing, "controller_free": free_bytes(landing) if landing else -1}
         packed = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
         if packed.get("failed") or not packed.get("archive"):
             return packed

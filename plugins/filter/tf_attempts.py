@@ -204,6 +204,11 @@ def tf_attempts_sync_record(
         message = f"Every host shares the chief's checkpoint directory ({chief}): nothing to copy"
     if shared and copied:
         message += f"; {', '.join(shared)} share it"
+    sharing = pack.get("shares_with") if isinstance(pack.get("shares_with"), dict) else {}
+    if sharing and copied:
+        record["shares_with"] = {str(host): str(sharing[host]) for host in sorted(sharing)}
+        said = [f"{host} shares {copier}'s directory" for host, copier in record["shares_with"].items()]
+        message += "; " + ", ".join(said)
     for key, said in (("links_left_out", "symbolic links are not copied"),
                       ("hard_links", "hard links copied as plain files")):  # fmt: skip
         links = [str(link) for link in pack.get(key) or []]

@@ -18,7 +18,9 @@ refused rather than silently leaving a host on another checkpoint or removing a 
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -60,10 +62,37 @@ def is_pointer(name: str) -> bool:
     return os.path.basename(name) in POINTER_FILES
 
 
-def marker_path(directory: str, marker: str) -> str:
+def marker_path(directory: str, marker: str, host: str) -> str:
+    """The marker ``host`` leaves in its checkpoint directory during the copy ``marker``
+    (every host marks, so that hosts sharing a directory see each other's)."""
     if not marker or "/" in marker or marker in (".", ".."):
         raise ValueError(f"marker {marker!r} is not a file name")
-    return os.path.join(directory, CHECKPOINT_MARKER_PREFIX + marker)
+    return os.path.join(directory, f"{marker_prefix(marker)}{hashlib.sha256(host.encode()).hexdigest()[:16]}")
+
+
+def marker_prefix(marker: str) -> str:
+    return f"{CHECKPOINT_MARKER_PREFIX}{marker}-"
+
+
+def seen_hosts(directory: str, marker: str) -> list[str]:
+    """The hosts whose marker of the copy ``marker`` this directory holds (their names are
+    the markers' contents, each checked against its file name)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    seen = []
+    for name in names:
+        if not name.startswith(marker_prefix(marker)):
+            continue
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                host = handle.read(1024).strip()
+        except OSError:
+            continue  # removed meanwhile by a host that shares the directory
+        if os.path.basename(marker_path(directory, marker, host)) == name:
+            seen.append(host)
+    return sorted(seen)
 
 
 def checked_directory(directory: str) -> str:
@@ -173,14 +202,17 @@ def leftovers(directory: str) -> list[str]:
     return sorted(name for name in names if name.startswith(CHECKPOINT_STAGING_PREFIX))
 
 
-def look(directory: str, marker: str) -> dict[str, Any]:
-    """What a host that is not the chief's tells of its checkpoint directory: whether it
-    sees the chief's marker (``shared``), the space free there, the checkpoint numbers the
-    chief's last copy brought (``copied``) and whether that copy was cut short."""
+def look(directory: str, marker: str, chief: str) -> dict[str, Any]:
+    """What a host that is not the chief's tells of its checkpoint directory: the hosts
+    whose marker it sees (``seen``: those that share it), whether the chief is one of them
+    (``shared``), the space free there, the checkpoint numbers the chief's last copy
+    brought (``copied``) and whether that copy was cut short."""
     record = read_synced(directory)
+    seen = seen_hosts(directory, marker)
     return {
         "changed": False,
-        "shared": os.path.exists(marker_path(directory, marker)),
+        "shared": chief in seen,
+        "seen": seen,
         "dir": directory,
         "free": free_bytes(directory),
         "copied": record["pointers"],
@@ -192,6 +224,17 @@ def space_problem(where: str, directory: str, needed: int, free: int) -> str | N
     if free >= needed:
         return None
     return f"{where}: the checkpoint copy needs {megabytes(needed)} in {directory}, {megabytes(free)} free"
+
+
+def copy_groups(targets: dict[str, Any]) -> dict[str, list[str]]:
+    """The hosts the archive is sent to, each with the other hosts that share its directory
+    (they see the same markers): one copy per directory, never two at once into one."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for host in sorted(targets):
+        target = targets[host] if isinstance(targets[host], dict) else {}
+        seen = tuple(sorted(str(name) for name in target.get("seen") or [])) or (host,)
+        groups.setdefault(seen, []).append(host)
+    return {hosts[0]: hosts[1:] for hosts in groups.values()}
 
 
 def copy_problems(
@@ -261,11 +304,14 @@ def pack_step(
     """The chief's pack: remove the marker; with ``copy``, refuse what copy_problems finds,
     else pack into ``archive`` (by default a new file beside the checkpoint directory: on
     its filesystem, which the space was measured on)."""
-    path = marker_path(directory, marker) if marker else ""
+    path = marker_path(directory, marker, host) if marker else ""
     if path and not check and os.path.lexists(path):
         os.unlink(path)
+    nothing = {"changed": False, "files": 0, "bytes": 0, "archive": "", "copy_to": [], "shares_with": {}}
     if not copy or check:
-        return {"changed": False, "files": 0, "bytes": 0, "archive": ""}
+        return nothing
+    groups = copy_groups(targets)
+    targets = {copier: targets[copier] for copier in groups}
     hard_links: list[str] = []
     names = chief_files(directory, None, hard_links) if os.path.isdir(directory) else []
     files = {name: os.lstat(os.path.join(directory, name)).st_size for name in names}
@@ -274,14 +320,15 @@ def pack_step(
     if problems:
         raise ValueError("; ".join(problems))
     if not names:
-        return {"changed": False, "files": 0, "bytes": 0, "archive": ""}
+        return nothing
+    sent = {"copy_to": sorted(groups), "shares_with": {host: copier for copier, hosts in groups.items() for host in hosts}}
     if archive:
         handle = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     else:
         handle, archive = tempfile.mkstemp(dir=directory, prefix=CHECKPOINT_ARCHIVE_PREFIX, suffix=".tar")
     os.close(handle)
     try:
-        return {"changed": False, "archive": archive, **pack(directory, archive)}
+        return {"changed": False, "archive": archive, **sent, **pack(directory, archive)}
     except BaseException:
         os.unlink(archive)
         raise
@@ -398,12 +445,18 @@ class CopyLock:
 
     def __enter__(self) -> "CopyLock":
         self.descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        fcntl.flock(self.descriptor, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.descriptor, fcntl.LOCK_EX)
+        except OSError as exc:
+            # A filesystem without locks: the copy goes on (the pack sends one copy per
+            # shared directory, so none runs beside it).
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                os.close(self.descriptor)
+                raise
         return self
 
     def __exit__(self, *_exc: Any) -> None:
-        fcntl.flock(self.descriptor, fcntl.LOCK_UN)
-        os.close(self.descriptor)
+        os.close(self.descriptor)  # closing the last descriptor releases the lock
 
 
 def remove_tree(path: str) -> None:
@@ -448,9 +501,12 @@ def unpack(directory: str, archive: str, check: bool) -> dict[str, Any]:
                     if not under_real_directories(directory, name):
                         continue  # a part of its way became a link: whatever it names is not the chief's copy
                     path = os.path.join(directory, name)
-                    if os.path.lexists(path) and stat.S_ISREG(os.lstat(path).st_mode):
-                        os.unlink(path)
-                        touched.add(os.path.dirname(path))
+                    try:
+                        if stat.S_ISREG(os.lstat(path).st_mode):
+                            os.unlink(path)
+                            touched.add(os.path.dirname(path))
+                    except FileNotFoundError:
+                        pass  # gone meanwhile (a host that shares the directory, by hand)
                 for path in sorted(touched, key=len, reverse=True):
                     fsync_path(path)
                 write_synced(directory, names, numbers, True)
@@ -498,13 +554,21 @@ def write_synced(directory: str, names: list[str], pointers: dict[str, int], com
     fsync_path(directory)
 
 
-def mark(directory: str, marker: str, check: bool) -> dict[str, Any]:
-    path = marker_path(directory, marker)
+def mark(directory: str, marker: str, host: str, check: bool) -> dict[str, Any]:
+    """Leave ``host``'s marker of this copy; remove the markers of earlier copies (a
+    copy's markers but the chief's stay until the next one: harmless, never copied)."""
+    path = marker_path(directory, marker, host)
     if check:
         return {"changed": True}
     make_directory(directory)
+    for name in os.listdir(directory):
+        if name.startswith(CHECKPOINT_MARKER_PREFIX) and not name.startswith(marker_prefix(marker)):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass  # removed meanwhile by a host that shares the directory
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write("tf-runbook: this directory is the chief's; a host that sees this file shares it\n")
+        handle.write(f"{host}\n")
     return {"changed": True}
 
 
@@ -513,9 +577,9 @@ def run(params: dict[str, Any], check: bool) -> dict[str, Any]:
     directory = checked_directory(params["dir"])
     mode = params["mode"]
     if mode == "mark":
-        return mark(directory, params["marker"], check)
+        return mark(directory, params["marker"], params.get("host") or "", check)
     if mode == "look":
-        return look(directory, params["marker"])
+        return look(directory, params["marker"], params.get("chief") or "")
     if mode == "pack":
         return pack_step(directory, params["marker"], params["copy"], params.get("host") or "",
                          params.get("targets") or {}, params.get("controller_dir") or "",

@@ -15,9 +15,10 @@ description:
     write the checkpoint and every worker read it back on restore, which assumes a filesystem every host shares.
     Before a restart or a resume the runbook makes every host's run checkpoint directory
     (C(TF_RUNBOOK_CHECKPOINT_DIR)) hold the chief's files, in steps, each one task over the hosts.
-  - O(mode=mark) on the chief's host writes a marker file named by O(marker) into O(dir);
-    O(mode=look) on every other host tells whether that marker is seen there (C(shared)); a directory every host
-    shares needs no copy. The look also tells the space free in O(dir), the checkpoints the chief's last copy
+  - O(mode=mark) on every host writes its marker file of the copy O(marker) into O(dir) (and removes those of
+    earlier copies); O(mode=look) on every other host tells whose markers are seen there (C(seen)) and whether
+    the chief's is one of them (C(shared)); a directory every host shares needs no copy, and hosts that share a
+    directory the chief does not get one copy (C(copy_to)). The look also tells the space free in O(dir), the checkpoints the chief's last copy
     brought there (C(copied)) and whether that copy was cut short (C(incomplete)).
   - O(mode=pack) on the chief's host removes the marker and, with O(copy) true, first refuses a copy that cannot
     be made whole or would lose a checkpoint, naming the host and the numbers; too little space on the chief (the
@@ -79,7 +80,12 @@ options:
     type: dict
     default: {}
   host:
-    description: With O(mode=pack), the chief's inventory name, for the refusals (set by the action plugin).
+    description: This host's inventory name, which its marker carries and the refusals name (set by the action
+      plugin).
+    type: str
+    default: ""
+  chief:
+    description: With O(mode=look), the chief's inventory name.
     type: str
     default: ""
   controller_dir:
@@ -102,12 +108,11 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Mark the chief's checkpoint directory
+- name: Mark every host's checkpoint directory
   tf_runbook.multiworker.tf_checkpoint_sync:
     mode: mark
     dir: "{{ tf_worker_checkpoint_dir }}"
     marker: "{{ marker }}"
-  when: inventory_hostname == tf_cluster_spec.chief
 
 - name: Unpack the chief's checkpoint on a host that does not share it
   tf_runbook.multiworker.tf_checkpoint_sync:
@@ -133,6 +138,22 @@ free:
   description: With O(mode=look), the bytes free in O(dir) (its nearest existing directory).
   type: int
   returned: mode look
+seen:
+  description: With O(mode=look), the hosts whose marker of this copy O(dir) holds (those that share it, this
+    host included).
+  type: list
+  elements: str
+  returned: mode look
+copy_to:
+  description: With O(mode=pack), the hosts the archive goes to, one per directory.
+  type: list
+  elements: str
+  returned: mode pack
+shares_with:
+  description: With O(mode=pack), each other host that shares the directory of a host of C(copy_to), to that
+    host.
+  type: dict
+  returned: mode pack
 dir:
   description: With O(mode=look), O(dir).
   type: str
@@ -192,6 +213,7 @@ def main() -> None:
             "archive": {"type": "path"},
             "targets": {"type": "dict", "default": {}},
             "host": {"type": "str", "default": ""},
+            "chief": {"type": "str", "default": ""},
             "controller_dir": {"type": "path", "default": ""},
             "controller_free": {"type": "int", "default": -1},
         },

@@ -9,6 +9,8 @@ import os
 import re
 import shutil
 import stat
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from helpers import tree_digest
 
 def params(mode: str, directory: Path, **more: Any) -> dict[str, Any]:
     return {"mode": mode, "dir": str(directory), "marker": "m1", "copy": True, "src": None, "dest": None,
-            "archive": None, "targets": {}, "host": "h0", "controller_dir": "", "controller_free": -1,
+            "archive": None, "targets": {}, "host": "h0", "chief": "h0", "controller_dir": "", "controller_free": -1,
             **more}  # fmt: skip
 
 
@@ -490,6 +492,43 @@ def test_a_shared_checkpoint_root_gets_the_run_directory_made_private(tmp_path: 
     assert not made.get("failed"), made
     info = os.lstat(tmp_path / "shared" / "r1")
     assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.geteuid()
+
+
+def test_hosts_that_share_a_directory_the_chief_does_not_get_one_copy(tmp_path: Path) -> None:
+    """Point 6: w1 and w2 share a directory the chief does not, w3 has its own. Every host
+    marks, every host but the chief looks: the pack copies once to w1's (and w2's)
+    directory and once to w3's."""
+    chief, shared, own = chief_dir(tmp_path), tmp_path / "shared", tmp_path / "own"
+    for host, directory in (("h0", chief), ("w1", shared), ("w2", shared), ("w3", own)):
+        sync.run(params("mark", directory, host=host), False)
+    looks = {host: sync.run(params("look", directory, host=host, chief="h0"), False)
+             for host, directory in (("w1", shared), ("w2", shared), ("w3", own))}  # fmt: skip
+    assert [looks[h]["seen"] for h in ("w1", "w2", "w3")] == [["w1", "w2"], ["w1", "w2"], ["w3"]]
+    assert not any(look["shared"] for look in looks.values())
+    packed = sync.run(params("pack", chief, archive=str(tmp_path / "a.tar"), targets=looks), False)
+    assert (packed["copy_to"], packed["shares_with"]) == (["w1", "w3"], {"w2": "w1"})
+    record = tf_attempts.tf_attempts_sync_record(looks, packed, {"w1": {"files": 4}, "w3": {"files": 4}}, "h0", 1,
+                                                 0.5, "/runs/r")  # fmt: skip
+    assert "to w1, w3 in 0.5 s; w2 shares w1's directory;" in record["message"], record["message"]
+
+
+def test_two_copies_into_one_directory_take_turns(tmp_path: Path) -> None:
+    """Point 6: were two hosts that share a directory sent the copy at once (a look that
+    could not tell), each copy waits for the other's lock and both end whole."""
+    chief, other, archive = chief_dir(tmp_path), tmp_path / "other", tmp_path / "a.tar"
+    sync.run(params("pack", chief, archive=str(archive)), False)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_checkpoint_copy as c\n"
+            "for _ in range(15): c.unpack(sys.argv[2], sys.argv[3], False)")  # fmt: skip
+    from helpers import COLLECTIONS
+
+    racers = [subprocess.Popen([sys.executable, "-c", code, str(COLLECTIONS), str(other), str(archive)],
+                               stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    errors = [racer.communicate(timeout=120)[1] for racer in racers]
+    assert [racer.returncode for racer in racers] == [0, 0], errors
+    assert {k: v for k, v in chiefs_files(other).items()} == {
+        k: v for k, v in chiefs_files(chief).items() if k != "link"}
+    assert not [p for p in other.iterdir() if p.name.startswith(CHECKPOINT_STAGING_PREFIX)]
 
 
 # --- what a host holds of a run to resume (tf_run_resume) --------------------------------
