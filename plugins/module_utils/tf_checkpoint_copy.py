@@ -312,8 +312,7 @@ def pack_step(
         return nothing
     groups = copy_groups(targets)
     targets = {copier: targets[copier] for copier in groups}
-    hard_links: list[str] = []
-    names = chief_files(directory, None, hard_links) if os.path.isdir(directory) else []
+    names = chief_files(directory) if os.path.isdir(directory) else []
     files = {name: os.lstat(os.path.join(directory, name)).st_size for name in names}
     problems = copy_problems(host or "the chief", directory, files, pointer_numbers(directory, names),
                              free_bytes(directory), targets, controller_dir, controller_free)  # fmt: skip
@@ -321,7 +320,8 @@ def pack_step(
         raise ValueError("; ".join(problems))
     if not names:
         return nothing
-    sent = {"copy_to": sorted(groups), "shares_with": {host: copier for copier, hosts in groups.items() for host in hosts}}
+    sharing = {other: copier for copier, others in groups.items() for other in others}
+    sent = {"copy_to": sorted(groups), "shares_with": sharing}
     if archive:
         handle = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     else:
