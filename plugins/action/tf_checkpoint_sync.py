@@ -67,7 +67,7 @@ class ActionModule(ActionBase):
             self._connection.fetch_file(packed["archive"], dest)
             os.chmod(dest, 0o600)
         finally:
-            self._remove_remote(packed["archive"], task_vars)
+            self._remove_remote(packed["archive"])
         return {**packed, "archive": dest}
 
     def _unpack(self, args: dict[str, Any], task_vars: dict[str, Any], remote_tmp: str) -> dict[str, Any]:
@@ -81,11 +81,11 @@ class ActionModule(ActionBase):
             return self._execute_module(module_name=MODULE, module_args={**args, "archive": remote},
                                         task_vars=task_vars)  # fmt: skip
         finally:
-            self._remove_remote(remote, task_vars)
+            self._remove_remote(remote)
 
-    def _remove_remote(self, path: str, task_vars: dict[str, Any]) -> None:
-        """Remove the archive on the host (beside its checkpoint directory)."""
-        removed = self._execute_module(module_name="ansible.builtin.file", module_args={"path": path, "state": "absent"},
-                                       task_vars=task_vars)  # fmt: skip
-        if removed.get("failed"):
-            raise AnsibleActionFail(f"tf_checkpoint_sync: cannot remove the archive {path}: {removed.get('msg')}")
+    def _remove_remote(self, path: str) -> None:
+        """Remove the archive on the host (beside its checkpoint directory), as the user the
+        module ran as: one shell command, as ActionBase removes its tmp, not a module run."""
+        removed = self._low_level_execute_command(self._connection._shell.remove(path), sudoable=True)
+        if removed.get("rc") != 0:
+            raise AnsibleActionFail(f"tf_checkpoint_sync: cannot remove the archive {path}: {removed.get('stderr')}")
