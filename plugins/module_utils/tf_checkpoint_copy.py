@@ -556,13 +556,16 @@ def write_synced(directory: str, names: list[str], pointers: dict[str, int], com
 
 def mark(directory: str, marker: str, host: str, check: bool) -> dict[str, Any]:
     """Leave ``host``'s marker of this copy; remove the markers of earlier copies (a
-    copy's markers but the chief's stay until the next one: harmless, never copied)."""
+    copy's markers but the chief's stay until the next one: harmless, never copied) and
+    the archives a killed copy left (no archive of this copy exists yet: every host marks
+    before the chief packs)."""
     path = marker_path(directory, marker, host)
     if check:
         return {"changed": True}
     make_directory(directory)
     for name in os.listdir(directory):
-        if name.startswith(CHECKPOINT_MARKER_PREFIX) and not name.startswith(marker_prefix(marker)):
+        earlier = name.startswith(CHECKPOINT_MARKER_PREFIX) and not name.startswith(marker_prefix(marker))
+        if earlier or name.startswith(CHECKPOINT_ARCHIVE_PREFIX):
             try:
                 os.unlink(os.path.join(directory, name))
             except FileNotFoundError:

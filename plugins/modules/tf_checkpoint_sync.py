@@ -16,7 +16,7 @@ description:
     Before a restart or a resume the runbook makes every host's run checkpoint directory
     (C(TF_RUNBOOK_CHECKPOINT_DIR)) hold the chief's files, in steps, each one task over the hosts.
   - O(mode=mark) on every host writes its marker file of the copy O(marker) into O(dir) (and removes those of
-    earlier copies); O(mode=look) on every other host tells whose markers are seen there (C(seen)) and whether
+    earlier copies and any archive a killed copy left); O(mode=look) on every other host tells whose markers are seen there (C(seen)) and whether
     the chief's is one of them (C(shared)); a directory every host shares needs no copy, and hosts that share a
     directory the chief does not get one copy (C(copy_to)). The look also tells the space free in O(dir), the checkpoints the chief's last copy
     brought there (C(copied)) and whether that copy was cut short (C(incomplete)).

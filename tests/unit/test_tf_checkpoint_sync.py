@@ -512,6 +512,21 @@ def test_hosts_that_share_a_directory_the_chief_does_not_get_one_copy(tmp_path: 
     assert "to w1, w3 in 0.5 s; w2 shares w1's directory;" in record["message"], record["message"]
 
 
+def test_the_next_copy_removes_what_a_killed_one_left(tmp_path: Path) -> None:
+    """Point 3: an archive left beside the directory (the task was killed before it
+    removed it) and an earlier copy's markers go at the next copy's mark."""
+    chief, other, _archive = copied_once(tmp_path)
+    for directory in (chief, other):
+        (directory / ".tf-runbook-archive-killed.tar").write_bytes(b"x" * 1000)
+    sync.run(params("mark", other, host="w1", marker="old"), False)
+    sync.run(params("mark", chief, host="h0", marker="new"), False)
+    sync.run(params("mark", other, host="w1", marker="new"), False)
+    assert sorted(p.name for p in chief.iterdir() if p.name.startswith(".tf-runbook-")) == sorted(
+        [CHECKPOINT_OWNER_FILE, os.path.basename(sync.marker_path(str(chief), "new", "h0"))])
+    assert sync.run(params("look", other, host="w1", marker="new"), False)["seen"] == ["w1"]
+    assert not list(other.glob(".tf-runbook-archive-*")) and not list(other.glob(".tf-runbook-share-old-*"))
+
+
 def test_two_copies_into_one_directory_take_turns(tmp_path: Path) -> None:
     """Point 6: were two hosts that share a directory sent the copy at once (a look that
     could not tell), each copy waits for the other's lock and both end whole."""
