@@ -169,11 +169,22 @@ def tf_attempts_sync_record(
         message = f"Every host shares the chief's checkpoint directory ({chief}): nothing to copy"
     if shared and copied:
         message += f"; {', '.join(shared)} share it"
-    links = [str(link) for link in pack.get("links_left_out") or []]
-    if links:
-        record["links_left_out"] = links
-        shown = ", ".join(links[:5]) + (f" and {len(links) - 5} more" if len(links) > 5 else "")
-        message += f"; symbolic links are not copied: {shown}"
+    sharing = pack.get("shares_with") if isinstance(pack.get("shares_with"), dict) else {}
+    if sharing and copied:
+        record["shares_with"] = {str(host): str(sharing[host]) for host in sorted(sharing)}
+        said = [f"{host} shares {copier}'s directory" for host, copier in record["shares_with"].items()]
+        message += "; " + ", ".join(said)
+    for key, said in (("links_left_out", "symbolic links are not copied"),
+                      ("hard_links", "hard links copied as plain files")):  # fmt: skip
+        links = [str(link) for link in pack.get(key) or []]
+        if links:
+            record[key] = links
+            shown = ", ".join(links[:5]) + (f" and {len(links) - 5} more" if len(links) > 5 else "")
+            message += f"; {said}: {shown}"
+    redone = sorted(host for host, value in copied.items() if value.get("redone"))
+    if redone:
+        record["redone"] = redone
+        message += f"; redid the interrupted copy on {', '.join(redone)}"
     path = os.path.join(str(run_dir), f"{CHECKPOINT_SYNC_PREFIX}{int(attempt)}.json")
     return {"path": path, "record": {**record, "message": message}, "message": message}
 

@@ -91,10 +91,16 @@ JOB_END_FILE = "job_end.json"
 # files, the runbook's: who owns it (on a shared tf_checkpoint_dir, the run and cluster
 # that may use <tf_checkpoint_dir>/<run_id>), which of its files came from the chief's
 # host in the last copy (tf_checkpoint_sync), and the marker that tells a directory every
-# host shares. Never copied from host to host.
+# host shares; while a copy runs, the archive it brings, the directory it stages the files
+# in and the lock that keeps two copies into one directory apart. Every one of them starts
+# with CHECKPOINT_OWN_PREFIX and is never copied from host to host.
+CHECKPOINT_OWN_PREFIX = ".tf-runbook-"
 CHECKPOINT_OWNER_FILE = ".tf-runbook-owner.json"
 CHECKPOINT_SYNCED_FILE = ".tf-runbook-synced.json"
 CHECKPOINT_MARKER_PREFIX = ".tf-runbook-share-"
+CHECKPOINT_ARCHIVE_PREFIX = ".tf-runbook-archive-"
+CHECKPOINT_STAGING_PREFIX = ".tf-runbook-staging-"
+CHECKPOINT_LOCK_FILE = ".tf-runbook-copy.lock"
 # On the controller, in the run's directory: what the copy of the chief's checkpoint
 # before attempt n moved (checkpoint-sync-<n>.json), and the run's claim record (its
 # cluster's checksum, read again by a resume).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tarfile
 import tempfile
 from typing import Any, Callable
@@ -201,6 +202,48 @@ def configs_checksum(configs: list[dict[str, Any]]) -> str:
         if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
             return cluster_checksum(data["cluster"])
     return ""
+
+
+def own_directory_problem(path: str) -> str | None:
+    """Why ``path`` (``<tf_checkpoint_dir>/<run_id>``, on a root other users may write to)
+    may not be this run's directory: a symbolic link (another user's, planted to lead the
+    run's files elsewhere) or a directory of another user. None when it is this user's
+    own directory or does not exist yet."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return f"checkpoint directory {path} is a symbolic link: remove it, or pick another tf_checkpoint_dir"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"checkpoint directory {path} is not a directory"
+    if info.st_uid != os.geteuid():
+        return (f"checkpoint directory {path} belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()}): "
+                "pick another tf_run_id or tf_checkpoint_dir")
+    return None
+
+
+def make_own_directory(path: str, check: bool) -> bool:
+    """Make ``path`` (0700) with mkdir, its parents as needed; judge it (again) after;
+    True when it was made."""
+    problem = own_directory_problem(path)
+    if problem:
+        raise RunFilesError(problem)
+    if os.path.lexists(path):
+        return False
+    if check:
+        return True
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise RunFilesError(f"cannot create {path}: {exc}") from None
+    problem = own_directory_problem(path)
+    if problem:
+        raise RunFilesError(problem)
+    return True
 
 
 def checkpoint_owner_problem(checkpoint_dir: str, run_id: str, checksum: str) -> str | None:
@@ -394,7 +437,7 @@ def prepare_run(params: dict[str, Any], check: bool, want_diff: bool) -> dict[st
         raise RunFilesError(str(exc)) from None
     checksum = configs_checksum(params["configs"])
     if params["checkpoint_root"]:
-        problem = checkpoint_owner_problem(checkpoint_dir, run_id, checksum)
+        problem = own_directory_problem(checkpoint_dir) or checkpoint_owner_problem(checkpoint_dir, run_id, checksum)
         if problem:
             raise RunFilesError(problem, run_dir=run_dir)
     attempt = params["attempt"]
@@ -423,7 +466,10 @@ def prepare_run(params: dict[str, Any], check: bool, want_diff: bool) -> dict[st
             params["interpreter"], run_dir, [p for p in dict.fromkeys(wanted) if p in private],
             job_dir, worker_dirs, params["job_files"], params["configs"],
         )  # fmt: skip
-    changed = _make_private_dirs(wanted, private, check)
+    # <tf_checkpoint_dir>/<run_id> may sit on a root every user writes to: made with mkdir
+    # and judged with lstat, never followed (issue 38 point 8).
+    made_checkpoint_dir = bool(params["checkpoint_root"]) and make_own_directory(checkpoint_dir, check)
+    changed = _make_private_dirs(wanted, private, check) or made_checkpoint_dir
     owner_file = os.path.join(checkpoint_dir, CHECKPOINT_OWNER_FILE)
     written_owner = bool(params["checkpoint_root"] and checksum and not os.path.exists(owner_file))
     if written_owner and not check:

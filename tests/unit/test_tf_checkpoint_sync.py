@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -13,16 +19,18 @@ import pytest
 from ansible_collections.tf_runbook.multiworker.plugins.filter import tf_attempts
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     CHECKPOINT_OWNER_FILE,
+    CHECKPOINT_STAGING_PREFIX,
     CHECKPOINT_SYNCED_FILE,
 )
-from ansible_collections.tf_runbook.multiworker.plugins.modules import tf_checkpoint_sync as sync
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_checkpoint_copy as sync
 
 from helpers import tree_digest
 
 
 def params(mode: str, directory: Path, **more: Any) -> dict[str, Any]:
     return {"mode": mode, "dir": str(directory), "marker": "m1", "copy": True, "src": None, "dest": None,
-            "archive": None, **more}  # fmt: skip
+            "archive": None, "targets": {}, "host": "h0", "chief": "h0", "controller_dir": "", "controller_free": -1,
+            **more}  # fmt: skip
 
 
 def chief_dir(tmp_path: Path) -> Path:
@@ -184,6 +192,358 @@ def test_the_record_of_a_shared_directory_copies_nothing() -> None:
                                                  {"h1": {"skipped": True}}, "h0", 1, 0.5, "/runs/r1")
     assert record["message"] == "Every host shares the chief's checkpoint directory (h0): nothing to copy"
     assert record["record"]["files"] == 0 and record["record"]["shared"] == ["h1"]
+
+
+# --- issue 38: a copy that is whole or not at all, bounded, faithful, and judged ---------
+
+def copied_once(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The chief's directory, a host that took one copy of it (ckpt-2), the archive."""
+    chief, other, archive = chief_dir(tmp_path), tmp_path / "other", tmp_path / "a.tar"
+    sync.run(params("pack", chief, archive=str(archive)), False)
+    sync.run(params("unpack", other, archive=str(archive)), False)
+    return chief, other, archive
+
+
+def save_checkpoint(chief: Path, number: int) -> None:
+    """The chief saves checkpoint ``number``, as TensorFlow's CheckpointManager does."""
+    (chief / f"ckpt-{number}.index").write_bytes(f"index-{number}".encode())
+    (chief / f"ckpt-{number}.data-00000-of-00001").write_bytes(os.urandom(4096))
+    (chief / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{number}"\n')
+
+
+def chiefs_files(directory: Path) -> dict[str, str]:
+    """The files of ``directory`` but the runbook's own."""
+    return {k: v for k, v in tree_digest(directory).items() if not k.startswith(".tf-runbook-")}
+
+
+def test_a_copy_cut_short_leaves_the_earlier_checkpoint_named_and_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Point 3: the disk fills while the second file of ckpt-3 is written; the host's
+    ``checkpoint`` still names ckpt-2, whose files are all there, and no part of ckpt-3 is."""
+    chief, other, archive = copied_once(tmp_path)
+    before = chiefs_files(other)
+    save_checkpoint(chief, 3)
+    sync.run(params("pack", chief, archive=str(archive)), False)
+    real_extract = tarfile.TarFile.extractfile
+    reads: list[str] = []
+
+    def full_disk(self: tarfile.TarFile, member: Any) -> Any:
+        reads.append(getattr(member, "name", member))
+        if len(reads) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_extract(self, member)
+
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        sync.run(params("unpack", other, archive=str(archive)), False)
+    assert chiefs_files(other) == before
+    assert (other / "checkpoint").read_text() == 'model_checkpoint_path: "ckpt-2"\n'
+
+
+def test_the_pointer_files_are_swapped_in_last_and_everything_is_fsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Point 3: TensorFlow's ``checkpoint`` (and the default job's ``latest``) name a
+    checkpoint only once its files are in place, and all of it is on the disk (files and
+    directories fsynced) before the copy is marked complete."""
+    chief, other, archive = chief_dir(tmp_path), tmp_path / "other", tmp_path / "a.tar"
+    (chief / "sub" / "latest").write_text("2 epoch-2\n")
+    (chief / "sub" / "epoch-2").write_text("weights")
+    sync.run(params("pack", chief, archive=str(archive)), False)
+    replaced: list[str] = []
+    synced: list[str] = []
+    real_replace, real_fsync = os.replace, os.fsync
+
+    def replace(src: Any, dst: Any, **kwargs: Any) -> None:
+        replaced.append(os.path.relpath(str(dst), other))
+        real_replace(src, dst, **kwargs)
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)
+    sync.run(params("unpack", other, archive=str(archive)), False)
+    chiefs = [name for name in replaced if not name.startswith(".tf-runbook-")]
+    assert sorted(chiefs) == sorted(name for name in chiefs_files(chief) if name != "link")
+    assert sorted(chiefs[-2:]) == ["checkpoint", "sub/latest"]
+    assert replaced[-1] == CHECKPOINT_SYNCED_FILE, "the completion record comes after every file"
+    names = {os.path.basename(path) for path in synced}
+    assert {"checkpoint", "latest", "ckpt-2.index", "ckpt-2.data-00000-of-00001", "extra", "epoch-2"} <= names
+    assert str(other) in synced and str(other / "sub") in synced
+    assert synced.index(str(other)) > max(i for i, p in enumerate(synced) if p.endswith("checkpoint"))
+    assert json.loads((other / CHECKPOINT_SYNCED_FILE).read_text())["complete"] is True
+
+
+def test_an_interrupted_copy_is_seen_and_redone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point 3: a copy killed while it swapped files in leaves no completion mark, a copy
+    killed while it staged leaves its staging directory: the look says so, the next copy
+    removes the leftover and writes the whole checkpoint again."""
+    chief, other, archive = copied_once(tmp_path)
+    assert sync.run(params("look", other), False)["incomplete"] is False
+    save_checkpoint(chief, 3)
+    sync.run(params("pack", chief, archive=str(archive)), False)
+    real_replace = os.replace
+    calls: list[str] = []
+
+    def killed(src: Any, dst: Any, **kwargs: Any) -> None:
+        calls.append(str(dst))
+        if len(calls) == 3:
+            raise SystemExit("killed")
+        real_replace(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(SystemExit):
+        sync.run(params("unpack", other, archive=str(archive)), False)
+    monkeypatch.setattr(os, "replace", real_replace)
+    leftover = other / (CHECKPOINT_STAGING_PREFIX + "dead")
+    leftover.mkdir()
+    (leftover / "ckpt-9.index").write_bytes(b"half")
+    assert sync.run(params("look", other), False)["incomplete"] is True
+    result = sync.run(params("unpack", other, archive=str(archive)), False)
+    assert result["redone"] is True and not leftover.exists()
+    assert {k: v for k, v in chiefs_files(other).items() if k in chiefs_files(chief)} == {
+        k: v for k, v in chiefs_files(chief).items() if k != "link"}
+    assert sync.run(params("look", other), False)["incomplete"] is False
+    assert sync.run(params("unpack", other, archive=str(archive)), False)["redone"] is False
+
+
+def test_the_chiefs_archive_is_staged_beside_its_checkpoint_directory(tmp_path: Path) -> None:
+    """Point 3: on the checkpoint directory's filesystem, not in the remote user's tmp."""
+    chief = chief_dir(tmp_path)
+    packed = sync.run(params("pack", chief), False)
+    assert os.path.dirname(packed["archive"]) == str(chief)
+    assert os.path.basename(packed["archive"]).startswith(".tf-runbook-")
+    with tarfile.open(packed["archive"]) as tar:
+        assert not [name for name in tar.getnames() if name.startswith(".tf-runbook-")]
+
+
+def test_a_copy_that_does_not_fit_is_refused_naming_the_host_and_the_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Point 3: the chief (the archive), the controller (where it lands) and each host
+    (the archive and the staged files) are measured before anything is packed."""
+    chief = chief_dir(tmp_path)
+    free = {str(chief): 10**9}
+    monkeypatch.setattr(sync, "free_bytes", lambda path: free.get(path, 10**12))
+    looks = {"w1": {"shared": False, "dir": "/ckpt/r1", "free": 1500, "copied": {}, "incomplete": False},
+             "w2": {"shared": False, "dir": "/ckpt/r1", "free": 10**9, "copied": {}, "incomplete": False}}
+    base = params("pack", chief, targets=looks, controller_dir="/runs/r1", controller_free=2000)
+    with pytest.raises(ValueError) as refused:
+        sync.run(base, False)
+    message = str(refused.value)
+    assert re.search(r"host w1: the checkpoint copy needs (\d+) kB in /ckpt/r1, 2 kB free", message), message
+    assert re.search(r"the controller: the checkpoint copy needs (\d+) kB in /runs/r1, 2 kB free", message), message
+    assert "w2" not in message and "host h0" not in message
+    assert not [p for p in chief.iterdir() if p.name.startswith(".tf-runbook-archive-")], "nothing packed"
+    free[str(chief)] = 100
+    with pytest.raises(ValueError, match=rf"host h0: the checkpoint copy needs \d+ kB in {chief}, 0 kB free"):
+        sync.run({**base, "controller_free": 10**9, "targets": {"w2": looks["w2"]}}, False)
+    free[str(chief)] = 10**9
+    assert sync.run({**base, "controller_free": 10**9, "targets": {"w2": looks["w2"]}}, False)["files"] == 4
+
+
+def test_hard_links_are_copied_as_plain_files_and_named(tmp_path: Path) -> None:
+    """Point 4: two names of one file (a job that links its last checkpoint) each travel
+    as a plain file; the pack says which were links."""
+    chief, other, archive = chief_dir(tmp_path), tmp_path / "other", tmp_path / "a.tar"
+    os.link(chief / "ckpt-2.index", chief / "best.index")
+    packed = sync.run(params("pack", chief, archive=str(archive)), False)
+    assert packed["hard_links"] == ["best.index", "ckpt-2.index"]
+    sync.run(params("unpack", other, archive=str(archive)), False)
+    assert (other / "best.index").read_bytes() == (other / "ckpt-2.index").read_bytes() == b"index-2"
+
+
+def test_the_record_names_hard_links_and_a_redone_copy() -> None:
+    packed = {"files": 2, "bytes": 10, "hard_links": ["a", "b"]}
+    out = tf_attempts.tf_attempts_sync_record({"w1": {"shared": False}}, packed,
+                                              {"w1": {"files": 2, "redone": True}}, "h0", 1, 0.5, "/runs/r")
+    assert "; hard links copied as plain files: a, b" in out["message"]
+    assert "; redid the interrupted copy on w1" in out["message"]
+    assert out["record"]["hard_links"] == ["a", "b"] and out["record"]["redone"] == ["w1"]
+
+
+def test_each_file_keeps_its_time(tmp_path: Path) -> None:
+    """Point 5: the copy keeps each file's mtime (a job that picks its newest by time)."""
+    chief, other, archive = chief_dir(tmp_path), tmp_path / "other", tmp_path / "a.tar"
+    stamp = 1_700_000_000.25
+    os.utime(chief / "ckpt-2.index", (stamp, stamp))
+    sync.run(params("pack", chief, archive=str(archive)), False)
+    sync.run(params("unpack", other, archive=str(archive)), False)
+    assert (other / "ckpt-2.index").stat().st_mtime == pytest.approx(stamp, abs=1e-3)
+    assert (other / "checkpoint").stat().st_mtime == pytest.approx((chief / "checkpoint").stat().st_mtime, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "number"),
+    [
+        ("checkpoint", 'model_checkpoint_path: "ckpt-12"\nall_model_checkpoint_paths: "ckpt-11"\n', 12),
+        ("checkpoint", 'model_checkpoint_path: "/abs/dir/ckpt-7"\n', 7),
+        ("latest", "12 epoch-12-1-2\n11 epoch-11-1-1\n", 12),
+        ("latest", "garbage\n", None),
+        ("checkpoint", "", None),
+    ],
+)
+def test_a_pointer_file_gives_its_checkpoints_number(name: str, text: str, number: int | None) -> None:
+    assert sync.checkpoint_number(name, text) == number
+
+
+def test_an_empty_chief_directory_is_refused_while_a_host_holds_the_chiefs_earlier_copy(tmp_path: Path) -> None:
+    """Point 7: the chief's host was re-imaged; copying nothing would leave w1 on ckpt-2
+    while the chief starts over."""
+    chief, other, archive = copied_once(tmp_path)
+    look = sync.run(params("look", other), False)
+    assert look["copied"] == {"checkpoint": 2}
+    shutil.rmtree(chief)
+    chief.mkdir()
+    before = tree_digest(other)
+    with pytest.raises(ValueError, match=(
+            rf"the chief's checkpoint directory on h0 \({chief}\) holds no checkpoint, and w1 holds the chief's "
+            r"earlier copy \(checkpoint: 2\)")):
+        sync.run(params("pack", chief, archive=str(archive), targets={"w1": look}), False)
+    assert tree_digest(other) == before
+
+
+def test_an_older_chief_checkpoint_is_refused_and_a_newer_one_copied(tmp_path: Path) -> None:
+    """Point 7: the chief went back to ckpt-2 (a restored disk) while w1 holds ckpt-3 from
+    the last copy: the copy would remove it."""
+    chief, other, archive = copied_once(tmp_path)
+    save_checkpoint(chief, 3)
+    sync.run(params("pack", chief, archive=str(archive)), False)
+    sync.run(params("unpack", other, archive=str(archive)), False)
+    for path in chief.glob("ckpt-3*"):
+        path.unlink()
+    (chief / "checkpoint").write_text('model_checkpoint_path: "ckpt-2"\n')
+    look = sync.run(params("look", other), False)
+    with pytest.raises(ValueError, match=r"the chief's newest checkpoint on h0 \(checkpoint: 2\) is older than the "
+                                         r"one w1 holds from the last copy \(checkpoint: 3\)"):
+        sync.run(params("pack", chief, archive=str(archive), targets={"w1": look}), False)
+    assert (other / "ckpt-3.index").exists()
+    save_checkpoint(chief, 4)
+    packed = sync.run(params("pack", chief, archive=str(archive), targets={"w1": look}), False)
+    assert packed["files"] == len([name for name in chiefs_files(chief) if name != "link"])
+
+
+def test_the_unpack_never_writes_through_a_link_that_is_itself_the_target_file(tmp_path: Path) -> None:
+    """Point 19 (a pin): ``ckpt-2.index -> /outside/file`` on the host is replaced by the
+    chief's file; the file outside keeps its bytes."""
+    chief, other, archive = chief_dir(tmp_path), tmp_path / "other", tmp_path / "a.tar"
+    outside = tmp_path / "outside" / "file"
+    outside.parent.mkdir()
+    outside.write_bytes(b"not the chief's")
+    other.mkdir()
+    os.symlink(outside, other / "ckpt-2.index")
+    sync.run(params("pack", chief, archive=str(archive)), False)
+    sync.run(params("unpack", other, archive=str(archive)), False)
+    assert outside.read_bytes() == b"not the chief's"
+    assert not (other / "ckpt-2.index").is_symlink() and (other / "ckpt-2.index").read_bytes() == b"index-2"
+
+
+@pytest.mark.parametrize("mode", ["mark", "look", "pack", "unpack"])
+def test_a_checkpoint_directory_that_is_a_link_or_another_users_is_refused(
+    tmp_path: Path, mode: str
+) -> None:
+    """Point 8: on a world-writable tf_checkpoint_dir another user can plant
+    ``<root>/<run_id>`` as a link, or make it first."""
+    chief, archive = chief_dir(tmp_path), tmp_path / "a.tar"
+    sync.run(params("pack", chief, archive=str(archive)), False)
+    planted = tmp_path / "root" / "r1"
+    planted.parent.mkdir()
+    os.symlink(chief, planted)
+    with pytest.raises(ValueError, match=f"{planted} is a symbolic link"):
+        sync.run(params(mode, planted, archive=str(archive)), False)
+    planted.unlink()
+    planted.mkdir()
+    os.chown(planted, 4242, 4242)
+    with pytest.raises(ValueError, match=f"{planted} belongs to uid 4242, not to this user"):
+        sync.run(params(mode, planted, archive=str(archive)), False)
+
+
+@pytest.mark.parametrize("kind", ["link", "owner"])
+def test_a_shared_checkpoint_root_refuses_a_planted_run_directory(tmp_path: Path, kind: str) -> None:
+    """Point 8: tf_run_dir, which makes ``<tf_checkpoint_dir>/<run_id>``, refuses a link
+    there (nothing is written through it) or a directory of another user."""
+    from helpers import REPO, run_module
+
+    module = REPO / "plugins" / "modules" / "tf_run_dir.py"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "shared").mkdir()
+    planted = tmp_path / "shared" / "r1"
+    if kind == "link":
+        os.symlink(elsewhere, planted)
+        problem = f"{planted} is a symbolic link"
+    else:
+        planted.mkdir()
+        os.chown(planted, 4242, 4242)
+        problem = f"{planted} belongs to uid 4242, not to this user"
+    refused = run_module(module, run_dir_args(tmp_path, "r1", ["a:2222"]))
+    assert refused.get("failed") and problem in refused["msg"], refused
+    assert list(elsewhere.iterdir()) == [] and not (tmp_path / "base-1").exists()
+
+
+def test_a_shared_checkpoint_root_gets_the_run_directory_made_private(tmp_path: Path) -> None:
+    from helpers import REPO, run_module
+
+    module = REPO / "plugins" / "modules" / "tf_run_dir.py"
+    made = run_module(module, run_dir_args(tmp_path, "r1", ["a:2222"]))
+    assert not made.get("failed"), made
+    info = os.lstat(tmp_path / "shared" / "r1")
+    assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.geteuid()
+
+
+def test_hosts_that_share_a_directory_the_chief_does_not_get_one_copy(tmp_path: Path) -> None:
+    """Point 6: w1 and w2 share a directory the chief does not, w3 has its own. Every host
+    marks, every host but the chief looks: the pack copies once to w1's (and w2's)
+    directory and once to w3's."""
+    chief, shared, own = chief_dir(tmp_path), tmp_path / "shared", tmp_path / "own"
+    for host, directory in (("h0", chief), ("w1", shared), ("w2", shared), ("w3", own)):
+        sync.run(params("mark", directory, host=host), False)
+    looks = {host: sync.run(params("look", directory, host=host, chief="h0"), False)
+             for host, directory in (("w1", shared), ("w2", shared), ("w3", own))}  # fmt: skip
+    assert [looks[h]["seen"] for h in ("w1", "w2", "w3")] == [["w1", "w2"], ["w1", "w2"], ["w3"]]
+    assert not any(look["shared"] for look in looks.values())
+    packed = sync.run(params("pack", chief, archive=str(tmp_path / "a.tar"), targets=looks), False)
+    assert (packed["copy_to"], packed["shares_with"]) == (["w1", "w3"], {"w2": "w1"})
+    record = tf_attempts.tf_attempts_sync_record(looks, packed, {"w1": {"files": 4}, "w3": {"files": 4}}, "h0", 1,
+                                                 0.5, "/runs/r")  # fmt: skip
+    assert "to w1, w3 in 0.5 s; w2 shares w1's directory;" in record["message"], record["message"]
+
+
+def test_the_next_copy_removes_what_a_killed_one_left(tmp_path: Path) -> None:
+    """Point 3: an archive left beside the directory (the task was killed before it
+    removed it) and an earlier copy's markers go at the next copy's mark."""
+    chief, other, _archive = copied_once(tmp_path)
+    for directory in (chief, other):
+        (directory / ".tf-runbook-archive-killed.tar").write_bytes(b"x" * 1000)
+    sync.run(params("mark", other, host="w1", marker="old"), False)
+    sync.run(params("mark", chief, host="h0", marker="new"), False)
+    sync.run(params("mark", other, host="w1", marker="new"), False)
+    assert sorted(p.name for p in chief.iterdir() if p.name.startswith(".tf-runbook-")) == sorted(
+        [CHECKPOINT_OWNER_FILE, os.path.basename(sync.marker_path(str(chief), "new", "h0"))])
+    assert sync.run(params("look", other, host="w1", marker="new"), False)["seen"] == ["w1"]
+    assert not list(other.glob(".tf-runbook-archive-*")) and not list(other.glob(".tf-runbook-share-old-*"))
+
+
+def test_two_copies_into_one_directory_take_turns(tmp_path: Path) -> None:
+    """Point 6: were two hosts that share a directory sent the copy at once (a look that
+    could not tell), each copy waits for the other's lock and both end whole."""
+    chief, other, archive = chief_dir(tmp_path), tmp_path / "other", tmp_path / "a.tar"
+    sync.run(params("pack", chief, archive=str(archive)), False)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_checkpoint_copy as c\n"
+            "for _ in range(15): c.unpack(sys.argv[2], sys.argv[3], False)")  # fmt: skip
+    from helpers import COLLECTIONS
+
+    racers = [subprocess.Popen([sys.executable, "-c", code, str(COLLECTIONS), str(other), str(archive)],
+                               stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    errors = [racer.communicate(timeout=120)[1] for racer in racers]
+    assert [racer.returncode for racer in racers] == [0, 0], errors
+    assert {k: v for k, v in chiefs_files(other).items()} == {
+        k: v for k, v in chiefs_files(chief).items() if k != "link"}
+    assert not [p for p in other.iterdir() if p.name.startswith(CHECKPOINT_STAGING_PREFIX)]
 
 
 # --- what a host holds of a run to resume (tf_run_resume) --------------------------------
