@@ -97,11 +97,28 @@ def stopped_by_runbook(exit_: dict[str, Any]) -> str | None:
     return str(reason) if reason else "the exit record gives no reason"
 
 
+def finished_by_itself(worker: Worker) -> bool:
+    """The job finished its training by itself: it exited 0 and printed ``training_complete``
+    before the stop came (exit.json's ``stopped_at`` against the time the supervisor saw
+    the line). A stop that reached it afterwards (an operator's stop.yml during its
+    shutdown) cut nothing of the run, as the resume's claim agrees ("succeeded: nothing to
+    resume"); a job that printed it after a stop's SIGTERM did not finish by itself."""
+    exit_ = as_dict(worker.get("exit"))
+    stopped_at = exit_.get("stopped_at")
+    if not is_zero(exit_.get("returncode")) or not isinstance(stopped_at, (int, float)) or isinstance(stopped_at, bool):
+        return False
+    done = [entry[0] for entry in exit_.get("timed_lines") or []
+            if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], (int, float))
+            and str(entry[1]).strip().endswith(" training_complete")]  # fmt: skip
+    return bool(done) and min(done) <= stopped_at
+
+
 def stopped_by_operator(workers: list[Worker]) -> bool:
     """Whether an operator stopped this attempt (stop.yml): a worker's structured
-    ``stopped_by`` or its cause says so."""
+    ``stopped_by`` or its cause says so, for a worker that had not finished by itself."""
     return any(
-        as_dict(w.get("exit")).get("stopped_by") == "operator" or cause_of(w.get("exit")).get("kind") == "operator"
+        (as_dict(w.get("exit")).get("stopped_by") == "operator" or cause_of(w.get("exit")).get("kind") == "operator")
+        and not finished_by_itself(w)
         for w in workers
     )
 
@@ -171,7 +188,7 @@ def check_exit_status(workers: list[Worker]) -> Check:
             problems.append(f"{who(w)}: exit status {exit_.get('returncode')} ({exit_.get('reason')})")
         else:
             by = stopped_by_runbook(exit_)
-            if by:
+            if by and not finished_by_itself(w):
                 problems.append(f"{who(w)}: exited 0, but the runbook ended it ({by}); the job did not finish by itself")
     return check("exit_status", problems, "every worker exited 0 by itself")
 

@@ -286,7 +286,19 @@ def recorded_inputs(run_dir: str, given: dict[str, Any]) -> tuple[dict[str, Any]
     if not inputs["expected_size"] and isinstance(size, int) and not isinstance(size, bool) and size > 0:
         inputs["expected_size"] = size
     return inputs, {"kept": kept, "from": f"{SUMMARY_FILE} written at {earlier.get('written_at')}",
-                    "judged_again": "the collected files"}  # fmt: skip
+                    "judged_again": "the collected files", "attempt": as_int(earlier.get("attempt"))}  # fmt: skip
+
+
+def keep_for_its_attempt(inputs: dict[str, Any], kept: dict[str, Any] | None, final: int) -> None:
+    """A kept wait outcome tells how the earlier judgement's last attempt ended: it is kept
+    only while that attempt is still the run's last (a resumed run that then succeeded
+    would otherwise be judged by attempt 0's stall). Changes ``inputs`` and ``kept``."""
+    if not kept or "wait" not in kept["kept"] or kept.get("attempt") == final:
+        return
+    inputs["wait_outcome"] = None
+    kept["kept"] = [key for key in kept["kept"] if key != "wait"]
+    kept["not_kept"] = (f"the wait's outcome of attempt {kept.get('attempt')}: the run's last attempt is now "
+                        f"{final}")  # fmt: skip
 
 
 def summarize_run(run_id: str, run_dir: str, marker_name: str, expected_size: int, inputs: dict[str, Any],
@@ -601,6 +613,7 @@ def verdict(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     attempts = None
     try:
         attempts = load_attempts(run_dir, params["marker"])
+        keep_for_its_attempt(inputs, kept, attempts[-1]["attempt"])
         summary = summarize_run(params["run_id"], run_dir, params["marker"], inputs["expected_size"], inputs, context, attempts)
     except Exception as exc:  # noqa: BLE001 - whatever the run holds, a summary.json is written
         summary = unreadable_summary(params["run_id"], f"{type(exc).__name__}: {exc}", context)

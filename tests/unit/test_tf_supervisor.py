@@ -628,3 +628,11 @@ def test_the_launch_passes_the_startup_pattern_glued_to_its_option() -> None:
     tasks = (Path(__file__).resolve().parents[2] / "roles" / "tf_launch" / "tasks" / "main.yml").read_text(encoding="utf-8")
     assert "'--startup-pattern=' ~ tf_startup_pattern," in tasks
     assert "'--startup-pattern', " not in tasks
+
+
+def test_a_stop_records_when_it_began(runs: dict[str, Run]) -> None:
+    """exit.json's stopped_at: the verdict compares it with the time of training_complete
+    (issue 38, point 23); a job that ended by itself has none."""
+    exit_ = runs["job-deadline"].finish().json("exit.json")
+    assert exit_["started_at"] < exit_["stopped_at"] <= exit_["finished_at"], exit_
+    assert "stopped_at" not in runs["exit-3"].finish().json("exit.json")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import CAUSES, cause_of
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import table, verdict
-from report_runs import MARKER, build, endpoints, write_worker
+from report_runs import MARKER, T0, build, endpoints, write_worker
 
 JOB_ERROR = {
     "kind": "job-error",
@@ -27,6 +27,9 @@ STACKS = {
     "where": "own-code",
     "frames": ["train.py:80 in main", "data.py:12 in next_batch", "train.py:41 in load_batch"],
 }
+
+
+STOPPED = {"exit_status": 143, "stopped_by": "runbook", "reason": "stopped by the runbook"}
 
 
 def pair(run: Path, attempt: int = 0, **per_worker: dict[str, Any]) -> None:
@@ -201,6 +204,24 @@ def test_collect_alone_keeps_what_the_earlier_judgement_recorded(tmp_path: Path)
     assert not given["reason"].startswith("worker 1 on host node1 failed: host-lost")
 
 
+def test_collect_alone_keeps_a_wait_outcome_only_for_its_own_attempt(tmp_path: Path) -> None:
+    """Issue 38, point 10: attempt 0 stalled and was judged; the run was resumed (attempt 1)
+    and trained to the end; collect.yml alone must not judge it by attempt 0's stall."""
+    run = tmp_path / "resumed"
+    stalled = {"ok": False, "failed_workers": [], "lost_hosts": [], "stalled": {"seconds": 20, "detail": "no progress"}}
+    pair(run, w0={"epochs": [1], "complete": False, **STOPPED}, w1={"epochs": [1], "complete": False, **STOPPED})
+    first = run_verdict(run, wait_outcome=stalled, attempts=[{"attempt": 0, "ok": False, "outcome": stalled}],
+                        expected_size=2)  # fmt: skip
+    assert first["status"] == "failed" and first["reason"].startswith("stalled")
+    pair(run, attempt=1, w0={"epochs": [2, 3], "resumed_from": 1}, w1={"epochs": [2, 3], "resumed_from": 1})
+    again = run_verdict(run)
+    assert again["status"] == "succeeded", again["reason"]
+    assert again["summary"]["judged_again"]["kept"] == ["attempts"]
+    assert again["summary"]["judged_again"]["not_kept"].startswith("the wait's outcome of attempt 0")
+    # The same attempt judged again keeps it.
+    assert run_verdict(run)["status"] == "succeeded"
+
+
 def test_a_deadline_stop_says_where_the_culprit_was_stuck(tmp_path: Path) -> None:
     run = tmp_path / "deadline"
     deadline = {"kind": "deadline", "detail": "job deadline of 60 s passed"}
@@ -224,3 +245,25 @@ def test_a_job_a_signal_ended_on_its_own_says_so_in_the_failure_message(tmp_path
     summary = build(run, 2)
     assert "worker 1 on host node1 failed first: killed (SIGKILL" in summary["reason"]
     assert "exit status 137 (killed by SIGKILL)" in summary["reason"]
+
+
+def test_a_stop_that_reached_a_job_after_it_finished_is_no_stop(tmp_path: Path) -> None:
+    """Issue 38, point 23: both jobs printed training_complete and exited 0, and an
+    operator's stop reached them during their shutdown. The verdict agrees with the resume
+    ("succeeded: there is nothing to resume"): the run succeeded."""
+    run = tmp_path / "late-stop"
+    # The stop came after training_complete (printed 0.2 s after the last epoch, at T0 + 6.7).
+    late = {"stopped_by": "operator", "reason": "stopped by the operator", "exit_extra": {"stopped_at": T0 + 6.8}}
+    pair(run, w0=late, w1=late)
+    summary = build(run, 2)
+    assert summary["status"] == "succeeded", summary["reason"]
+    assert summary["stopped"] is None
+    # A job the stop did end (no training_complete) is still a stop.
+    cut = tmp_path / "cut"
+    pair(cut, w0={**late, "complete": False}, w1={**late, "complete": False})
+    assert build(cut, 2)["status"] == "failed"
+    # One that printed training_complete only after the stop's SIGTERM did not finish by itself.
+    caught = tmp_path / "caught"
+    early = {**late, "exit_extra": {"stopped_at": T0 + 5.0}}
+    pair(caught, w0=early, w1=early)
+    assert build(caught, 2)["status"] == "failed"

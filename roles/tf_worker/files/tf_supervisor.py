@@ -1082,12 +1082,16 @@ def supervise(args: argparse.Namespace) -> int:
     reason = "exited"
     stopped_by: str | None = None
     stop_cause: str | None = None
+    # When the supervisor began to stop the job (the verdict tells a job that had finished
+    # by itself before a stop reached it from one the stop ended).
+    stopped_at: list[float] = []
     t0 = time.monotonic()
     next_watch = t0 + WATCH_SECONDS
     try:
         while child.poll() is None:
             if stop_reason:
                 stopped_by, reason, stop_cause = stop_reason[0]
+                stopped_at.append(time.time())
                 if stopped_by == "signal":
                     stop_from_outside()
                 else:
@@ -1135,6 +1139,7 @@ def supervise(args: argparse.Namespace) -> int:
                     if found:
                         stopped_by, reason = "peer", found
             if stopped_by is not None:
+                stopped_at.append(time.time())
                 stop_group(pgid, child, args.grace, keeper=keeper)
                 break
             # Returns as soon as the job ends (Popen polls every few ms while it waits), so
@@ -1143,6 +1148,7 @@ def supervise(args: argparse.Namespace) -> int:
                 child.wait(POLL_SECONDS)
     except Exception as exc:  # noqa: BLE001 - the job must not outlive a broken supervisor
         stopped_by, reason = "supervisor", f"supervisor error: {type(exc).__name__}: {exc}"
+        stopped_at.append(time.time())
         stop_group(pgid, child, args.grace, keeper=keeper)
     returncode = child.wait()
     clock.poll(final=True)
@@ -1154,6 +1160,8 @@ def supervise(args: argparse.Namespace) -> int:
         stop_group(pgid, child, min(args.grace, 2.0), keeper=keeper)
     os.close(keeper_write)
     result = exit_record(returncode, reason, stopped_by, started, watcher.poll())
+    if stopped_at:
+        result["stopped_at"] = stopped_at[0]
     try:
         result["timed_lines"] = clock.lines
         oom_kills = oom_kills_between(oom_before, oom_kill_counts())
