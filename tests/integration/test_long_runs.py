@@ -70,6 +70,21 @@ def said(out: str, run_id: str) -> str:
     return "\n".join(re.findall(rf'"msg": "(Run {run_id}[:,][^"]*)"', out)) or out[-3000:]
 
 
+def train_through(book: Runbook, run_id: str, inject: Callable[[], None], timeout: float = 600) -> tuple[int, str]:
+    """train.yml for ``run_id`` with ``inject`` called while it runs (it returns once its
+    faults are in); the playbook's exit status and output, kept in train.out."""
+    proc = start_playbook(book.inventory, book.runs, {"tf_run_id": run_id})
+    try:
+        inject()
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (book.runs.parent / "train.out").write_text(out)
+    return proc.returncode, out
+
+
 def no_process_left(book: Runbook, run_id: str) -> None:
     for host in range(len(book.hosts.hosts)):
         assert book.run_processes(host, run_id) == [], f"processes of {run_id} left on node{host}"
@@ -172,19 +187,14 @@ def test_a_crashed_host_that_boots_again_rejoins_in_the_same_playbook(
     extra = settings(worker_python, tf_restart_attempts=2, tf_peer_timeout=10, tf_controller_timeout=20,
                      tf_host_lost_wait=180, tf_train_args=["--epochs=6", "--steps-per-epoch=40"])
     book = Runbook(hosts, tmp_path, port=2482, groupvars=extra)
-    proc = start_playbook(book.inventory, book.runs, {"tf_run_id": "crashback"})
-    try:
+    def crash_and_boot() -> None:
         wait_for_log(hosts, 1, f"{RUN}/crashback/worker-1/worker.log", "epoch=2 ")
         hosts.power_off(1)
         time.sleep(30)
         hosts.power_on(1)
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    (tmp_path / "train.out").write_text(out)
-    assert proc.returncode == 0, said(out, "crashback")
+
+    returncode, out = train_through(book, "crashback", crash_and_boot)
+    assert returncode == 0, said(out, "crashback")
     assert "waiting up to 180 s (tf_host_lost_wait) for node1 to answer again" in out, said(out, "crashback")
     summary = book.summary("crashback")
     assert summary["status"] == "succeeded", summary["reason"]
@@ -207,18 +217,12 @@ def test_a_host_lost_for_good_ends_the_run_after_the_wait_and_says_how_to_resume
     extra = settings(worker_python, tf_restart_attempts=2, tf_peer_timeout=10, tf_controller_timeout=20,
                      tf_host_lost_wait=15, tf_train_args=["--epochs=6", "--steps-per-epoch=40"])
     book = Runbook(hosts, tmp_path, port=2492, groupvars=extra)
-    proc = start_playbook(book.inventory, book.runs, {"tf_run_id": "lostgood"})
     try:
-        wait_for_log(hosts, 1, f"{RUN}/lostgood/worker-1/worker.log", "epoch=2 ")
-        hosts.cut_network(1)
-        out, _ = proc.communicate(timeout=600)
+        returncode, out = train_through(book, "lostgood", lambda: (
+            wait_for_log(hosts, 1, f"{RUN}/lostgood/worker-1/worker.log", "epoch=2 "), hosts.cut_network(1)))
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
         hosts.restore_network(1)
-    (tmp_path / "train.out").write_text(out)
-    assert proc.returncode != 0
+    assert returncode != 0
     assert ("host node1 did not answer within 15 s (tf_host_lost_wait): no restart without it; once it answers "
             "again, continue the run with -e tf_run_id=lostgood -e tf_resume=true") in out, said(out, "lostgood")
     record = attempt_record(book, "lostgood", 0)

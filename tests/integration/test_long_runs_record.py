@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from faults import remote_pid, start_playbook, wait_for_log
+from faults import remote_pid, wait_for_log
 from nshosts import NamespaceHosts
-from test_long_runs import RUN, no_process_left, said, settings
+from test_long_runs import RUN, no_process_left, said, settings, train_through
 from test_multihost import Runbook
 
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -62,17 +62,9 @@ def test_a_frozen_worker_is_the_culprit_not_its_peer(
     hosts = make_ns_hosts(count=2)
     extra = settings(worker_python, tf_restart_attempts=1, tf_train_args=["--epochs=6", "--steps-per-epoch=40"])
     book = Runbook(hosts, tmp_path, port=2570, groupvars=extra)
-    proc = start_playbook(book.inventory, book.runs, {"tf_run_id": "frozen"})
-    try:
-        wait_for_log(hosts, 0, f"{RUN}/frozen/worker-0/worker.log", "epoch=2 ")
-        freeze(hosts, 0, f"{RUN}/frozen/worker-0")
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    (tmp_path / "train.out").write_text(out)
-    assert proc.returncode == 0, said(out, "frozen")
+    returncode, out = train_through(book, "frozen", lambda: (
+        wait_for_log(hosts, 0, f"{RUN}/frozen/worker-0/worker.log", "epoch=2 "), freeze(hosts, 0, f"{RUN}/frozen/worker-0")))
+    assert returncode == 0, said(out, "frozen")
     assert re.search(r"worker 0 on node0 failed with stalled \(its process was stopped \(SIGSTOP or a debugger\) "
                      r"for \d+ s\): restarting it", out), said(out, "frozen")
     first = book.summary("frozen")["timeline"][0]
@@ -91,15 +83,6 @@ def test_one_run_hit_by_several_faults_records_each_attempts_culprit(
     hosts = make_ns_hosts(count=3)
     extra = settings(worker_python, tf_restart_attempts=4, tf_train_args=["--epochs=8", "--steps-per-epoch=40"])
     book = Runbook(hosts, tmp_path, port=2580, groupvars=extra)
-    proc = start_playbook(book.inventory, book.runs, {"tf_run_id": "faults"})
-
-    def after_second_epoch(host: int, attempt: int) -> str:
-        where = f"{RUN}/faults/{'retry-%d/' % attempt if attempt else ''}worker-{host}"
-        # The second epoch this attempt prints (a restart resumes after the chief's last one).
-        wait_for_log(hosts, host, f"{where}/worker.log", "epoch=")
-        seen = hosts.run(host, f"grep -c 'epoch=[0-9]* ' {where}/worker.log")[1].strip()
-        wait_until_lines(host, f"{where}/worker.log", int(seen or 0) + 1)
-        return where
 
     def wait_until_lines(host: int, path: str, count: int) -> None:
         end = time.monotonic() + 300
@@ -110,20 +93,23 @@ def test_one_run_hit_by_several_faults_records_each_attempts_culprit(
             time.sleep(0.5)
         raise AssertionError(f"{count} epoch lines never appeared in {path} on node{host}")
 
-    try:
+    def after_second_epoch(host: int, attempt: int) -> str:
+        where = f"{RUN}/faults/{'retry-%d/' % attempt if attempt else ''}worker-{host}"
+        # The second epoch this attempt prints (a restart resumes after the chief's last one).
+        wait_until_lines(host, f"{where}/worker.log", 1)
+        seen = hosts.run(host, f"grep -c 'epoch=[0-9]* ' {where}/worker.log")[1].strip()
+        wait_until_lines(host, f"{where}/worker.log", int(seen or 0) + 1)
+        return where
+
+    def three_faults() -> None:
         where = after_second_epoch(1, 0)
         assert hosts.run(1, f"kill -9 {remote_pid(hosts, 1, where)}")[0] == 0
         where = after_second_epoch(2, 1)
         assert hosts.run(2, f"kill -9 {remote_pid(hosts, 2, where, 'supervisor_pid')}")[0] == 0
-        where = after_second_epoch(0, 2)
-        freeze(hosts, 0, where)
-        out, _ = proc.communicate(timeout=900)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    (tmp_path / "train.out").write_text(out)
-    assert proc.returncode == 0, said(out, "faults")
+        freeze(hosts, 0, after_second_epoch(0, 2))
+
+    returncode, out = train_through(book, "faults", three_faults, timeout=900)
+    assert returncode == 0, said(out, "faults")
     timeline = book.summary("faults")["timeline"]
     found: list[Any] = [(a["culprit_host"], (a["culprit_cause"] or {}).get("kind")) for a in timeline]
     assert found == [("node1", "killed"), ("node2", "killed"), ("node0", "stalled"), (None, None)], said(out, "faults")
