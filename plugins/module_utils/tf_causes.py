@@ -150,7 +150,7 @@ def read_job_end(path: str) -> dict[str, Any] | None:
 def error_kind(qualified: str) -> str:
     """The kind of an uncaught exception by its qualified class name: TensorFlow's own
     peer and memory errors, Python's ``MemoryError``; anything else is the job's error."""
-    module, _, name = qualified.rpartition(".")
+    module, name = qualified.rpartition(".")[::2]
     if name in OOM_EXCEPTIONS and (qualified == "MemoryError" or qualified.startswith(("builtins.", TENSORFLOW_PACKAGE))):
         return "out-of-memory"
     if name in PEER_EXCEPTIONS and module and qualified.startswith(TENSORFLOW_PACKAGE):
@@ -194,7 +194,8 @@ def _raised_cause(qualified: str, message: str, source: str) -> dict[str, Any]:
 
 
 def classify(
-    record: dict[str, Any], log_tail: list[str], oom_kills: int | None = None, job_end: dict[str, Any] | None = None
+    record: dict[str, Any], log_tail: list[str], oom_kills: int | None = None, job_end: dict[str, Any] | None = None,
+    oom_source: str | None = None,
 ) -> dict[str, Any]:
     """The cause of a worker's end from its exit record, what the wrapper saw end the
     job's Python (``job_end``, see ``read_job_end``), the log's last lines and how many
@@ -223,15 +224,27 @@ def classify(
     if reason.startswith(("refused to start", "cannot start the job")):
         return {"kind": "startup", "detail": _short(reason)}
     if sig == "SIGKILL":
+        # Which evidence decided (tf_proc.oom_evidence): the kernel's log, which names the
+        # process it killed, else an OOM counter (the job's cgroup's, else the host's).
+        said = {"oom_source": oom_source} if oom_source else {}
+        if oom_kills and oom_source == "the kernel's log":
+            detail = "SIGKILL from the kernel's OOM killer: the kernel's log names the job's process"
+            return {"kind": "out-of-memory", "detail": detail, "signal": sig, "oom_kills": oom_kills, **said}
         if oom_kills:
+            by = f" ({oom_source})" if oom_source else ""
             detail = (
                 f"SIGKILL that the runbook did not send; the kernel's OOM killer fired {oom_kills} time(s) "
-                "during the job"
+                f"during the job{by}"
             )
-            return {"kind": "out-of-memory", "detail": detail, "signal": sig, "oom_kills": oom_kills}
-        count = "the kernel's OOM count did not grow" if oom_kills == 0 else "the kernel's OOM count is not readable"
+            return {"kind": "out-of-memory", "detail": detail, "signal": sig, "oom_kills": oom_kills, **said}
+        if oom_kills == 0 and oom_source == "the kernel's log":
+            count = "the kernel's log does not name the job's process as OOM-killed"
+        elif oom_kills == 0:
+            count = f"the kernel's OOM count did not grow{f' ({oom_source})' if oom_source else ''}"
+        else:
+            count = "the kernel's OOM count is not readable"
         detail = f"SIGKILL that the runbook did not send ({count})"
-        return {"kind": "killed", "detail": detail, "signal": sig, "oom_kills": oom_kills}
+        return {"kind": "killed", "detail": detail, "signal": sig, "oom_kills": oom_kills, **said}
     if sig == "SIGTERM":
         detail = "the job got SIGTERM from outside the runbook (a preemption or shutdown)"
         return {"kind": "preempted", "detail": detail}

@@ -16,7 +16,9 @@ so that a test can hand it a tree of its own.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 from typing import Any, Iterable
 
 PROC = "/proc"
@@ -192,11 +194,53 @@ def oom_kill_counts(proc: str = PROC, cgroup: str = CGROUP) -> dict[str, int]:
     return counts
 
 
-def oom_kills_between(before: dict[str, int], after: dict[str, int]) -> int | None:
-    """How many OOM kills happened between two readings of ``oom_kill_counts`` (the
-    largest growth of a counter read both times); None when no counter was."""
-    grown = [after[name] - before[name] for name in before if name in after]
-    return max(grown) if grown else None
+# The kernel's log of an OOM kill names the process it killed.
+KMSG = "/dev/kmsg"
+_OOM_KILLED = re.compile(r"(?:Killed process|Out of memory: Killed process|oom_reaper: reaped process) (\d+)\b")
+
+
+def kernel_oom_killed(pid: int, kmsg: str = KMSG, limit: int = 100000) -> bool | None:
+    """Whether the kernel's log names ``pid`` as killed by the OOM killer; None when the
+    log cannot be read (``kernel.dmesg_restrict``, no permission). Reads what the ring
+    buffer holds, without waiting for more."""
+    try:
+        fd = os.open(kmsg, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        for _record in range(limit):
+            try:
+                data = os.read(fd, 8192)
+            except BlockingIOError:
+                return False
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # a record overwritten while reading: go on
+                    continue
+                return None
+            if not data:
+                return False
+            found = _OOM_KILLED.search(data.decode("utf-8", errors="replace"))
+            if found and int(found.group(1)) == int(pid):
+                return True
+        return False
+    finally:
+        os.close(fd)
+
+
+def oom_evidence(
+    pid: int, before: dict[str, int], after: dict[str, int], kmsg: str = KMSG
+) -> tuple[int | None, str | None]:
+    """How many OOM kills to hold against a SIGKILL of the job ``pid``, and what said so:
+    the kernel's log, which names the process it killed (1 or 0); else the growth of the
+    job's cgroup counter; else of the host's, which another process's OOM kill grows too;
+    (None, None) when nothing could be read."""
+    named = kernel_oom_killed(pid, kmsg)
+    if named is not None:
+        return (1 if named else 0), "the kernel's log"
+    for name, source in (("cgroup", "the job's cgroup"), ("host", "the host's count")):
+        if name in before and name in after:
+            return after[name] - before[name], source
+    return None, None
 
 
 def _counter(path: str, name: str) -> int | None:

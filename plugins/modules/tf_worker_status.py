@@ -356,6 +356,10 @@ def progress_regex(extra: str) -> re.Pattern:
     return re.compile(PROGRESS_PATTERN + (f"|(?:{extra})" if extra else ""))
 
 
+# At most how much of a progress line the wait carries and prints.
+MAX_PROGRESS_LINE = 500
+
+
 def new_mark() -> dict:
     """Where the reading of a log stands: bytes read, progress lines counted, the latest
     one, and whether the last line read was inside a traceback."""
@@ -376,7 +380,9 @@ def count_progress(lines: list[str], progress: re.Pattern, mark: dict) -> None:
             continue
         if progress.search(line):
             mark["count"] += 1
-            mark["last"] = line
+            # Carried to the controller and back at every poll, and printed: a line of its
+            # first MAX_PROGRESS_LINE characters, however long the job's line.
+            mark["last"] = line if len(line) <= MAX_PROGRESS_LINE else line[: MAX_PROGRESS_LINE - 3] + "..."
 
 
 def read_progress(path: str, progress: re.Pattern, mark: dict | None) -> dict:

@@ -292,3 +292,22 @@ def test_a_lost_host_names_its_worker() -> None:
 )  # fmt: skip
 def test_a_cause_has_one_text(cause: dict[str, Any], text: str) -> None:
     assert tf_causes.cause_text(cause) == text
+
+
+@pytest.mark.parametrize(
+    ("kills", "source", "kind", "detail"),
+    [
+        (1, "the kernel's log", "out-of-memory",
+         "SIGKILL from the kernel's OOM killer: the kernel's log names the job's process"),
+        (0, "the kernel's log", "killed",
+         "SIGKILL that the runbook did not send (the kernel's log does not name the job's process as OOM-killed)"),
+        (2, "the job's cgroup", "out-of-memory",
+         "SIGKILL that the runbook did not send; the kernel's OOM killer fired 2 time(s) during the job (the job's "
+         "cgroup)"),
+        (0, "the host's count", "killed",
+         "SIGKILL that the runbook did not send (the kernel's OOM count did not grow (the host's count))"),
+    ],
+)  # fmt: skip
+def test_a_kill_says_which_evidence_decided_it(kills: int, source: str, kind: str, detail: str) -> None:
+    cause = tf_causes.classify(record(137, "SIGKILL"), [], kills, None, source)
+    assert (cause["kind"], cause["detail"], cause["oom_source"]) == (kind, detail, source)

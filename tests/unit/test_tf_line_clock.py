@@ -76,3 +76,27 @@ def test_line_clock_times_keras_headers_and_the_last_state_of_a_progress_bar(tmp
     clock = LineClock(log)
     clock.poll(now=3.0)
     assert clock.lines == [[3.0, "Epoch 1/2"], [3.0, "4/4 [=====] - 1s 5ms/step - loss: 0.5"]]
+
+
+def test_the_log_is_read_in_bounded_chunks(tmp_path: Path) -> None:
+    """Issue 38, point 12: a job that writes faster than a poll is read a chunk at a time,
+    never whole into memory."""
+    from tf_supervisor import read_from
+
+    log = tmp_path / "worker.log"
+    log.write_bytes(b"x" * 10 + b"\n" + b"y" * 5)
+    seen: list[bytes] = []
+    assert read_from(log, 3, seen.append, chunk=4) == 16
+    assert [len(c) for c in seen] == [4, 4, 4, 1] and b"".join(seen) == b"x" * 7 + b"\n" + b"y" * 5
+
+
+def test_the_startup_pattern_is_found_in_a_huge_increment(tmp_path: Path) -> None:
+    from tf_supervisor import READ_CHUNK_BYTES, LogWatcher
+
+    log = tmp_path / "worker.log"
+    # The pattern straddles a chunk's end, after more than two chunks of noise.
+    noise = b"n" * (2 * READ_CHUNK_BYTES + READ_CHUNK_BYTES - 5)
+    log.write_bytes(noise + b"cluster_workers=2\n")
+    watcher = LogWatcher(log, "cluster_workers=")
+    assert watcher.poll() is True
+    assert watcher.offset == log.stat().st_size and len(watcher.tail) <= 4096

@@ -139,13 +139,34 @@ def test_oom_kill_counts(tmp_path: Path, host: int | None, cgroup: int | None, l
     assert tf_proc.oom_kill_counts(*oom_tree(tmp_path, host, cgroup, line)) == expected
 
 
+KMSG = (
+    "6,1001,100,-;eth0: link up\n"
+    "3,1002,200,-;Out of memory: Killed process 4242 (python) total-vm:9000kB, anon-rss:8000kB\n"
+    "6,1003,300,-;oom_reaper: reaped process 4242 (python), now anon-rss:0kB\n"
+)
+
+
 @pytest.mark.parametrize(
-    ("before", "after", "kills"),
-    [({"host": 7, "cgroup": 2}, {"host": 7, "cgroup": 3}, 1), ({"host": 7}, {"host": 9}, 2), ({"host": 7}, {"host": 7}, 0),
-     ({}, {"host": 7}, None), ({"host": 7}, {}, None)],
-)  # fmt: skip
-def test_oom_kills_between(before: dict[str, int], after: dict[str, int], kills: int | None) -> None:
-    assert tf_proc.oom_kills_between(before, after) == kills
+    ("kmsg", "before", "after", "expected"),
+    [
+        # The kernel's log decides, whatever the counters say.
+        (KMSG, {"host": 7}, {"host": 9}, (1, "the kernel's log")),
+        ("6,1,1,-;Out of memory: Killed process 999 (other)\n", {"host": 7}, {"host": 8}, (0, "the kernel's log")),
+        # Without it: the job's cgroup before the host's count, which anything grows.
+        (None, {"host": 7, "cgroup": 2}, {"host": 9, "cgroup": 2}, (0, "the job's cgroup")),
+        (None, {"host": 7}, {"host": 9}, (2, "the host's count")),
+        (None, {}, {"host": 7}, (None, None)),
+    ],
+)
+def test_oom_evidence_prefers_what_names_the_job(
+    tmp_path: Path, kmsg: str | None, before: dict[str, int], after: dict[str, int], expected: tuple[Any, Any]
+) -> None:
+    """Issue 38, point 13: an unrelated OOM kill on the host made an outside SIGKILL an
+    out-of-memory (never restarted)."""
+    path = tmp_path / "kmsg"
+    if kmsg is not None:
+        path.write_text(kmsg)
+    assert tf_proc.oom_evidence(4242, before, after, str(path)) == expected
 
 
 def test_oom_kill_counts_on_this_machine() -> None:

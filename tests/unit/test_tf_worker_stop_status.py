@@ -688,3 +688,13 @@ def test_a_forged_exit_record_of_a_gone_supervisor_is_its_death(tmp_path: Path) 
     info = worker_state(entry(tmp_path), EPOCH, 8)
     assert (info["state"], info["returncode"], info["cause"]["kind"]) == ("exited", -1, "killed")
     assert info["reason"].startswith(f"the supervisor (pid {dead.pid}) died without recording an exit")
+
+
+def test_a_long_progress_line_is_carried_and_shown_capped(tmp_path: Path) -> None:
+    """Issue 38, point 11: a 1 MiB progress line travelled whole to the controller and back
+    at every poll, and was printed."""
+    log = tmp_path / "worker.log"
+    log.write_text("worker=0 epoch=1 loss=0.5 " + "z" * (1 << 20) + "\n")
+    mark = read_progress(str(log), PROGRESS, None)
+    assert mark["count"] == 1 and len(mark["last"]) == 500
+    assert mark["last"].startswith("worker=0 epoch=1 loss=0.5 zzz") and mark["last"].endswith("...")

@@ -89,7 +89,7 @@ if _HERE not in sys.path:
 
 from tf_causes import CAUSES, classify, parse_stacks, read_job_end, request_stacks, stacks_dumped  # noqa: E402
 from tf_metrics import is_timed  # noqa: E402
-from tf_proc import group_members, oom_kill_counts, oom_kills_between, signal_caught, signal_pending  # noqa: E402
+from tf_proc import group_members, oom_evidence, oom_kill_counts, signal_caught, signal_pending  # noqa: E402
 from tf_run import (  # noqa: E402
     ANNOUNCE_KEY_ENV,
     ANNOUNCE_MAGIC,
@@ -275,6 +275,24 @@ def job_preexec(keeper_fd: int, supervisor_pid: int) -> Callable[[], None]:
     return preexec
 
 
+# At most how much of the log is read into memory at once: a job that writes faster than
+# a poll must not make the supervisor hold its whole output.
+READ_CHUNK_BYTES = 1 << 20
+
+
+def read_from(path: Path, offset: int, take: Callable[[bytes], None], chunk: int = READ_CHUNK_BYTES) -> int:
+    """Hand what ``path`` holds past ``offset`` to ``take``, ``chunk`` bytes at a time;
+    the new offset (``offset`` when the file cannot be read)."""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        while True:
+            data = handle.read(chunk)
+            if not data:
+                return offset
+            offset += len(data)
+            take(data)
+
+
 class LogWatcher:
     """Reads the log incrementally and remembers whether the startup pattern appeared."""
 
@@ -288,19 +306,20 @@ class LogWatcher:
     def poll(self) -> bool:
         if self.matched:
             return True
-        try:
-            with open(self.path, "r", encoding="utf-8", errors="replace") as handle:
-                handle.seek(self.offset)
-                chunk = handle.read()
-                self.offset = handle.tell()
-        except FileNotFoundError:
-            return False
-        text = self.tail + chunk
         assert self.pattern is not None
-        if self.pattern.search(text):
-            self.matched = True
-        # Keep the last partial line so that a match split across reads is still seen.
-        self.tail = text[-4096:]
+        pattern = self.pattern
+
+        def take(data: bytes) -> None:
+            text = self.tail + data.decode("utf-8", errors="replace")
+            if not self.matched and pattern.search(text):
+                self.matched = True
+            # Keep the last partial line so that a match split across reads is still seen.
+            self.tail = text[-4096:]
+
+        try:
+            self.offset = read_from(self.path, self.offset, take)
+        except OSError:
+            return False
         return self.matched
 
 
@@ -703,17 +722,17 @@ class LineClock:
 
     def poll(self, now: float | None = None, final: bool = False) -> None:
         now = time.time() if now is None else now
+
+        def take(chunk: bytes) -> None:
+            *complete, self.partial = (self.partial + chunk).split(b"\n")
+            self.partial = self.partial[-65536:]
+            for raw in complete:
+                self._note(raw, now)
+
         try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                chunk = handle.read()
-                self.offset = handle.tell()
+            self.offset = read_from(self.path, self.offset, take)
         except OSError:  # the exit record must be written whatever happened to the log
             return
-        *complete, self.partial = (self.partial + chunk).split(b"\n")
-        self.partial = self.partial[-65536:]
-        for raw in complete:
-            self._note(raw, now)
         if final and self.partial:
             self._note(self.partial, now)
             self.partial = b""
@@ -868,6 +887,7 @@ def finish(
     oom_kills: int | None = None,
     stacks: dict[str, Any] | None = None,
     nonce: str | None = None,
+    oom_source: str | None = None,
 ) -> dict[str, Any]:
     """Write exit.json: ``result`` with its cause (``cause``, a kind the stop named, or
     what tf_causes.classify reads from the record, the wrapper's job_end.json and, only
@@ -876,7 +896,7 @@ def finish(
     if cause is not None:
         result["cause"] = {"kind": cause, "detail": str(result.get("reason") or cause)}
     else:
-        result["cause"] = classify(result, tail or [], oom_kills, read_job_end(str(worker_dir / JOB_END_FILE)))
+        result["cause"] = classify(result, tail or [], oom_kills, read_job_end(str(worker_dir / JOB_END_FILE)), oom_source)
     if nonce is not None:
         result["nonce"] = nonce
     if stacks is not None:
@@ -1164,13 +1184,13 @@ def supervise(args: argparse.Namespace) -> int:
         result["stopped_at"] = stopped_at[0]
     try:
         result["timed_lines"] = clock.lines
-        oom_kills = oom_kills_between(oom_before, oom_kill_counts())
+        oom_kills, oom_source = oom_evidence(child.pid, oom_before, oom_kill_counts())
         stacks = read_stacks(worker_dir, job_dir)
         missing = stacks_missing[0] if stacks_missing else (read_json(worker_dir / STOP_FILE) or {}).get("stacks_missing")
         if stacks is None and isinstance(missing, str) and missing:
             # Why no stacks were taken (at the deadline here, at a stall by tf_worker_stop).
             stacks = {"file": None, "where": "unknown", "frames": [], "missing": missing[:300]}
-        finish(worker_dir, result, stop_cause, log_tail(log_path), oom_kills, stacks, nonce)
+        finish(worker_dir, result, stop_cause, log_tail(log_path), oom_kills, stacks, nonce, oom_source)
     except Exception as exc:  # noqa: BLE001 - an exit.json whatever happens
         result.pop("timed_lines", None)
         result["supervisor_error"] = f"{type(exc).__name__}: {exc}"
