@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import CAUSES, attempt_failure
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import (
+    CAUSES,
+    attempt_failure,
+    cause_text,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     CHECKPOINT_SYNC_PREFIX,
     attempt_record_file,
+    printable,
 )
 
 # Why a cause that tf_restart_on leaves out is not worth another attempt, as the output
@@ -138,6 +144,33 @@ def tf_attempts_record(
     return {"path": os.path.join(str(run_dir), attempt_record_file(int(attempt))), "record": record}
 
 
+def tf_attempts_record_lines(records: Any) -> list[str]:
+    """One line per recorded decision (the texts of ``attempt-<n>.json``, in any order), by
+    attempt: which host ran which worker, the culprit and its cause, what was decided.
+    A text that is not a record is named, not skipped in silence."""
+    parsed = []
+    for text in records or []:
+        try:
+            record = json.loads(text) if isinstance(text, str) else text
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("attempt"), int):
+            parsed.append((float("inf"), "an attempt record that cannot be read"))
+            continue
+        hosts = ", ".join(f"worker {w.get('index')} on {w.get('host')}" for w in record.get("workers") or []
+                          if isinstance(w, dict))  # fmt: skip
+        culprit = record.get("culprit") if isinstance(record.get("culprit"), dict) else None
+        if culprit:
+            who = f"worker {culprit.get('index')} on {culprit.get('host')}" if culprit.get("index") is not None else (
+                f"host {culprit.get('host')}")
+            blamed = f"culprit {who}: {cause_text(culprit.get('cause') or {'kind': record.get('cause')})}"
+        else:
+            blamed = f"no single culprit ({record.get('cause')})"
+        line = f"attempt {record['attempt']}: {hosts}; {blamed}; decided: {record.get('decision')}"
+        parsed.append((record["attempt"], printable(line)))
+    return [line for _attempt, line in sorted(parsed, key=lambda item: item[0])]
+
+
 def tf_attempts_sync_record(
     looks: dict[str, Any], packed: Any, unpacked: dict[str, Any], chief: str, attempt: int, seconds: float,
     run_dir: str,
@@ -196,5 +229,6 @@ class FilterModule:
         return {
             "tf_attempts_decision": tf_attempts_decision,
             "tf_attempts_record": tf_attempts_record,
+            "tf_attempts_record_lines": tf_attempts_record_lines,
             "tf_attempts_sync_record": tf_attempts_sync_record,
         }

@@ -104,9 +104,11 @@ _MAIN_LINE = re.compile(r"main thread (0x[0-9a-fA-F]+)")
 _TENSORFLOW_PATH = re.compile(r"[/\\](?:tensorflow|keras|tf_keras|tensorflow_core)[/\\]")
 MAX_FRAMES = 5
 MAX_DETAIL = 300
-# How long a worker must have been seen frozen (stopped, or in uninterruptible sleep) to
-# be blamed for its peers' lost peer: a process caught once in a short disk wait is not;
-# a SIGSTOPped peer makes the others fail within about 20 s (FACTS.md).
+# How long a worker must have been seen in uninterruptible sleep to be blamed for its
+# peers' lost peer: a process caught once in a short disk wait is not. A stopped process
+# (SIGSTOP, a debugger) is blamed however briefly it was seen so: nothing stops a process
+# but a signal, and its peers fail within seconds (6 s measured here, about 20 s in
+# FACTS.md), between two polls of the wait.
 FROZEN_MIN_SECONDS = 10.0
 
 
@@ -230,17 +232,17 @@ def classify(
         if oom_kills and oom_source == "the kernel's log":
             detail = "SIGKILL from the kernel's OOM killer: the kernel's log names the job's process"
             return {"kind": "out-of-memory", "detail": detail, "signal": sig, "oom_kills": oom_kills, **said}
+        counter = oom_source or "the kernel's OOM count"
         if oom_kills:
-            by = f" ({oom_source})" if oom_source else ""
             detail = (
                 f"SIGKILL that the runbook did not send; the kernel's OOM killer fired {oom_kills} time(s) "
-                f"during the job{by}"
+                f"during the job ({counter})"
             )
             return {"kind": "out-of-memory", "detail": detail, "signal": sig, "oom_kills": oom_kills, **said}
         if oom_kills == 0 and oom_source == "the kernel's log":
             count = "the kernel's log does not name the job's process as OOM-killed"
         elif oom_kills == 0:
-            count = f"the kernel's OOM count did not grow{f' ({oom_source})' if oom_source else ''}"
+            count = f"{counter} did not grow"
         else:
             count = "the kernel's OOM count is not readable"
         detail = f"SIGKILL that the runbook did not send ({count})"
@@ -370,7 +372,7 @@ def culprit(
     first worker to fail by itself (``first_failed``)."""
     worker = first_failed(failed, hosts_lost)
     seen = [f for f in frozen or [] if isinstance(f, dict) and f.get("index") is not None
-            and (_number(f.get("seconds")) or 0.0) >= FROZEN_MIN_SECONDS]  # fmt: skip
+            and (f.get("state") == "stopped" or (_number(f.get("seconds")) or 0.0) >= FROZEN_MIN_SECONDS)]  # fmt: skip
     if seen and (worker is None or cause_of(worker)["kind"] == "peer-lost"):
         first = max(seen, key=lambda f: _number(f.get("seconds")) or 0.0)
         cause = {"kind": "stalled", "detail": _frozen_text(first), "frozen": first.get("state")}

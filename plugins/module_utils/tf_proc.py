@@ -237,7 +237,7 @@ def oom_evidence(
     named = kernel_oom_killed(pid, kmsg)
     if named is not None:
         return (1 if named else 0), "the kernel's log"
-    for name, source in (("cgroup", "the job's cgroup"), ("host", "the host's count")):
+    for name, source in (("cgroup", "the OOM count of the job's cgroup"), ("host", "the host's OOM count")):
         if name in before and name in after:
             return after[name] - before[name], source
     return None, None

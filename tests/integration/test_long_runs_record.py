@@ -115,4 +115,10 @@ def test_one_run_hit_by_several_faults_records_each_attempts_culprit(
     assert found == [("node1", "killed"), ("node2", "killed"), ("node0", "stalled"), (None, None)], said(out, "faults")
     assert "died without recording an exit" in timeline[1]["culprit_cause"]["detail"]
     assert [a["decision"] for a in timeline] == ["restart", "restart", "restart", None]
+    # status.yml shows which host ran which worker in each failed attempt, and its culprit.
+    status = book.play("playbooks/status.yml", extra={"tf_run_id": "faults"})
+    assert status.returncode == 0, status.stdout[-3000:]
+    assert ("attempt 0: worker 0 on node0, worker 1 on node1, worker 2 on node2; culprit worker 1 on node1: "
+            "killed (") in status.stdout, status.stdout[-3000:]
+    assert "attempt 2: " in status.stdout and "culprit worker 0 on node0: stalled (" in status.stdout
     no_process_left(book, "faults")

@@ -132,3 +132,16 @@ def test_the_record_says_what_was_decided_and_names_the_culprit(tmp_path: Path) 
     lost = json.loads((tmp_path / "faults" / "attempt-2.json").read_text())
     assert lost["lost_hosts"] == ["node2"] and lost["workers"][2]["lost"] is True
     assert lost["culprit"]["host"] == "node2" and lost["culprit"]["index"] == 2
+
+
+def test_status_shows_which_host_ran_which_worker_and_the_culprit_of_each_attempt(tmp_path: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_attempts import tf_attempts_record_lines
+
+    write_run(tmp_path / "faults")
+    texts = [path.read_text() for path in sorted((tmp_path / "faults").glob("attempt-*.json"), reverse=True)]
+    lines = tf_attempts_record_lines([*texts, "not json\x1b[2J"])
+    assert lines[0] == ("attempt 0: worker 0 on node0, worker 1 on node1, worker 2 on node2; culprit worker 1 on "
+                        "node1: killed (SIGKILL that the runbook did not send); decided: restart")  # fmt: skip
+    assert lines[2].startswith("attempt 2: ") and "culprit worker 2 on node2: host-lost" in lines[2]
+    assert lines[2].endswith("decided: wait-for-host")
+    assert lines[-1] == "an attempt record that cannot be read" and len(lines) == 5

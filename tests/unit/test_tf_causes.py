@@ -269,6 +269,10 @@ def test_a_frozen_worker_is_the_culprit_of_its_peers_lost_peer() -> None:
     # A worker that failed first-hand stays the culprit, frozen peer or not.
     found = tf_causes.attempt_failure({"failed_workers": [failed(2, KILLED, 100.0)], "frozen_workers": frozen})
     assert (found["culprit"], found["kind"]) == (2, "killed")
+    # Stopped, however briefly seen: blamed.
+    seen_once = [{"index": 0, "host": "h0", "state": "stopped", "seconds": 0.0}]
+    found = tf_causes.attempt_failure({"failed_workers": [failed(2, PEER, 100.0)], "frozen_workers": seen_once})
+    assert (found["culprit"], found["kind"]) == (0, "stalled")
     # Caught once in a short disk wait: not frozen long enough to be blamed.
     brief = [{"index": 0, "host": "h0", "state": "uninterruptible", "seconds": 2.0}]
     found = tf_causes.attempt_failure({"failed_workers": [failed(2, PEER, 100.0)], "frozen_workers": brief})
@@ -301,11 +305,10 @@ def test_a_cause_has_one_text(cause: dict[str, Any], text: str) -> None:
          "SIGKILL from the kernel's OOM killer: the kernel's log names the job's process"),
         (0, "the kernel's log", "killed",
          "SIGKILL that the runbook did not send (the kernel's log does not name the job's process as OOM-killed)"),
-        (2, "the job's cgroup", "out-of-memory",
-         "SIGKILL that the runbook did not send; the kernel's OOM killer fired 2 time(s) during the job (the job's "
-         "cgroup)"),
-        (0, "the host's count", "killed",
-         "SIGKILL that the runbook did not send (the kernel's OOM count did not grow (the host's count))"),
+        (2, "the OOM count of the job's cgroup", "out-of-memory",
+         "SIGKILL that the runbook did not send; the kernel's OOM killer fired 2 time(s) during the job (the OOM "
+         "count of the job's cgroup)"),
+        (0, "the host's OOM count", "killed", "SIGKILL that the runbook did not send (the host's OOM count did not grow)"),
     ],
 )  # fmt: skip
 def test_a_kill_says_which_evidence_decided_it(kills: int, source: str, kind: str, detail: str) -> None:

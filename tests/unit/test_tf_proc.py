@@ -153,8 +153,8 @@ KMSG = (
         (KMSG, {"host": 7}, {"host": 9}, (1, "the kernel's log")),
         ("6,1,1,-;Out of memory: Killed process 999 (other)\n", {"host": 7}, {"host": 8}, (0, "the kernel's log")),
         # Without it: the job's cgroup before the host's count, which anything grows.
-        (None, {"host": 7, "cgroup": 2}, {"host": 9, "cgroup": 2}, (0, "the job's cgroup")),
-        (None, {"host": 7}, {"host": 9}, (2, "the host's count")),
+        (None, {"host": 7, "cgroup": 2}, {"host": 9, "cgroup": 2}, (0, "the OOM count of the job's cgroup")),
+        (None, {"host": 7}, {"host": 9}, (2, "the host's OOM count")),
         (None, {}, {"host": 7}, (None, None)),
     ],
 )
