@@ -37,7 +37,9 @@ for a failed worker.
 
 Each worker of the status gets ``frozen``: since when (controller clock) its job's main
 process is seen stopped (T, t) or in uninterruptible sleep (D), at every check of this
-wait, or null; tf_wait_outcome lists such workers (``frozen_workers``).
+wait, and until when, for a freeze that ended up to a minute ago (a frozen job's stop
+continues it before it ends it), or null; tf_wait_outcome lists such workers
+(``frozen_workers``).
 
 Times a host records on its own clock (the supervisors' ``deadline_at``) are converted to
 the controller's with the host's clock read in the same module call (``now``).
@@ -127,7 +129,8 @@ def worker_state_text(worker: dict[str, Any]) -> str:
     if state != WORKER_EXITED:
         frozen = worker.get("frozen") if isinstance(worker.get("frozen"), dict) else {}
         # Without its seconds: the line is printed again only when it changes.
-        return f"{state} ({printable(frozen['state'])})" if frozen.get("state") else str(state)
+        ongoing = frozen.get("state") and frozen.get("until") is None
+        return f"{state} ({printable(frozen['state'])})" if ongoing else str(state)
     rc = worker.get("returncode")
     if rc == 0:
         return "finished"

@@ -58,10 +58,12 @@ FROZEN_KINDS = ("stopped", "uninterruptible")
 
 
 def frozen_of(host: str, worker: dict[str, Any]) -> dict[str, Any] | None:
-    """The entry of ``frozen_workers`` for a worker of ``host`` whose job was alive and
-    frozen (stopped, or in uninterruptible sleep) at the wait's last check; None else."""
+    """The entry of ``frozen_workers`` for a worker of ``host`` whose job the wait saw
+    frozen (stopped, or in uninterruptible sleep): still at its last check, or until
+    shortly before it (the stop that follows its peers' failure continues it before it
+    ends it); None else."""
     frozen = worker.get("frozen")
-    if worker.get("state") == WORKER_EXITED or not isinstance(frozen, dict) or frozen.get("state") not in FROZEN_KINDS:
+    if not isinstance(frozen, dict) or frozen.get("state") not in FROZEN_KINDS:
         return None
     try:
         seconds = float(frozen.get("seconds") or 0)

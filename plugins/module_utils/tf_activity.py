@@ -36,6 +36,8 @@ CPU_WINDOW_SECONDS = 5.0
 # The process states (/proc/<pid>/stat) of a frozen job: stopped (SIGSTOP, a debugger) or
 # in uninterruptible sleep (a dead NFS mount, a hung device). Neither ends by itself.
 FROZEN_STATES = {"T": "stopped", "t": "stopped", "D": "uninterruptible"}
+# How long a freeze that ended is still told (its peers' failure comes within a poll or two).
+FROZEN_KEPT_SECONDS = 60.0
 
 
 def cpu_share(before: Any, after: Any) -> float | None:
@@ -148,26 +150,37 @@ def stall_detail(records: list[dict[str, Any]], now: float, timeout: int) -> str
 
 
 def frozen_since(previous: dict[str, Any], workers: list[dict[str, Any]], now: float) -> dict[str, dict[str, Any]]:
-    """Per worker index (as text) whose job runs and is frozen now (its ``process_state``
-    one of FROZEN_STATES): ``state`` (stopped or uninterruptible) and ``since``, the
-    controller time it was first seen so, without a check in between that saw it otherwise.
-    ``previous`` is the result of the check before."""
+    """Per worker index (as text) whose job was seen frozen (its ``process_state`` one of
+    FROZEN_STATES): ``state`` (stopped or uninterruptible) and ``since``, the controller
+    time it was first seen so without a check in between that saw it otherwise; and
+    ``until``, the first check that no longer saw it frozen, for a freeze that ended up to
+    FROZEN_KEPT_SECONDS ago. A frozen job's peers fail for lack of it, and the stop that
+    follows (a peer's announcement, the runbook's) continues it before it ends it: the
+    freeze must outlive the job's last frozen check to name it. ``previous`` is the result
+    of the check before."""
     frozen: dict[str, dict[str, Any]] = {}
     for worker in workers:
-        state = FROZEN_STATES.get(str(worker.get("process_state")))
-        if state is None or worker.get("state") == WORKER_EXITED:
-            continue
         index = str(worker.get("index"))
+        state = FROZEN_STATES.get(str(worker.get("process_state")))
         seen = previous.get(index) if isinstance(previous, dict) else None
-        since = seen["since"] if isinstance(seen, dict) and seen.get("state") == state else now
-        frozen[index] = {"state": state, "since": since}
+        seen = seen if isinstance(seen, dict) else None
+        if state is not None and worker.get("state") != WORKER_EXITED:
+            ongoing = seen is not None and seen.get("state") == state and seen.get("until") is None
+            frozen[index] = {"state": state, "since": seen["since"] if ongoing else now}
+        elif seen is not None:
+            until = seen.get("until") or now
+            if now - until <= FROZEN_KEPT_SECONDS:
+                frozen[index] = {**seen, "until": until}
     return frozen
 
 
 def frozen_entry(frozen: dict[str, dict[str, Any]], worker: dict[str, Any], now: float) -> dict[str, Any] | None:
     """What a worker's status says of it being frozen: ``state``, ``since`` (controller
-    clock) and ``seconds`` until ``now``; None when it is not."""
+    clock), ``seconds`` it was seen frozen (until ``now``, or until the freeze ended) and
+    ``until`` (None while it lasts); None when it was not."""
     seen = frozen.get(str(worker.get("index")))
     if seen is None:
         return None
-    return {"state": seen["state"], "since": seen["since"], "seconds": round(max(0.0, now - seen["since"]), 1)}
+    end = seen.get("until") or now
+    return {"state": seen["state"], "since": seen["since"], "seconds": round(max(0.0, end - seen["since"]), 1),
+            "until": seen.get("until")}

@@ -266,13 +266,6 @@ KERAS = Format(
 # attempt's source of metrics.
 FORMATS: list[Format] = [CONTRACT, KERAS]
 
-# A line that shows a job's progress: an epoch line of the metrics contract
-# (``worker=0 epoch=2/5 loss=...``) or Keras' epoch header (``Epoch 2/5``). The wait shows
-# the latest such line, and the stall watchdog counts time since the last one.
-PROGRESS_PATTERN = "|".join(fmt.progress for fmt in (CONTRACT, KERAS))
-# The lines the supervisor timestamps into exit.json's timed_lines (matched on the line
-# without its surrounding blanks).
-TIMED_PATTERN = "|".join(fmt.timed for fmt in (CONTRACT, KERAS))
 
 
 def register(fmt: Format) -> None:

@@ -15,7 +15,7 @@ description:
     returns one entry per worker with its state, exit status, why it ended (C(cause)),
     its latest progress line and how many progress lines it printed so far.
   - A progress line is one of the metrics contract's epoch lines (C(worker=0 epoch=2/5 ...))
-    or Keras' epoch header (C(Epoch 2/5)), both from C(tf_metrics.PROGRESS_PATTERN), or a
+    or Keras' epoch header (C(Epoch 2/5)), from every format of C(tf_metrics.FORMATS), or a
     line matching O(progress_pattern). The frames and the exception line of a Python
     traceback are never progress, whatever they quote.
   - A log is read once from its start (the last 64 MiB of a larger one), then only what
@@ -110,7 +110,7 @@ options:
     default: 0
   progress_pattern:
     description: Regular expression of the job's own progress lines (tf_stall_pattern),
-      in addition to the built-in C(tf_metrics.PROGRESS_PATTERN); empty for none.
+      in addition to the registered formats' (C(tf_metrics.progress_pattern)); empty for none.
     type: str
     default: ""
   progress_marks:
@@ -221,8 +221,9 @@ workers:
       sleep, C(T) or C(t) stopped, C(Z) zombie).
     - The action adds C(frozen) to every worker, C(state) (C(stopped) for T or t,
       C(uninterruptible) for D), C(since) (controller epoch seconds of the first check of
-      this wait that saw it so, every check since agreeing) and C(seconds) until the latest
-      check; null when its job is not seen frozen.
+      this wait that saw it so, every check since agreeing), C(seconds) it was seen so and
+      C(until) (the first check that no longer saw it frozen, kept for 60 s; null while it
+      lasts); null when its job was not seen frozen.
   type: list
   elements: dict
   returned: always
@@ -318,7 +319,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import pack_run
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import cause_of
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import PROGRESS_PATTERN
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import progress_pattern
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import PROC, group_usage, works_in
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     EXIT_FILE,
@@ -351,9 +352,10 @@ TRACEBACK_START = "Traceback (most recent call last):"
 
 
 def progress_regex(extra: str) -> re.Pattern:
-    """The progress lines of every format (tf_metrics.PROGRESS_PATTERN) and the user's own
-    (tf_stall_pattern), as one expression."""
-    return re.compile(PROGRESS_PATTERN + (f"|(?:{extra})" if extra else ""))
+    """The progress lines of every registered format and the user's own (tf_stall_pattern),
+    as one expression (tf_metrics.progress_pattern: a format registered there is seen by
+    the wait and the stall watchdog too)."""
+    return re.compile(progress_pattern(extra))
 
 
 # At most how much of a progress line the wait carries and prints.

@@ -500,7 +500,7 @@ def test_pattern_problem_names_host_variable_and_value() -> None:
 def test_the_wait_says_since_when_a_worker_is_frozen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Worker 0 stopped (SIGSTOP) from the 2nd check on, worker 1 in uninterruptible sleep
     at the 3rd only, then sleeping again: at the wait's end (the deadline) worker 0 has
-    been seen stopped for 40 s, worker 1 is not frozen."""
+    been seen stopped for 40 s, worker 1 was seen uninterruptible for 10 s, and is not now."""
     clock = Clock(step=10)
     states = [["S", "S"], ["T", "S"], ["T", "D"], ["t", "S"], ["T", "S"], ["T", "S"]]
     host = Host(clock, [[1, 1]], states=states)
@@ -508,12 +508,14 @@ def test_the_wait_says_since_when_a_worker_is_frozen(monkeypatch: pytest.MonkeyP
     result, shown = run_action(monkeypatch, clock, host, **args)
     assert len(host.calls) == 6 and result["deadline_passed"]
     frozen = [w["frozen"] for w in result["workers"]]
-    assert frozen == [{"state": "stopped", "since": T0 + 20, "seconds": 40.0}, None]
+    assert frozen == [{"state": "stopped", "since": T0 + 20, "seconds": 40.0, "until": None},
+                      {"state": "uninterruptible", "since": T0 + 30, "seconds": 10.0, "until": T0 + 40}]
     # Shown once when it froze, and again when worker 1 slept uninterruptibly and woke.
     stopped = [line for line in shown if "node1 worker-0: running (stopped)" in line]
     assert len(stopped) == 3 and any("node1 worker-1: running (uninterruptible)" in line for line in shown)
     outcome = tf_wait.tf_wait_outcome(["node1"], ["node1"], {"node1": result})
-    assert outcome["frozen_workers"] == [{"index": 0, "host": "node1", "state": "stopped", "seconds": 40.0}]
+    assert outcome["frozen_workers"] == [{"index": 0, "host": "node1", "state": "stopped", "seconds": 40.0},
+                                         {"index": 1, "host": "node1", "state": "uninterruptible", "seconds": 10.0}]
 
 
 @pytest.mark.parametrize(
@@ -525,7 +527,8 @@ def test_the_wait_says_since_when_a_worker_is_frozen(monkeypatch: pytest.MonkeyP
         ({"0": {"state": "stopped", "since": 300.0}}, "T", {"state": "stopped", "since": 300.0}),
         # Another kind of frozen starts anew; so does a check that saw it otherwise.
         ({"0": {"state": "stopped", "since": 300.0}}, "D", {"state": "uninterruptible", "since": 500.0}),
-        ({"0": {"state": "stopped", "since": 300.0}}, "R", None),
+        # Seen otherwise: the freeze ended, and is told with its end.
+        ({"0": {"state": "stopped", "since": 300.0}}, "R", {"state": "stopped", "since": 300.0, "until": 500.0}),
         ({}, "S", None),
         ({}, "Z", None),
         ({}, None, None),
@@ -541,6 +544,22 @@ def test_an_exited_worker_is_not_frozen() -> None:
     assert tf_activity.frozen_since({}, workers, 500.0) == {}
 
 
+def test_a_freeze_that_ended_is_told_for_a_while() -> None:
+    """The frozen job's peers fail for lack of it, and the stop that follows continues it
+    (SIGCONT) before it ends it: its last checks no longer see it stopped."""
+    frozen = tf_activity.frozen_since({}, [{"index": 0, "state": "running", "process_state": "T"}], 500.0)
+    ended = [{"index": 0, "state": "exited", "process_state": None}]
+    frozen = tf_activity.frozen_since(frozen, ended, 508.0)
+    assert frozen == {"0": {"state": "stopped", "since": 500.0, "until": 508.0}}
+    assert tf_activity.frozen_entry(frozen, ended[0], 530.0) == {"state": "stopped", "since": 500.0, "seconds": 8.0,
+                                                                  "until": 508.0}  # fmt: skip
+    assert tf_activity.frozen_since(frozen, ended, 530.0)["0"]["until"] == 508.0
+    assert tf_activity.frozen_since(frozen, ended, 508.0 + tf_activity.FROZEN_KEPT_SECONDS + 1) == {}
+    # Frozen again: a new freeze.
+    again = tf_activity.frozen_since(frozen, [{"index": 0, "state": "running", "process_state": "T"}], 540.0)
+    assert again == {"0": {"state": "stopped", "since": 540.0}}
+
+
 def test_outcome_lists_the_workers_alive_and_frozen_at_the_end() -> None:
     stopped = {"state": "stopped", "since": T0, "seconds": 21.5}
     statuses = {
@@ -548,8 +567,8 @@ def test_outcome_lists_the_workers_alive_and_frozen_at_the_end() -> None:
                      {"index": 0, "state": "running", "returncode": None, "frozen": None}),
         "b": _status({"index": 1, "state": "running", "returncode": None,
                       "frozen": {"state": "uninterruptible", "since": T0, "seconds": 3}},
-                     # Exited: no longer frozen, whatever its last status said.
-                     {"index": 3, "state": "exited", "returncode": 1, "frozen": stopped},
+                     # Exited after it was seen frozen (its stop continued it): still told.
+                     {"index": 3, "state": "exited", "returncode": 1, "frozen": {**stopped, "until": T0 + 21.5}},
                      # An older action's status: no frozen at all.
                      {"index": 4, "state": "running", "returncode": None}),
     }  # fmt: skip
@@ -557,6 +576,7 @@ def test_outcome_lists_the_workers_alive_and_frozen_at_the_end() -> None:
     assert outcome["frozen_workers"] == [
         {"index": 1, "host": "b", "state": "uninterruptible", "seconds": 3.0},
         {"index": 2, "host": "a", "state": "stopped", "seconds": 21.5},
+        {"index": 3, "host": "b", "state": "stopped", "seconds": 21.5},
     ]
     assert tf_wait.tf_wait_outcome(["a"], ["a"], {"a": _status(_failed(0, None))})["frozen_workers"] == []
 

@@ -78,7 +78,7 @@ def test_without_the_toy_format_its_lines_are_not_read(tmp_path: Path) -> None:
     toy_worker(run, 1, ["0.5"])
     summary = build(run, 2)
     assert summary["job_output"]["metrics_from"] is None
-    assert not re.search(tf_metrics.PROGRESS_PATTERN, "step=3 loss=0.2") and not tf_metrics.is_timed("step=3 loss=0.2")
+    assert not re.search(tf_metrics.progress_pattern(), "step=3 loss=0.2") and not tf_metrics.is_timed("step=3 loss=0.2")
 
 
 @pytest.mark.parametrize(
@@ -94,13 +94,12 @@ def test_without_the_toy_format_its_lines_are_not_read(tmp_path: Path) -> None:
     ],
 )
 def test_progress_and_timed_lines_of_the_built_in_formats(line: str, progress: bool, timed: bool) -> None:
-    assert bool(re.search(tf_metrics.PROGRESS_PATTERN, line.strip())) is progress
     assert bool(re.search(tf_metrics.progress_pattern(), line.strip())) is progress
     assert tf_metrics.is_timed(line) is timed
 
 
 def test_the_progress_pattern_keeps_its_value_and_takes_the_users_pattern() -> None:
-    assert tf_metrics.PROGRESS_PATTERN == r"(?:^|\s)epoch=\d|^Epoch \d+/\d+"
+    assert tf_metrics.progress_pattern() == r"(?:(?:^|\s)epoch=\d)|(?:^Epoch \d+/\d+)"
     assert re.search(tf_metrics.progress_pattern(r"^iter \d+"), "iter 7 done")
     assert not re.search(tf_metrics.progress_pattern(), "iter 7 done")
 
@@ -138,3 +137,11 @@ def test_a_keras_jobs_join_and_epochs_are_timed(tmp_path: Path) -> None:
     row = summary["timeline"][0]["workers"][0]
     assert (row["joined_at"], row["epoch_at"]) == (11.0, {"1": 12.0, "2": 14.0})
     assert row["metrics"] == {"1": {"loss": "0.7"}, "2": {"loss": "0.6"}}
+
+
+def test_a_registered_format_is_seen_by_the_wait_and_the_stall_watchdog(toy: tf_metrics.Format) -> None:
+    """Issue 40, point 5: the wait's progress pattern comes from the registry."""
+    from tf_worker_status import progress_regex
+
+    assert progress_regex("").search("step=3 loss=0.2")
+    assert progress_regex("").search("worker=0 epoch=2 loss=0.5") and progress_regex("^iter ").search("iter 3")
