@@ -230,6 +230,36 @@ def failure_reason(
     return None
 
 
+# --- An operator's stop ------------------------------------------------------------------
+
+# The checks an operator's stop makes moot: it ended the workers (exit status), before the
+# last epoch, the completion line and the chief's marker. Every other check still holds.
+MOOT_AFTER_STOP = ("exit_status", "epochs_complete", "training_complete", "chief_marker")
+STOPPED = "stopped"
+
+
+def moot_after_stop(checks: list[dict[str, Any]], stopped: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The checks as a run an operator stopped is judged: a failed check the stop made moot
+    (MOOT_AFTER_STOP) is not checked, and says why, instead of failing."""
+    if not stopped:
+        return checks
+    of = f" of {stopped['of']}" if stopped.get("of") else ""
+    said = f"moot: the {stopped['by']} stopped the run at epoch {stopped['epoch']}{of}"
+    return [
+        {**c, "ok": None, "result": NOT_CHECKED, "detail": f"{said} ({c['detail']})"}
+        if c["name"] in MOOT_AFTER_STOP and c["ok"] is False else c
+        for c in checks
+    ]
+
+
+def run_status(checks: list[dict[str, Any]], stall: dict[str, Any] | None, stopped: dict[str, Any] | None) -> str:
+    """``succeeded``; ``stopped`` for a run an operator stopped that no check failed beyond
+    what the stop made moot; else ``failed``."""
+    if stall or any(c["ok"] is False for c in checks):
+        return FAILED
+    return STOPPED if stopped else "succeeded"
+
+
 # --- summary.json ----------------------------------------------------------------------
 
 
@@ -310,15 +340,17 @@ def summarize_run(run_id: str, run_dir: str, marker_name: str, expected_size: in
     cluster = cluster_of(workers)
     size = expected_size or len(cluster) or len(workers)
     verdict = judge_run(attempts, size, marker_name)
-    failed = any(c["ok"] is False for c in verdict["checks"])
+    verdict["checks"] = moot_after_stop(verdict["checks"], verdict["stopped"])
     wait = as_dict(inputs.get("wait_outcome"))
     stall = stall_of(workers, wait)
+    status = run_status(verdict["checks"], stall, verdict["stopped"])
+    failed = status != "succeeded"
     mismatched = mismatched_workers(final)
     # What the verdict judged with, as the report and a later collect.yml read it.
     recorded = {**context, **{key: inputs[option] for option, key in INPUTS.items() if inputs.get(option) is not None}}
     return {
         "run_id": run_id,
-        "status": "failed" if failed or stall else "succeeded",
+        "status": status,
         "cluster": {"worker": cluster, "size": size},
         "workers": [
             {

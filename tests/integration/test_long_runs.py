@@ -163,7 +163,7 @@ def test_a_host_lost_and_back_is_resumed(
     assert proc.returncode != 0
     assert ("host node1 failed with host-lost (it stopped answering): a host that stopped answering cannot rejoin "
             "this playbook's cluster (tf_host_lost_wait 0); once it answers again, continue the run with "
-            "-e tf_run_id=<id> -e tf_resume=true") in out, said(out, "lostback")
+            "-e tf_run_id=lostback -e tf_resume=true") in out, said(out, "lostback")
     assert hosts.run(1, f"test -e {RUN}/lostback/retry-1")[0] != 0
     # node1's worker stops by itself (its peer and the controller went quiet).
     wait_until(lambda: book.run_processes(1, "lostback") == [], 120, "node1's worker of the lost attempt ending")

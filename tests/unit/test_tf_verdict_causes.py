@@ -129,12 +129,17 @@ def test_a_run_stopped_by_the_operator_is_reported_as_stopped_at_epoch_n_of_t(tm
     pair(run, w0={**stop, "epochs": [1, 2, 3]}, w1={**stop, "epochs": [1, 2]})
     wait = {"failed_workers": [{"index": 0, "host": "node0", "returncode": 143, "stopped_by": "operator"}]}
     summary = build(run, 2, {"wait": wait})
-    assert summary["status"] == "failed"
+    # Issue 39: a stop is a stop, not a failure; the checks it made moot say so.
+    assert summary["status"] == "stopped"
     assert summary["stopped"] == {"by": "operator", "epoch": 2, "of": 5}
     assert summary["reason"] == "stopped by the operator at epoch 2 of 5"
     checks = {c["name"]: c for c in summary["checks"]}
     assert checks["metrics_agree"]["ok"] is True and checks["metrics_agree"]["detail"].startswith("2 epoch(s)")
-    assert checks["epochs_complete"]["detail"] == "stopped by the operator at epoch 2 of 5"
+    for name in ("exit_status", "epochs_complete", "training_complete", "chief_marker"):
+        assert checks[name]["ok"] is None and checks[name]["detail"].startswith(
+            "moot: the operator stopped the run at epoch 2 of 5 ("), checks[name]
+    assert checks["epochs_complete"]["detail"].endswith("(stopped by the operator at epoch 2 of 5)")
+    assert not [c for c in summary["checks"] if c["ok"] is False]
     assert sorted(summary["metrics"]) == ["1", "2"]
     assert summary["timeline"][0]["culprit"] is None
     assert not any(row["culprit"] for row in summary["timeline"][0]["workers"])
@@ -261,9 +266,21 @@ def test_a_stop_that_reached_a_job_after_it_finished_is_no_stop(tmp_path: Path) 
     # A job the stop did end (no training_complete) is still a stop.
     cut = tmp_path / "cut"
     pair(cut, w0={**late, "complete": False}, w1={**late, "complete": False})
-    assert build(cut, 2)["status"] == "failed"
-    # One that printed training_complete only after the stop's SIGTERM did not finish by itself.
+    assert build(cut, 2)["status"] == "stopped"
+    # One that printed training_complete only after the stop's SIGTERM did not finish by
+    # itself: the operator stopped it.
     caught = tmp_path / "caught"
     early = {**late, "exit_extra": {"stopped_at": T0 + 5.0}}
     pair(caught, w0=early, w1=early)
-    assert build(caught, 2)["status"] == "failed"
+    assert build(caught, 2)["status"] == "stopped"
+
+
+def test_a_stopped_run_that_failed_a_check_the_stop_does_not_explain_failed(tmp_path: Path) -> None:
+    """The stop makes moot only what it ended: workers that disagree on an epoch they both
+    printed before it still fail the run."""
+    run = tmp_path / "opstop-disagree"
+    stop = {"exit_status": 143, "stopped_by": "operator", "complete": False, "total": 5, "epochs": [1, 2]}
+    pair(run, w0=stop, w1={**stop, "metrics": {2: {"loss": "0.9", "binary_accuracy": "0.1"}}})
+    summary = build(run, 2)
+    assert summary["status"] == "failed"
+    assert [c["name"] for c in summary["checks"] if c["ok"] is False] == ["metrics_agree"]
