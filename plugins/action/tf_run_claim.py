@@ -32,6 +32,8 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "cluster_checksum": {"type": "str", "default": ""},
     "resume": {"type": "bool", "default": False},
     "hosts": {"type": "dict", "default": {}},
+    "chief": {"type": "str", "default": ""},
+    "from_scratch": {"type": "bool", "default": False},
 }
 # The verdict's summary.json status of a run that needs nothing more.
 SUCCEEDED = "succeeded"
@@ -128,7 +130,33 @@ def run_succeeded(run_dir: str, hosts: dict[str, Any]) -> bool:
     return bool(workers) and all(w.get("returncode") == 0 for w in workers)
 
 
-def resume(runs_dir: str, run_id: str, checksum: str, hosts: dict[str, Any], check_mode: bool) -> dict[str, Any]:
+def resumes_from(run_id: str, hosts: dict[str, Any], chief: str, from_scratch: bool) -> tuple[str, str | None]:
+    """What the resumed job restores from, as the output says it, and the refusal when the
+    chief's checkpoint directory holds nothing (the job would train from its first epoch
+    while the output said "resumed"), unless ``from_scratch``. Nothing is said of a host
+    whose answer has no ``checkpoint`` (an older module)."""
+    found = hosts.get(chief) if isinstance(hosts.get(chief), dict) else {}
+    held = found.get("checkpoint") if isinstance(found.get("checkpoint"), dict) else None
+    if not chief or held is None:
+        return "from its checkpoints", None
+    if not held.get("files"):
+        where = found.get("checkpoint_dir") or "its checkpoint directory"
+        if from_scratch:
+            return f"from scratch: the chief's checkpoint directory on {chief} ({where}) holds nothing", None
+        return "", (
+            f"host {chief}: run {run_id!r} has no checkpoint to resume from ({where}, the chief's checkpoint "
+            "directory, holds nothing): the job would train again from its first epoch. Make the job save its "
+            "training state in TF_RUNBOOK_CHECKPOINT_DIR (Keras' BackupAndRestore), or resume it anyway with "
+            "-e tf_resume_from_scratch=true")
+    numbers = sorted(set((held.get("numbers") or {}).values()))
+    named = f"; it names checkpoint {numbers[-1]}" if numbers else ""
+    size = int(held.get("bytes") or 0)
+    return (f"from the chief's checkpoint on {chief} ({held['files']} file(s), {size / 1e6:.1f} MB, newest "
+            f"{held.get('newest')}{named})"), None
+
+
+def resume(runs_dir: str, run_id: str, checksum: str, hosts: dict[str, Any], check_mode: bool, chief: str = "",
+           from_scratch: bool = False) -> dict[str, Any]:
     """Claim the existing run ``run_id`` for its next attempt, or refuse with every reason."""
     check_run_id(run_id)
     run_dir = os.path.join(runs_dir, run_id)
@@ -144,12 +172,15 @@ def resume(runs_dir: str, run_id: str, checksum: str, hosts: dict[str, Any], che
     problems += host_problems(run_id, checksum, hosts)
     if not problems and run_succeeded(run_dir, hosts):
         problems.append(f"run {run_id!r} succeeded: there is nothing to resume")
+    source, refusal = resumes_from(run_id, hosts, chief, from_scratch)
+    if refusal and not problems:
+        problems.append(refusal)
     if problems:
         raise AnsibleActionFail(f"Preflight refused the resume: {'; '.join(problems)}")
     attempt = max(int(found.get("last_attempt", -1)) for found in hosts.values()) + 1 if hosts else 1
     path = os.path.join(run_dir, RESUME_CLAIM.format(attempt=attempt))
     if check_mode:
-        return {"changed": True, "path": run_dir, "attempt": attempt}
+        return {"changed": True, "path": run_dir, "attempt": attempt, "resumes_from": source}
     try:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError as exc:
@@ -158,7 +189,7 @@ def resume(runs_dir: str, run_id: str, checksum: str, hosts: dict[str, Any], che
             f"({path} exists; remove it if no other playbook is resuming the run)") from exc
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         handle.write(f"{time.time()}\n")
-    return {"changed": True, "path": run_dir, "attempt": attempt}
+    return {"changed": True, "path": run_dir, "attempt": attempt, "resumes_from": source}
 
 
 class ActionModule(ControllerAction):
@@ -167,5 +198,5 @@ class ActionModule(ControllerAction):
     def work(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         if args["resume"]:
             return resume(args["runs_dir"], args["run_id"], args["cluster_checksum"], args["hosts"],
-                          self._task.check_mode)
+                          self._task.check_mode, args["chief"], args["from_scratch"])
         return claim(args["runs_dir"], args["run_id"], self._task.check_mode, args["cluster_checksum"])

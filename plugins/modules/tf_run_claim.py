@@ -51,6 +51,16 @@ options:
       C(tf_checkpoint_dir) as its C(checkpoint_root)).
     type: dict
     default: {}
+  chief:
+    description: With O(resume), the chief's host, whose checkpoint directory holds what the resumed job
+      restores from. A chief whose directory holds nothing is refused unless O(from_scratch).
+    type: str
+    default: ""
+  from_scratch:
+    description: With O(resume), resume a run whose chief holds no checkpoint anyway (C(tf_resume_from_scratch));
+      the job trains again from its first epoch.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -90,4 +100,9 @@ attempt:
   type: int
   returned: always
   sample: 2
+resumes_from:
+  description: With O(resume), what the resumed job restores from, as the output says it.
+  type: str
+  returned: when resume
+  sample: from the chief's checkpoint on w0 (5 file(s), 0.0 MB, newest latest; it names checkpoint 3)
 """

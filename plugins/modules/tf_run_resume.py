@@ -79,6 +79,14 @@ last_attempt:
   description: The latest attempt found (0 the first launch); -1 when none was launched here.
   type: int
   returned: always
+checkpoint:
+  description: What the checkpoint directory the resume would use holds here (the runbook's own files left out),
+    C(files), C(bytes), C(newest) (its newest file, relative; null when none) and C(newest_at) (epoch seconds), and
+    C(numbers), the checkpoint number each pointer file names (TensorFlow's C(checkpoint), the default job's
+    C(latest)). On the chief's host it tells what the resumed job restores from.
+  type: dict
+  returned: always
+  sample: {"files": 5, "bytes": 20480, "newest": "latest", "newest_at": 1767268800.0, "numbers": {"latest": 3}}
 earlier_alive:
   description: Workers of earlier attempts whose supervisor still runs, each with C(attempt), C(index),
     C(dir) and C(supervisor_pid).
@@ -112,6 +120,10 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     run_dir_of,
     run_id_is_safe,
     worker_index,
+)
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_checkpoint_copy import (
+    chief_files,
+    pointer_numbers,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import checkpoint_dir_of
 
@@ -179,7 +191,29 @@ def read_run(base_dir: str, run_id: str, checkpoint_root: str = "") -> dict[str,
         "last_attempt": last,
         "workers": [worker_entry(index, dirs[index]) for index in sorted(dirs)],
         "earlier_alive": earlier_alive(run_dir, attempts[:-1]),
+        "checkpoint": checkpoint_held(checkpoint_dir),
     }
+
+
+def checkpoint_held(directory: str) -> dict[str, Any]:
+    """What the job's checkpoint directory here holds (the runbook's own files left out):
+    ``files``, ``bytes``, the ``newest`` file and its time, and ``numbers``, the checkpoint
+    each pointer file names (TensorFlow's ``checkpoint``, the default job's ``latest``). A
+    resume from a directory that holds nothing starts the job over."""
+    try:
+        names = chief_files(directory) if os.path.isdir(directory) and not os.path.islink(directory) else []
+    except OSError:
+        names = []
+    sizes, times = {}, {}
+    for name in names:
+        try:
+            info = os.stat(os.path.join(directory, name))
+        except OSError:
+            continue
+        sizes[name], times[name] = info.st_size, info.st_mtime
+    newest = max(times, key=lambda name: times[name]) if times else None
+    return {"files": len(sizes), "bytes": sum(sizes.values()), "newest": newest,
+            "newest_at": times.get(newest) if newest else None, "numbers": pointer_numbers(directory, list(sizes))}
 
 
 def earlier_alive(run_dir: str, attempts: list[int]) -> list[dict[str, Any]]:

@@ -112,6 +112,14 @@ def test_a_job_error_is_named_and_not_restarted(
     summary = book.summary("joberror")
     assert summary["status"] == "failed"
     no_process_left(book, "joberror")
+    # Issue 39, point 5: the job saved nothing, so a resume would continue nothing.
+    resumed = book.play("train.yml", extra={"tf_run_id": "joberror", "tf_resume": True,
+                                            "tf_train_script": str(IMPORT_ERROR_JOB)})
+    assert resumed.returncode != 0
+    assert re.search(r"host node0: run 'joberror' has no checkpoint to resume from \(\S+, the chief's checkpoint "
+                     r"directory, holds nothing\): the job would train again from its first epoch", resumed.stdout), (
+        resumed.stdout[-3000:])
+    assert not book.exists(0, f"{RUN}/joberror/retry-1"), "a refused resume started an attempt"
 
 
 def test_a_worker_killed_by_sigkill_is_restarted(

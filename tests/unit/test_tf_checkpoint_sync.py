@@ -697,3 +697,21 @@ def test_a_run_id_reused_by_another_cluster_on_a_shared_checkpoint_root_is_refus
     assert "pick another tf_run_id or tf_checkpoint_dir" in refused["msg"]
     assert not (tmp_path / "base-1").exists()
     assert (tmp_path / "shared" / "r1" / "ckpt-1.index").read_text() == "backup of the first cluster"
+
+
+def test_a_host_says_what_its_checkpoint_directory_holds_for_a_resume(tmp_path: Path) -> None:
+    """Issue 39, point 5: what the resumed job restores from (the runbook's own files left
+    out), or that it holds nothing."""
+    from ansible_collections.tf_runbook.multiworker.plugins.modules import tf_run_resume
+
+    ckpt = tmp_path / "runs" / "r1" / "checkpoints"
+    ckpt.mkdir(parents=True)
+    assert tf_run_resume.read_run(str(tmp_path), "r1")["checkpoint"]["files"] == 0
+    (ckpt / ".tf-runbook-owner.json").write_text("{}")
+    (ckpt / "chief").mkdir()
+    (ckpt / "chief" / "ckpt-3.index").write_bytes(b"x" * 10)
+    (ckpt / "checkpoint").write_text('model_checkpoint_path: "chief/ckpt-3"\n')
+    os.utime(ckpt / "checkpoint", (2_000_000_000, 2_000_000_000))
+    held = tf_run_resume.read_run(str(tmp_path), "r1")["checkpoint"]
+    assert (held["files"], held["newest"], held["numbers"]) == (2, "checkpoint", {"checkpoint": 3})
+    assert held["bytes"] == 10 + len('model_checkpoint_path: "chief/ckpt-3"\n')

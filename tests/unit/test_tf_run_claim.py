@@ -110,7 +110,7 @@ def test_a_stopped_run_is_resumed_as_its_next_attempt_once(tmp_path: Path) -> No
     runs = claimed_run(tmp_path)
     hosts = {"h0": host(last=1), "h1": host(last=1)}
     assert action.resume(str(runs), "r1", CHECKSUM, hosts, False) == {
-        "changed": True, "path": str(runs / "r1"), "attempt": 2}
+        "changed": True, "path": str(runs / "r1"), "attempt": 2, "resumes_from": "from its checkpoints"}
     with pytest.raises(AnsibleActionFail, match="another playbook is resuming run 'r1' as attempt 2"):
         action.resume(str(runs), "r1", CHECKSUM, hosts, False)
 
@@ -160,7 +160,7 @@ def checkpoint_host(recorded: list[str | None], would: str = "/ck/r1", root: str
 def test_a_resume_with_the_runs_checkpoint_directory_is_not_refused(tmp_path: Path, found: dict[str, Any]) -> None:
     runs = claimed_run(tmp_path)
     assert action.resume(str(runs), "r1", CHECKSUM, {"h0": checkpoint_host(["/ck/r1"]), "h1": found}, True) == {
-        "changed": True, "path": str(runs / "r1"), "attempt": 2}
+        "changed": True, "path": str(runs / "r1"), "attempt": 2, "resumes_from": "from its checkpoints"}
 
 
 @pytest.mark.parametrize(
@@ -207,3 +207,27 @@ def test_a_resume_in_check_mode_claims_nothing(tmp_path: Path) -> None:
     runs = claimed_run(tmp_path)
     assert action.resume(str(runs), "r1", CHECKSUM, {"h0": host(last=0)}, True)["attempt"] == 1
     assert not [name for name in os.listdir(runs / "r1") if name.endswith(".claim")]
+
+
+HELD = {"files": 5, "bytes": 2_500_000, "newest": "latest", "newest_at": 1.0, "numbers": {"latest": 3, "checkpoint": 3}}
+
+
+def test_a_resume_says_what_the_chief_holds_to_restore_from(tmp_path: Path) -> None:
+    """Issue 39, point 5: "resumed ... from its checkpoints" when there were none."""
+    runs = claimed_run(tmp_path)
+    hosts = {"h0": {**host(last=1), "checkpoint": HELD, "checkpoint_dir": "/ck/r1"}, "h1": host(last=1)}
+    result = action.resume(str(runs), "r1", CHECKSUM, hosts, True, "h0")
+    assert result["resumes_from"] == ("from the chief's checkpoint on h0 (5 file(s), 2.5 MB, newest latest; it names "
+                                      "checkpoint 3)")  # fmt: skip
+
+
+def test_a_resume_from_an_empty_chief_is_refused_unless_from_scratch(tmp_path: Path) -> None:
+    runs = claimed_run(tmp_path)
+    empty = {"files": 0, "bytes": 0, "newest": None, "newest_at": None, "numbers": {}}
+    hosts = {"h0": {**host(last=1), "checkpoint": empty, "checkpoint_dir": "/ck/r1"},
+             "h1": {**host(last=1), "checkpoint": HELD}}  # fmt: skip
+    with pytest.raises(AnsibleActionFail, match=r"host h0: run 'r1' has no checkpoint to resume from \(/ck/r1, the "
+                                                r"chief's checkpoint directory, holds nothing\).*tf_resume_from_scratch"):
+        action.resume(str(runs), "r1", CHECKSUM, hosts, True, "h0")
+    result = action.resume(str(runs), "r1", CHECKSUM, hosts, True, "h0", from_scratch=True)
+    assert result["resumes_from"] == "from scratch: the chief's checkpoint directory on h0 (/ck/r1) holds nothing"
