@@ -78,12 +78,7 @@ def now_text() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-# --- The culprit, written once ---------------------------------------------------------
-
-
-def finished_at(worker: dict[str, Any]) -> float:
-    value = as_dict(worker.get("exit")).get("finished_at")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("inf")
+# --- The culprit, by the one rule of tf_causes --------------------------------------
 
 
 def culprit_of(
