@@ -11,8 +11,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[1]
 # The clone as the collection tf_runbook.multiworker, as ansible.cfg's collections_path
@@ -107,6 +110,32 @@ def start_playbook(
     )
 
 
+# -- waiting -----------------------------------------------------------------------------
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:
+    """Poll ``predicate`` until it returns a true value, and return that value; fails the
+    test, saying ``what`` was awaited, after ``timeout`` seconds. A test waits on the
+    condition it needs rather than sleeping a time that a loaded machine may outlast."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= end:
+            raise AssertionError(f"{what}: not within {timeout:g} s")
+        time.sleep(interval)
+
+
+def task_output(stdout: str, task: str) -> str:
+    """What ``ansible-playbook`` printed for the task named ``task`` (its results, up to the
+    next TASK or PLAY header); fails the test when no such task ran, so that a check of
+    the output cannot pass on an empty string after the task was renamed."""
+    _before, header, rest = stdout.partition(task)
+    assert header, f"no task {task!r} in the playbook's output (renamed?): {stdout[-2000:]}"
+    return rest.split("\nTASK [", 1)[0].split("\nPLAY ", 1)[0]
+
+
 # -- files and processes -----------------------------------------------------------------
 
 
@@ -135,6 +164,31 @@ def kill_quietly(pid: int) -> None:
     """SIGKILL ``pid`` if it still exists (the end of a test that started it)."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, 9)
+
+
+def tcp_server_side(port: int, peer_port: int) -> dict[str, int] | None:
+    """The listening side on ``port`` of the loopback connection from ``peer_port``, from
+    /proc/net/tcp and tcp6 (a server may listen on both): {"state": its TCP state, "unread":
+    bytes the server has not read yet}; None when there is no such socket (any more). What a
+    test waits on to know that a server read from a connection, or closed it (see
+    server_closed)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text(encoding="ascii").splitlines()[1:]:
+            fields = line.split()
+            local, remote, tcp_state, queues = fields[1], fields[2], fields[3], fields[4]
+            if int(local.rsplit(":", 1)[1], 16) == port and int(remote.rsplit(":", 1)[1], 16) == peer_port:
+                return {"state": int(tcp_state, 16), "unread": int(queues.split(":")[1], 16)}
+    return None
+
+
+# TCP states of /proc/net/tcp in which the socket's owner has not closed it yet.
+TCP_ESTABLISHED, TCP_CLOSE_WAIT = 1, 8
+
+
+def server_closed(port: int, peer_port: int) -> bool:
+    """Whether the server on ``port`` closed its side of the connection from ``peer_port``."""
+    side = tcp_server_side(port, peer_port)
+    return side is None or side["state"] not in (TCP_ESTABLISHED, TCP_CLOSE_WAIT)
 
 
 def pid_running(pid: int) -> bool:

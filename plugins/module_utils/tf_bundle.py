@@ -12,9 +12,11 @@ archive in one transfer and unpack it with the same code. The rules, each once:
   directories whose names match the patterns, and the artifacts whose path below a worker
   directory matches (a directory takes everything below it); never ``job_env.json``, never
   a link;
-- the cap: records whole (each up to the cap, `MIN_CUT` at least), the logs sharing what
-  is left (a log over its share sent as its head and tail with a marker line), then the
-  artifacts while they fit; what is left out or cut is returned, never dropped silently;
+- the cap: everything sent sums to ``max_mb`` at most: records whole, smallest first, while
+  they fit; the logs sharing what is left (a log over its share sent as its head and tail
+  with a marker line, or left out when its share is under `MIN_SHARE`); then the artifacts
+  while they fit. ``max_mb`` 0 is no cap: each record up to `MIN_CUT`, each log up to
+  `MIN_CUT`. What is left out or cut is returned, never dropped silently;
 - the unpack: only the regular files the host said it packed, with relative clean paths,
   streamed to disk (0600 in 0700 directories) and replaced only when their content changed.
 
@@ -48,8 +50,12 @@ WORKER_DIR = re.compile(r"^(retry-[0-9]+/)?worker-[0-9]+$")
 MB = 1024 * 1024
 # Files that may be sent as their head and tail when over their share of max_mb: text logs.
 CUTTABLE = ("*.log", "*.txt", "*.out", "*.err")
-# However small the cap, a cut log keeps this much (head and tail together, with the marker).
+# With max_mb 0 (no cap), each record up to this size comes whole, and each log comes whole
+# up to it, else cut to it (head and tail together, with the marker).
 MIN_CUT = 64 * 1024
+# Under a cap, a log whose share is smaller than this is left out rather than cut to a few
+# lines around its marker.
+MIN_SHARE = 4 * 1024
 # How far back (forward) from the head's end (the tail's start) a cut looks for a line end.
 LINE_SEARCH = 64 * 1024
 # Most bytes of a cut log held in memory at once while packing.
@@ -93,13 +99,19 @@ def within_cap(
 ) -> tuple[list[str], list[dict[str, Any]], dict[str, Cut]]:
     """What this host sends within ``max_mb``: ``first`` (logs and records), then ``rest``
     (artifacts) in order while the total stays within the cap. Returns the files sent, the
-    files left out with their sizes, and the logs sent cut (path to its `Cut`).
+    files left out with their sizes, and the logs sent cut (path to its `Cut`). Everything
+    sent sums to ``max_mb`` MB at most, records included.
 
     Records (``first`` files that are not text logs) come whole, as they cannot be cut,
-    each when it is no larger than the cap (at least `MIN_CUT`: the supervisor's records
-    come even with ``max_mb`` 0), else it is left out. The logs share what is left fairly,
-    smallest first, each whole when it fits in an equal share of what is left; a log over
-    its share is cut to its head and tail (at least `MIN_CUT` bytes in all)."""
+    smallest first while they fit in what the smaller ones left; a record that does not
+    fit is left out (listed, with its size). The logs share what the records left, smallest
+    first, each whole when it fits in an equal share of what is left; a log over its share
+    is cut to its head and tail within the share, and left out when the share is under
+    `MIN_SHARE`.
+
+    ``max_mb`` 0 is no cap (the supervisor's records and the ends of the logs still come):
+    each record whole when it is no larger than `MIN_CUT`, each log whole up to `MIN_CUT`,
+    else cut to `MIN_CUT`."""
     budget = max_mb * MB
     sizes = {rel: os.path.getsize(os.path.join(run_dir, rel)) for rel in dict.fromkeys(first)}
     kept: list[str] = []
@@ -107,20 +119,23 @@ def within_cap(
     cuts: dict[str, Cut] = {}
     left = budget
     logs = sorted((rel for rel in sizes if cuttable(rel)), key=lambda rel: (sizes[rel], rel))
-    for rel in sorted(rel for rel in sizes if not cuttable(rel)):
-        if sizes[rel] <= max(budget, MIN_CUT):
+    for rel in sorted((rel for rel in sizes if not cuttable(rel)), key=lambda rel: (sizes[rel], rel)):
+        if sizes[rel] <= (left if budget else MIN_CUT):
             left -= sizes[rel]
             kept.append(rel)
         else:
             left_out.append({"path": rel, "bytes": sizes[rel]})
     for position, rel in enumerate(logs):
-        share = max(left, 0) // (len(logs) - position)
+        share = left // (len(logs) - position) if budget else MIN_CUT
         size = sizes[rel]
-        if size <= max(share, MIN_CUT):
+        if size <= share:
             left -= size
-        else:
-            cuts[rel] = plan_cut(os.path.join(run_dir, rel), size, max(share, MIN_CUT), max_mb)
+        elif share >= MIN_SHARE:
+            cuts[rel] = plan_cut(os.path.join(run_dir, rel), size, share, max_mb)
             left -= cuts[rel].sent
+        else:
+            left_out.append({"path": rel, "bytes": size})
+            continue
         kept.append(rel)
     kept.sort()
     left_out.sort(key=lambda entry: entry["path"])

@@ -50,15 +50,18 @@ options:
     elements: str
     default: []
   max_mb:
-    description: Most this host sends, in MB. The worker files matching O(patterns) come
-      first, then artifacts in path order while they fit. Of the first, a record (any file
-      but a text log) comes whole when it is no larger than the cap (64 KiB at least, so the
-      supervisor's records come even with 0); the text logs (C(*.log), C(*.txt), C(*.out),
-      C(*.err)) share what is left, smallest first, each whole when it fits in an equal
-      share. A log over its share is sent as its head and its tail, cut at line ends, with
-      a marker line between that says how many bytes were cut (64 KiB at least in all); it
-      is listed in RV(truncated). Any other file that does not fit is listed in
-      RV(left_out). The role passes C(tf_collect_max_mb).
+    description: Most this host sends, in MB, records and logs included. The worker files
+      matching O(patterns) come first, then artifacts in path order while they fit. Of the
+      first, the records (any file but a text log) come whole, smallest first, while they
+      fit; a record that does not fit in what the smaller ones left is not sent. The text
+      logs (C(*.log), C(*.txt), C(*.out), C(*.err)) share what the records left, smallest
+      first, each whole when it fits in an equal share. A log over its share is sent as its
+      head and its tail within the share, cut at line ends, with a marker line between that
+      says how many bytes were cut; it is listed in RV(truncated). A log whose share is
+      under 4 KiB is not sent. Every file not sent is listed in RV(left_out). With 0 there
+      is no cap (each record up to 64 KiB comes whole, each log whole or cut to 64 KiB), so
+      that the supervisor's records and the ends of the logs still come. The role passes
+      C(tf_collect_max_mb).
     type: int
     required: true
   dest:

@@ -67,3 +67,61 @@ def test_integration_tests_run_the_runbook_through_the_helpers(path: Path) -> No
     text = path.read_text()
     assert 'with_name("ansible-playbook")' not in text, path.name
     assert 'ANSIBLE_CONFIG=str(REPO / "ansible.cfg")' not in text, path.name
+
+
+PLAYBOOK_OUTPUT = """PLAY [Preflight] ***
+TASK [tf_preflight : Connect to every peer] ***
+ok: [h0]
+TASK [tf_preflight : End the probe listeners that outlived their host's connect] ***
+ok: [h1] => (item=h2)
+ok: [h1] => (item=h3)
+
+TASK [tf_preflight : Refuse the run for what failed in the probe] ***
+skipping: [h0]
+PLAY [Launch] ***
+"""
+
+
+def test_task_output_is_the_named_tasks_results_only() -> None:
+    stopped = helpers.task_output(PLAYBOOK_OUTPUT, "End the probe listeners that outlived their host's connect")
+    assert "(item=h2)" in stopped and "(item=h3)" in stopped
+    assert "Refuse" not in stopped and "skipping" not in stopped
+    assert helpers.task_output(PLAYBOOK_OUTPUT, "Refuse the run for what failed in the probe").strip() == (
+        "] ***\nskipping: [h0]")
+
+
+def test_task_output_fails_when_the_task_did_not_run() -> None:
+    """A check of a renamed task's output must fail, never pass on an empty string."""
+    renamed = PLAYBOOK_OUTPUT.replace("End the probe listeners", "Stop the probe listeners")
+    with pytest.raises(AssertionError, match="no task \"End the probe listeners that outlived their host's connect\""):
+        helpers.task_output(renamed, "End the probe listeners that outlived their host's connect")
+
+
+def test_wait_until_returns_the_first_true_value_and_fails_naming_what_it_awaited() -> None:
+    answers = iter([None, 0, "", {"port": 1}])
+    assert helpers.wait_until(lambda: next(answers), 5, "a port", interval=0) == {"port": 1}
+    with pytest.raises(AssertionError, match=r"the sky to fall: not within 0.05 s"):
+        helpers.wait_until(lambda: False, 0.05, "the sky to fall")
+
+
+def test_tcp_server_side_sees_what_the_server_has_not_read_and_when_it_closed() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        try:
+            client.sendall(b"abc")
+            peer = client.getsockname()[1]
+            assert helpers.wait_until(lambda: (helpers.tcp_server_side(port, peer) or {}).get("unread") == 3, 5,
+                                      "three bytes queued")  # fmt: skip
+            conn, _ = server.accept()
+            assert conn.recv(3) == b"abc"
+            assert helpers.tcp_server_side(port, peer) == {"state": 1, "unread": 0}
+            assert not helpers.server_closed(port, peer)
+            client.shutdown(socket.SHUT_WR)  # the client closes first: the server's side waits
+            assert helpers.wait_until(lambda: (helpers.tcp_server_side(port, peer) or {}).get("state") == 8, 5,
+                                      "close-wait")  # fmt: skip
+            assert not helpers.server_closed(port, peer)
+            conn.close()
+            assert helpers.wait_until(lambda: helpers.server_closed(port, peer), 5, "the server's close")
+        finally:
+            client.close()

@@ -375,3 +375,98 @@ def test_run_dir_names_a_runs_directory_it_cannot_make_private(tmp_path: Path, m
     with pytest.raises(tf_run_files.RunFilesError, match=f"cannot make {base / 'runs'} private \\(mode 700\\): "):
         tf_run_files.prepare_run(params, check=False, want_diff=False)
     assert not (base / "runs" / "r1").exists()
+
+
+def exit_record(path: Path, timed_lines: int) -> None:
+    """An exit.json as the supervisor writes it, with ``timed_lines`` timed contract lines
+    (it keeps up to 20000): a record, sent whole or not at all, of about 60 bytes a line."""
+    timed = [[1_796_000_000.0 + i, f"worker=0 epoch={i} loss=0.{i:06d}"] for i in range(timed_lines)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"returncode": 143, "stopped_by": "runbook", "timed_lines": timed}))
+
+
+def busy_host(run: Path, logs_per_worker: int) -> list[str]:
+    """Two workers over three attempts, each with ``logs_per_worker`` logs of different
+    sizes (worker.log, stacks.txt, job.err: 0.1 to 2 MB) and its records: an exit.json of
+    600 to 3000 timed lines, a state.json, a tf_config.json. The patterns that collect them."""
+    names = ["worker.log", "stacks.txt", "job.err"][:logs_per_worker]
+    for attempt, prefix in enumerate(("", "retry-1/", "retry-2/")):
+        for index in (0, 1):
+            wdir = run / f"{prefix}worker-{index}"
+            for position, name in enumerate(names):
+                numbered_log(wdir / name, 1000 + 6000 * ((attempt + index + position) % 4))
+            exit_record(wdir / "exit.json", 600 * (1 + (attempt + 2 * index) % 5))
+            (wdir / "state.json").write_text(json.dumps({"supervisor_pid": 1, "launch": {"attempt": attempt}}))
+            (wdir / "tf_config.json").write_text(json.dumps({"cluster": {"worker": ["a:1", "b:1"]}}))
+    return [*names, "exit.json", "state.json", "tf_config.json"]
+
+
+@pytest.mark.parametrize("logs_per_worker", [1, 2, 3])
+@pytest.mark.parametrize("max_mb", [1, 2])
+def test_what_a_host_sends_stays_within_the_cap_records_included(
+    tmp_path: Path, logs_per_worker: int, max_mb: int
+) -> None:
+    """The reviewer's report: with 2 or 3 logs per host, 1.18 MB and 1.45 MB were sent at a
+    1 MB cap. Everything sent (records whole, logs whole or cut) sums to the cap at most;
+    the logs share what the records leave, the cut ones equally."""
+    run = tmp_path / "runs" / "r1"
+    patterns = busy_host(run, logs_per_worker)
+    packed = bundle.pack_run(str(run), patterns, [], max_mb)
+    cap = max_mb * 1024 * 1024
+    cut = {entry["path"]: entry for entry in packed["truncated"]}
+    sizes = {rel: (run / rel).stat().st_size for rel in packed["files"]}
+    sent = {rel: cut[rel]["sent"] if rel in cut else size for rel, size in sizes.items()}
+    with tarfile.open(packed["bundle"]) as archive:
+        assert {m.name: m.size for m in archive.getmembers()} == sent  # what the bundle holds
+    assert sum(sent.values()) <= cap, (sum(sent.values()) / 1024 / 1024, packed["left_out"])
+    # Nothing matched was dropped silently: each file is sent (whole or cut) or listed.
+    left_out = {entry["path"] for entry in packed["left_out"]}
+    assert sorted([*sent, *left_out]) == bundle.run_files(str(run), patterns)
+    records = {rel: n for rel, n in sent.items() if not bundle.cuttable(rel)}
+    logs = {rel: n for rel, n in sent.items() if bundle.cuttable(rel)}
+    # Each cut log had an equal share of what the records and the whole logs left, less at
+    # most a line at each end of the cut; a whole log fitted in that share.
+    room = cap - sum(records.values()) - sum(n for rel, n in logs.items() if rel not in cut)
+    if cut:
+        share = room // len(cut)
+        assert all(abs(c["sent"] - share) <= 512 for c in cut.values()), (share, cut)
+        assert all(n <= share for rel, n in logs.items() if rel not in cut), share
+    # A record left out is one that did not fit in what the smaller ones left.
+    for entry in packed["left_out"]:
+        if not bundle.cuttable(entry["path"]):
+            smaller = sum(n for n in records.values() if n <= entry["bytes"])
+            assert smaller + entry["bytes"] > cap, entry
+
+
+def test_records_that_do_not_fit_together_are_left_out_largest_first_and_the_logs_share_the_rest(
+    tmp_path: Path,
+) -> None:
+    """Three exit.json of 0.40, 0.45 and 0.50 MB at a 1 MB cap: the two smaller fit (0.85 MB),
+    the largest is left out, listed; the two logs share the 0.15 MB left, each cut to half."""
+    run = tmp_path / "run"
+    mb = 1024 * 1024
+    for index, tenths in enumerate((40, 45, 50)):
+        (run / f"worker-{index}").mkdir(parents=True)
+        (run / f"worker-{index}" / "exit.json").write_bytes(b" " * (tenths * mb // 100))
+    numbered_log(run / "worker-0" / "worker.log", 5000)  # 0.5 MB
+    numbered_log(run / "worker-1" / "worker.log", 6000)
+    first = bundle.run_files(str(run), ["worker.log", "exit.json"])
+    kept, left_out, cuts = bundle.within_cap(str(run), first, [], 1)
+    assert left_out == [{"path": "worker-2/exit.json", "bytes": 50 * mb // 100}]
+    assert kept == ["worker-0/exit.json", "worker-0/worker.log", "worker-1/exit.json", "worker-1/worker.log"]
+    room = mb - (40 + 45) * mb // 100
+    assert list(cuts) == ["worker-0/worker.log", "worker-1/worker.log"]
+    assert all(room // 2 - 256 <= cut.sent <= room // 2 + 256 for cut in cuts.values()), (room, cuts)
+    assert sum(cut.sent for cut in cuts.values()) + (40 + 45) * mb // 100 <= mb
+
+
+def test_a_log_whose_share_is_too_small_to_cut_is_left_out(tmp_path: Path) -> None:
+    """The records leave less than MIN_SHARE for each log: a cut would be little more than
+    its marker line, so the log is left out (listed) and the records come."""
+    run = tmp_path / "run"
+    (run / "worker-0").mkdir(parents=True)
+    (run / "worker-0" / "exit.json").write_bytes(b" " * (1024 * 1024 - 3 * 1024))
+    numbered_log(run / "worker-0" / "worker.log", 100)  # 9.7 KB, over the 3 KiB left
+    kept, left_out, cuts = bundle.within_cap(str(run), ["worker-0/exit.json", "worker-0/worker.log"], [], 1)
+    assert kept == ["worker-0/exit.json"] and cuts == {}
+    assert left_out == [{"path": "worker-0/worker.log", "bytes": (run / "worker-0" / "worker.log").stat().st_size}]

@@ -16,7 +16,7 @@ import pytest
 import tf_firewall
 import tf_preflight
 import tf_preflight_probe as probe
-from helpers import kill_quietly, run_module
+from helpers import kill_quietly, run_module, wait_until
 
 SPEC = {
     "workers": [
@@ -642,7 +642,7 @@ def test_a_stop_for_another_run_does_not_end_the_listener() -> None:
     result: dict[str, object] = {}
     thread = threading.Thread(target=lambda: result.update(probe.listen([port], ["never"], 3, "tf-runbook-probe r1 a")))
     thread.start()
-    time.sleep(0.3)
+    wait_until(lambda: probe.bind_error(port) != 0, 10, "the listener holding its port")
     with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
         conn.sendall(probe.stop_message("tf-runbook-probe r2 a"))
     thread.join(10)

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 import tf_preflight_probe as probe
-from helpers import run_module
+from helpers import run_module, tcp_server_side, wait_until
 
 # Generous margins: this machine's cores are shared with other test runs.
 MARGIN = 1.5
@@ -56,7 +56,8 @@ def hello(port: int, me: str, delay: float = 0.0, timeout: float = 20, answered:
 @pytest.fixture
 def trickler() -> Iterator[Any]:
     """Starts clients that send one byte every 50 ms, never a line, never closing on their
-    own; stops them at the end of the test. Each records when its connection was cut."""
+    own; stops them at the end of the test. Each records its port (``port``), how many bytes
+    it sent (``sent``) and when its connection was cut (``cut_after``)."""
     stop = threading.Event()
     threads: list[threading.Thread] = []
 
@@ -64,9 +65,11 @@ def trickler() -> Iterator[Any]:
         def run() -> None:
             with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
                 begun = time.monotonic()
+                record["port"] = conn.getsockname()[1]
                 try:
                     while not stop.is_set():
                         conn.sendall(b"h")
+                        record["sent"] = record.get("sent", 0) + 1
                         time.sleep(0.05)
                 except OSError:
                     record["cut_after"] = time.monotonic() - begun
@@ -95,17 +98,20 @@ def test_a_trickling_client_is_cut_at_its_budget_and_delays_no_one(trickler: Any
     thread, result, port = serve_in_thread(["a"], 30, "token")
     record: dict[str, float] = {}
     trickler(port, record)
-    time.sleep(0.3)  # the trickler is connected and served first
+
+    def trickler_served() -> bool:  # the listener accepted it and reads what it trickles
+        side = tcp_server_side(port, record["port"]) if record.get("sent", 0) >= 2 else None
+        return side is not None and side["unread"] == 0
+
+    wait_until(trickler_served, 10, "the trickler connected and served first")
     began = time.monotonic()
     assert hello(port, "a") == b"token"
     assert time.monotonic() - began < 0.5 + MARGIN
     thread.join(10)
     assert not thread.is_alive() and result["heard"] == {str(port): ["a"]}
     # The listener ended (every peer heard) and closed the trickler's connection with it.
-    deadline = time.monotonic() + 5
-    while "cut_after" not in record and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert record.get("cut_after", 99) < probe.CONNECTION_BUDGET + MARGIN, record
+    wait_until(lambda: "cut_after" in record, 5, "the trickler's connection cut")
+    assert record["cut_after"] < probe.CONNECTION_BUDGET + MARGIN, record
 
 
 def test_silent_connections_do_not_delay_a_hello() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 from ansible.errors import AnsibleActionFail
 
+import helpers
 import tf_run_claim_action as action
 
 
@@ -65,8 +68,62 @@ def test_of_two_claims_of_one_run_id_made_together_only_one_passes(tmp_path: Pat
         thread.start()
     for thread in threads:
         thread.join()
+    assert len(outcomes) == 8, outcomes  # every thread answered: none died of an exception not caught
     assert outcomes.count(True) == 1, outcomes
     assert all(isinstance(o, str) and "claimed" in o and "r1" in o for o in outcomes if o is not True), outcomes
+
+
+# A process that claims run r1 from four threads at once when it reads "go" on stdin, after
+# printing "ready"; it prints one JSON line per thread: true, or the refusal's text.
+CLAIMER = """
+import json, sys, threading
+from ansible.errors import AnsibleActionFail
+from ansible_collections.tf_runbook.multiworker.plugins.action.tf_run_claim import claim
+barrier, lock = threading.Barrier(4), threading.Lock()
+def one():
+    barrier.wait()
+    try:
+        outcome = claim(sys.argv[1], "r1")["changed"]
+    except AnsibleActionFail as exc:
+        outcome = str(exc)
+    with lock:
+        print(json.dumps(outcome), flush=True)
+print("ready", flush=True)
+sys.stdin.readline()
+threads = [threading.Thread(target=one) for _ in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+"""
+
+
+def test_of_claims_of_one_run_id_from_several_processes_only_one_passes(tmp_path: Path) -> None:
+    """Two playbooks are two processes: the claim's exclusivity is the file system's (one
+    mkdir), not a lock of one process. Four processes of four threads each claim together."""
+    runs = str(tmp_path / "runs")
+    claimers = [subprocess.Popen([sys.executable, "-c", CLAIMER, runs], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True, env=helpers.module_env()) for _ in range(4)]  # fmt: skip
+    try:
+        for claimer in claimers:
+            assert claimer.stdout is not None and claimer.stdout.readline().strip() == "ready"
+        for claimer in claimers:  # every process waits on its stdin: all start at once
+            assert claimer.stdin is not None
+            claimer.stdin.write("go\n")
+            claimer.stdin.flush()
+        outcomes = []
+        for claimer in claimers:
+            out, _ = claimer.communicate(timeout=60)
+            assert claimer.returncode == 0, out
+            outcomes += [json.loads(line) for line in out.splitlines()]
+    finally:
+        for claimer in claimers:
+            helpers.kill_quietly(claimer.pid)
+            claimer.wait()
+    assert len(outcomes) == 16, outcomes
+    assert outcomes.count(True) == 1, outcomes
+    assert all(isinstance(o, str) and "claimed" in o and "'r1'" in o for o in outcomes if o is not True), outcomes
+    assert os.listdir(runs) == ["r1"]
 
 
 def test_check_mode_creates_nothing(tmp_path: Path) -> None:
@@ -231,3 +288,65 @@ def test_a_resume_from_an_empty_chief_is_refused_unless_from_scratch(tmp_path: P
         action.resume(str(runs), "r1", CHECKSUM, hosts, True, "h0")
     result = action.resume(str(runs), "r1", CHECKSUM, hosts, True, "h0", from_scratch=True)
     assert result["resumes_from"] == "from scratch: the chief's checkpoint directory on h0 (/ck/r1) holds nothing"
+
+
+@pytest.mark.parametrize("lasts", [(1, 3), (3, 1), (0, 2, 1)])
+def test_hosts_that_disagree_on_the_last_attempt_resume_after_the_highest(tmp_path: Path, lasts: tuple[int, ...]) -> None:
+    """A host that missed a retry (lost during it) answers an older last attempt: the next
+    attempt's number comes from the highest one, never reusing a retry's directory."""
+    runs = claimed_run(tmp_path)
+    hosts = {f"h{i}": host(last=last) for i, last in enumerate(lasts)}
+    following = max(lasts) + 1
+    assert action.resume(str(runs), "r1", CHECKSUM, hosts, False)["attempt"] == following
+    assert sorted(name for name in os.listdir(runs / "r1") if name.endswith(".claim")) == [
+        f".resume-{following}.claim"]
+
+
+def worker(index: int, returncode: int | None) -> dict[str, Any]:
+    return {"index": index, "dir": f"/b/runs/r1/retry-1/worker-{index}", "alive": False, "returncode": returncode,
+            "checksum": CHECKSUM}
+
+
+@pytest.mark.parametrize(
+    "codes",
+    [((0, 143), ()), ((0,), (1,)), ((143,), (0,)), ((0, None), (0,)), ((0,), (0, -9))],
+    ids=["one-host", "two-hosts", "first-failed", "no-exit-record", "killed"],
+)
+def test_a_latest_attempt_with_mixed_exit_codes_did_not_succeed(
+    tmp_path: Path, codes: tuple[tuple[int | None, ...], ...]
+) -> None:
+    """Some workers of the latest attempt exited 0, others did not (or left no exit record):
+    the run is not "succeeded" and is resumed."""
+    runs = claimed_run(tmp_path)
+    hosts = {f"h{h}": {**host(), "workers": [worker(i, code) for i, code in enumerate(per_host)]}
+             for h, per_host in enumerate(codes)}  # fmt: skip
+    assert action.run_succeeded(str(runs / "r1"), hosts) is False
+    assert action.resume(str(runs), "r1", CHECKSUM, hosts, False)["attempt"] == 2
+
+
+def test_a_latest_attempt_whose_every_worker_exited_0_succeeded_without_a_verdict(tmp_path: Path) -> None:
+    runs = claimed_run(tmp_path)
+    hosts = {"h0": {**host(), "workers": [worker(0, 0), worker(1, 0)]}, "h1": {**host(), "workers": [worker(2, 0)]}}
+    assert action.run_succeeded(str(runs / "r1"), hosts) is True
+    assert action.run_succeeded(str(runs / "r1"), {"h0": {**host(), "workers": []}}) is False
+
+
+def test_a_run_directory_with_no_worker_directory_was_never_launched_there(tmp_path: Path) -> None:
+    """The run's directory exists on the host (made by the deploy, or a retry's directory
+    left empty) but holds no worker directory: no attempt, and the resume is refused."""
+    from ansible_collections.tf_runbook.multiworker.plugins.modules import tf_run_resume
+
+    run = tmp_path / "base" / "runs" / "r1"
+    (run / "retry-1").mkdir(parents=True)
+    (run / "job").mkdir()
+    (run / "worker-x").mkdir()  # not a worker index
+    (run / "worker-3").write_text("a file, not a directory")
+    found = tf_run_resume.read_run(str(tmp_path / "base"), "r1")
+    assert (found["exists"], found["last_attempt"], found["workers"], found["earlier_alive"]) == (True, -1, [], [])
+    runs = claimed_run(tmp_path)
+    with pytest.raises(AnsibleActionFail) as refusal:
+        action.resume(str(runs), "r1", CHECKSUM, {"h0": host(), "h1": found}, False)
+    assert str(refusal.value) == (
+        f"Preflight refused the resume: host h1: run 'r1' was never launched there ({run} holds no worker "
+        "directory); resume it with the inventory it ran on")
+    assert not [name for name in os.listdir(runs / "r1") if name.endswith(".claim")]

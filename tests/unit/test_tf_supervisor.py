@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import pytest
 
 import tf_supervisor
-from helpers import pid_running, proc_stat, processes
+from helpers import pid_running, proc_stat, processes, wait_until
 
 pytestmark = pytest.mark.usefixtures("reaper")
 
@@ -218,10 +218,10 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def wait_for(path: Path, text: str | None = None, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not path.exists() or (text is not None and text not in path.read_text(encoding="utf-8")):
-        assert time.monotonic() < end, f"{path} did not appear (with {text!r}) within {timeout} s"
-        time.sleep(0.02)
+    wait_until(
+        lambda: path.exists() and (text is None or text in path.read_text(encoding="utf-8")),
+        timeout, f"{path} to appear (with {text!r})",
+    )  # fmt: skip
 
 
 def group_members(pgid: int) -> list[str]:

@@ -151,3 +151,84 @@ def test_one_attempt_says_every_epoch_came_from_it(tmp_path: Path) -> None:
     assert summary["status"] == "succeeded"
     assert summary["epoch_sources"] == {"1": 0, "2": 0, "3": 0}
     assert checks(summary)["restore_agree"]["ok"] is True
+
+
+def variant(attempt: int, epoch: int) -> dict[str, str]:
+    """Epoch ``epoch``'s metrics as attempt ``attempt`` printed them: another text per attempt."""
+    return {"loss": f"0.{attempt}{epoch}0000", "binary_accuracy": f"0.{9 - attempt}{epoch}00"}
+
+
+@pytest.mark.parametrize(
+    ("plan", "sources"),
+    [
+        # (attempt: (resumed after, epochs printed)): each attempt redoes its predecessor's last epoch.
+        ({0: (None, [1, 2]), 1: (1, [2, 3]), 2: (2, [3, 4])}, {1: 0, 2: 1, 3: 2, 4: 2}),
+        ({0: (None, [1, 2]), 1: (1, [2, 3]), 2: (2, [3]), 3: (2, [3, 4])}, {1: 0, 2: 1, 3: 3, 4: 3}),
+        ({0: (None, [1, 2, 3]), 1: (1, [2, 3]), 2: (1, [2, 3, 4])}, {1: 0, 2: 2, 3: 2, 4: 2}),
+    ],
+    ids=["three", "four", "redone-twice"],
+)
+def test_over_three_or_more_attempts_each_epoch_comes_from_the_latest_attempt_that_printed_it(
+    tmp_path: Path, plan: dict[int, tuple[int | None, list[int]]], sources: dict[int, int]
+) -> None:
+    """Every attempt prints its epochs with values of its own: an epoch printed again by a
+    later attempt (it restored from an earlier checkpoint) is judged by the later values."""
+    run = tmp_path / "many"
+    last = max(plan)
+    for attempt, (after, epochs) in plan.items():
+        ending = {} if attempt == last else KILLED
+        fields = {"epochs": epochs, "total": 4, "resumed_from": after,
+                  "metrics": {e: variant(attempt, e) for e in epochs}, **ending}  # fmt: skip
+        pair(run, attempt=attempt, w0=fields, w1=fields)
+    summary = build(run, 2)
+    assert summary["status"] == "succeeded", summary["reason"]
+    assert summary["epoch_sources"] == {str(e): a for e, a in sources.items()}
+    assert summary["metrics"] == {str(e): variant(a, e) for e, a in sources.items()}
+    earlier = sum(1 for a in sources.values() if a != last)
+    assert checks(summary)["metrics_agree"]["detail"] == (
+        f"4 epoch(s), identical on every worker: {earlier} agreed in earlier attempt(s), {4 - earlier} in attempt {last}")
+
+
+def test_an_earlier_attempts_values_of_an_epoch_are_replaced_by_a_later_one_before_the_last(tmp_path: Path) -> None:
+    """The last attempt only restored after epoch 3: each epoch comes from the latest of the
+    earlier attempts that completed and agreed on it."""
+    run = tmp_path / "restored-at-end"
+    for attempt, (after, epochs) in {0: (None, [1, 2]), 1: (1, [2, 3]), 2: (3, [])}.items():
+        fields = {"epochs": epochs, "total": 3, "resumed_from": after,
+                  "metrics": {e: variant(attempt, e) for e in epochs}, **({} if attempt == 2 else KILLED)}  # fmt: skip
+        pair(run, attempt=attempt, w0=fields, w1=fields)
+    summary = build(run, 2)
+    assert summary["status"] == "succeeded", summary["reason"]
+    assert summary["epoch_sources"] == {"1": 0, "2": 1, "3": 1}
+    assert summary["metrics"] == {"1": variant(0, 1), "2": variant(1, 2), "3": variant(1, 3)}
+
+
+# A relative difference of 1e-4, and smaller ones written with more digits: the workers of one
+# synchronous job compute the same values, so metrics_agree compares the printed text exactly,
+# with no tolerance; a value that differs anywhere is a disagreement.
+NEAR_MISSES = [("0.500000", "0.500050"), ("0.693100", "0.693031"), ("0.12345678", "0.12345679"), ("1e-3", "1.0001e-3")]
+
+
+@pytest.mark.parametrize(("ours", "theirs"), NEAR_MISSES)
+def test_a_near_miss_between_workers_fails_metrics_agree(tmp_path: Path, ours: str, theirs: str) -> None:
+    run = tmp_path / "near"
+    values = {e: {"loss": ours, "binary_accuracy": "0.5000"} for e in (1, 2, 3)}
+    pair(run, w0={"metrics": values}, w1={"metrics": {**values, 2: {**values[2], "loss": theirs}}})
+    summary = build(run, 2)
+    assert summary["status"] == "failed"
+    assert failing(summary) == ["metrics_agree"]
+    spread = ", ".join(f"{value} from worker(s) {idx}" for value, idx in sorted({ours: [0], theirs: [1]}.items()))
+    assert checks(summary)["metrics_agree"]["detail"] == f"epoch 2 loss: {spread}"
+    assert "2" not in summary["metrics"] or "loss" not in summary["metrics"]["2"]
+
+
+@pytest.mark.parametrize(("ours", "theirs"), NEAR_MISSES[:1])
+def test_an_earlier_attempts_near_miss_is_no_agreed_epoch_to_resume_after(tmp_path: Path, ours: str, theirs: str) -> None:
+    run = tmp_path / "near-earlier"
+    values = {1: {"loss": ours, "binary_accuracy": "0.5000"}}
+    pair(run, w0={"epochs": [1], "metrics": values, **KILLED},
+         w1={"epochs": [1], "metrics": {1: {**values[1], "loss": theirs}}, **KILLED})  # fmt: skip
+    pair(run, attempt=1, w0={"epochs": [2, 3], "resumed_from": 1}, w1={"epochs": [2, 3], "resumed_from": 1})
+    summary = build(run, 2)
+    assert failing(summary) == ["epochs_once"]
+    assert "no earlier attempt had every worker complete and agree on epoch 1" in checks(summary)["epochs_once"]["detail"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -18,6 +19,8 @@ from typing import Any, Iterator
 
 import pytest
 
+import tf_worker_go
+from helpers import server_closed, tcp_server_side, wait_until
 from tf_launch import tf_launch_go_timeout, tf_launched_workers
 from tf_worker_go import go, go_all
 from tf_worker_launch import launch, plan, supervisor_environment
@@ -87,13 +90,13 @@ def armed(
 
 
 def wait_armed(wdir: Path, proc: subprocess.Popen, timeout: float = 10.0) -> dict[str, Any]:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    def state() -> dict[str, Any] | None:
         if (wdir / "state.json").exists():
             return json.loads((wdir / "state.json").read_text())
         assert proc.poll() is None, f"the supervisor ended before it armed: {proc.stderr.read() if proc.stderr else ''}"
-        time.sleep(0.02)
-    pytest.fail(f"{wdir} was not armed within {timeout} s")
+        return None
+
+    return wait_until(state, timeout, f"{wdir} armed")
 
 
 def target(port: int, index: int = 0) -> dict[str, Any]:
@@ -300,14 +303,25 @@ def test_the_go_reaches_every_worker_at_once_not_one_after_another(tmp_path: Pat
 
 
 def test_a_go_sent_before_the_supervisor_holds_its_port_is_tried_again(
-    supervisor_path: Path, tmp_path: Path, procs: list
+    supervisor_path: Path, tmp_path: Path, procs: list, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     port = free_port()
     wdir = worker_dir(tmp_path, port)
     result: dict[str, Any] = {}
+    refused: list[float] = []
+    connect = socket.create_connection
+
+    def counted(*args: Any, **kwargs: Any) -> socket.socket:
+        try:
+            return connect(*args, **kwargs)
+        except ConnectionRefusedError:
+            refused.append(time.monotonic())
+            raise
+
+    monkeypatch.setattr(tf_worker_go.socket, "create_connection", counted)
     sender = threading.Thread(target=lambda: result.update(go(target(port), TOKEN, 15)), daemon=True)
     sender.start()
-    time.sleep(0.5)  # refused meanwhile: nothing holds the port yet
+    wait_until(lambda: len(refused) >= 2, 10, "the go refused twice (nothing holds the port yet)")
     proc = arm(procs, supervisor_path, wdir, "--go-timeout", "30")
     sender.join(20)
     assert result.get("started") is True, result
@@ -331,10 +345,14 @@ def test_a_stop_that_comes_while_the_go_is_read_wins(supervisor_path: Path, tmp_
     wait_armed(wdir, proc)
     with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
         conn.sendall(b"TF-RUNBOOK-GO ")
-        time.sleep(0.3)
+        # The supervisor accepted the connection and read the go's beginning: the stop
+        # comes while the go is read.
+        peer = conn.getsockname()[1]
+        wait_until(lambda: (tcp_server_side(port, peer) or {}).get("unread") == 0, 10, "the go's beginning read")
         (wdir / "stop.json").write_text(json.dumps({"by": "runbook", "reason": "stopped by the runbook"}))
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        # The rest of the go comes after the supervisor took the stop (it answers then).
+        wait_until(lambda: select.select([conn], [], [], 0)[0], 10, "the supervisor's answer to the go")
         conn.sendall(TOKEN.encode() + b"\n")
         conn.settimeout(5)
         answer = conn.recv(512)
@@ -352,14 +370,18 @@ def test_the_job_deadline_counts_from_the_launch_not_from_the_go(
         procs, supervisor_path, tmp_path, "30", "--job-timeout", "3", "--grace", "0", job_args=("30",)
     )
     state = wait_armed(wdir, proc)
-    assert state["launch"]["deadline_at"] is not None
-    time.sleep(2.0)
-    assert go(target(port), TOKEN, 10)["started"] is True
+    deadline = state["launch"]["deadline_at"]
+    assert deadline is not None
+    # The go 1 s before the deadline by the supervisor's own clock (not 2 s after this test
+    # saw it armed, which a loaded machine may make later than the deadline).
+    wait_until(lambda: time.time() >= deadline - 1.0, 10, "1 s before the job deadline")
+    sent = go(target(port), TOKEN, 10)
+    assert sent["started"] is True and sent["sent_at"] < deadline, (sent, deadline)
     proc.wait(20)
     exit_ = json.loads((wdir / "exit.json").read_text())
     assert exit_["stopped_by"] == "job-deadline", exit_
-    # Stopped about 1 s after the go (3 s from the launch), not 3 s after it.
-    assert exit_["finished_at"] - exit_["started_at"] < 2.5, exit_
+    # Stopped at the launch's deadline (3 s after the launch), not 3 s after the go.
+    assert exit_["finished_at"] - sent["sent_at"] < 2.5, (exit_, sent, deadline)
 
 
 def test_a_reattach_finds_the_launch_of_an_armed_attempt(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
@@ -406,11 +428,17 @@ def test_a_go_whose_launch_gave_up_starts_nothing(supervisor_path: Path, tmp_pat
     wait_armed(wdir, proc)
     proc.send_signal(signal.SIGSTOP)
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as late:
-            late.sendall(b"TF-RUNBOOK-GO " + TOKEN.encode() + b"\n")
+        late = socket.create_connection(("127.0.0.1", port), timeout=2)
+        late.sendall(b"TF-RUNBOOK-GO " + TOKEN.encode() + b"\n")
+        late.shutdown(socket.SHUT_RDWR)  # the launch gave up, but keep the port number to follow
     finally:
         proc.send_signal(signal.SIGCONT)
-    time.sleep(1.0)
+    try:
+        # The supervisor took the late go from its queue and closed it without an answer.
+        peer = late.getsockname()[1]
+        wait_until(lambda: server_closed(port, peer), 10, "the late go's connection closed by the supervisor")
+    finally:
+        late.close()
     assert json.loads((wdir / "state.json").read_text())["pid"] is None
     assert not (wdir / "seen.json").exists()
     assert go(target(port), TOKEN, 10)["started"] is True

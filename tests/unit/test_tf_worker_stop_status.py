@@ -45,10 +45,7 @@ while True:
 
 
 def wait_for(path: Path, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} did not appear within {timeout} s"
-        time.sleep(0.02)
+    helpers.wait_until(path.exists, timeout, f"{path} to appear")
 
 
 def wait_group_gone(pgid: int, timeout: float = 3.0) -> bool:
