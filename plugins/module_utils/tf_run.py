@@ -112,6 +112,11 @@ CHECKPOINT_LOCK_FILE = ".tf-runbook-copy.lock"
 # cluster's checksum, read again by a resume).
 CHECKPOINT_SYNC_PREFIX = "checkpoint-sync-"
 RUN_RECORD = "run.json"
+# On the controller, in the run's directory: the playbook that drives the run, written by
+# its claim (a new run's or a resume's) and kept: the ansible-playbook process's pid, its
+# start time (/proc/<pid>/stat field 22, clock ticks after boot: a pid reused later has
+# another) and the controller's host name. A resume is refused while that process lives.
+DRIVER_FILE = "driver.json"
 # On the controller, in the run's directory: what the controller decided after attempt n
 # failed (attempt-<n>.json), written when the decision is made: the culprit and its
 # cause (tf_causes.attempt_failure), the lost hosts, which host ran which worker, what was
