@@ -169,10 +169,8 @@ def start_with_secrets(argv: Sequence[str], go_token: str = "", announce_key: st
     """Start a supervisor's argv (``[python, supervisor, --worker-dir, <dir>, ...]``) as
     tf_worker_launch does with secrets: ``--secrets-stdin`` after the worker directory,
     the secrets' line written on its stdin, which is then closed."""
-    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (  # noqa: PLC0415
-        SECRETS_FLAG,
-        secrets_line,
-    )
+    # Imported here: the collection's path is on sys.path only where a conftest put it.
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import SECRETS_FLAG, secrets_line
 
     line = secrets_line(go_token, announce_key)
     proc = subprocess.Popen([*argv[:4], SECRETS_FLAG, *argv[4:]], stdin=subprocess.PIPE, **popen)

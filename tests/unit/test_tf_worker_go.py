@@ -21,6 +21,7 @@ import pytest
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import parse_secrets_line, secrets_line
 from tf_launch import tf_launch_go_timeout, tf_launched_workers
 from tf_worker_go import go, go_all
+import tf_supervisor
 from helpers import start_with_secrets
 from tf_worker_launch import launch, plan, supervisor_argv
 from tf_worker_status import find_workers, worker_state
@@ -513,3 +514,17 @@ def test_a_go_whose_launch_gave_up_starts_nothing(supervisor_path: Path, tmp_pat
     assert not (wdir / "seen.json").exists()
     assert go(target(port), TOKEN, 10)["started"] is True
     assert proc.wait(20) == 0
+
+
+def test_the_supervisor_reads_its_secrets_from_a_file_and_gives_up_on_a_silent_pipe(tmp_path: Path) -> None:
+    secrets_file = tmp_path / "secrets"
+    secrets_file.write_bytes(secrets_line("tok") + b"not read\n")
+    with open(secrets_file, "rb") as handle:
+        assert tf_supervisor.read_secrets(handle.fileno()) == {"go_token": "tok"}
+    read_end, write_end = os.pipe()
+    try:
+        with pytest.raises(ValueError, match=r"no secrets line on stdin within 0\.2 s"):
+            tf_supervisor.read_secrets(read_end, timeout=0.2)
+    finally:
+        os.close(read_end)
+        os.close(write_end)

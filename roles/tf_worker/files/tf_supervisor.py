@@ -785,7 +785,8 @@ def read_secrets(fd: int = 0, limit: int = SECRETS_LINE_BYTES, timeout: float = 
     Raises ValueError saying what is wrong (never quoting the line)."""
     data = b""
     end = time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
+    # select(), not epoll: it also takes a regular file as stdin.
+    with selectors.SelectSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
         while b"\n" not in data and len(data) <= limit:
             left = end - time.monotonic()
