@@ -217,3 +217,18 @@ def port_held(port: int, host: str = "0.0.0.0") -> Iterator[subprocess.Popen[str
     finally:
         holder.kill()
         holder.wait()
+
+
+def start_with_secrets(argv: Sequence[str], go_token: str = "", announce_key: str = "", **popen: Any) -> subprocess.Popen:
+    """Start a supervisor's argv (``[python, supervisor, --worker-dir, <dir>, ...]``) as
+    tf_worker_launch does with secrets: ``--secrets-stdin`` after the worker directory,
+    the secrets' line written on its stdin, which is then closed."""
+    # Imported here: the collection's path is on sys.path only where a conftest put it.
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import SECRETS_FLAG, secrets_line
+
+    line = secrets_line(go_token, announce_key)
+    proc = subprocess.Popen([*argv[:4], SECRETS_FLAG, *argv[4:]], stdin=subprocess.PIPE, **popen)
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError), proc.stdin:
+        proc.stdin.write(line.decode("utf-8") if popen.get("text") else line)
+    return proc

@@ -6,18 +6,24 @@ with the same ``-e tf_run_id`` only one passes; the run's record (``run.json``: 
 cluster's checksum) is written beside. With ``resume`` (``-e tf_resume=true``) it claims
 an existing run instead, once every host's answer (tf_run_resume) and the controller's
 records say it may be resumed, and takes the next attempt's number with a file made
-``O_EXCL``. Done here, on the controller, without a module process. Its options and
+``O_EXCL``. Either claim records the playbook that drives the run (``driver.json``: the
+ansible-playbook process, which forked this action's worker), and a resume is refused
+while the recorded driver still lives. Done here, on the controller, without a module
+process. Its options and
 results are documented in plugins/modules/tf_run_claim.py (a documentation-only module).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import PROC, process_start_time
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    DRIVER_FILE,
     RUN_RECORD,
     SUMMARY_FILE,
     read_json,
@@ -39,6 +45,60 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 SUCCEEDED = "succeeded"
 # Made O_EXCL in the run's directory by the resume that takes attempt n.
 RESUME_CLAIM = ".resume-{attempt}.claim"
+
+
+def playbook_pid() -> int:
+    """The pid of the ansible-playbook process that runs this action: an action runs in a
+    worker process that ansible-playbook forked (its multiprocessing context is 'fork'),
+    as tf_worker_status's controller check also relies on."""
+    return os.getppid()
+
+
+def driver_record(pid: int, attempt: int, proc: str = PROC, host: str = "") -> dict[str, Any]:
+    """What driver.json holds of the playbook ``pid`` that claims ``attempt``: its pid,
+    its start time (None when it cannot be read), the controller's host name."""
+    return {
+        "pid": pid,
+        "start_time": process_start_time(pid, proc),
+        "host": host or socket.gethostname(),
+        "attempt": attempt,
+        "claimed_at": time.time(),
+    }
+
+
+def record_driver(run_dir: str, attempt: int, pid: int | None = None, proc: str = PROC) -> dict[str, Any]:
+    """Write driver.json in ``run_dir`` for the playbook ``pid`` (this one by default)."""
+    record = driver_record(playbook_pid() if pid is None else pid, attempt, proc)
+    write_json_atomic(os.path.join(run_dir, DRIVER_FILE), record)
+    return record
+
+
+def live_driver(run_dir: str, proc: str = PROC, host: str = "", own_pid: int | None = None) -> dict[str, Any] | None:
+    """The run's recorded driver when it still drives it: the process of its pid lives
+    with the recorded start time, on this host. None for no record, a record without a
+    start time, a dead playbook, a pid reused by another process (another start time),
+    another controller's record (which this host cannot check), or this very playbook
+    (``own_pid``)."""
+    record = read_json(os.path.join(run_dir, DRIVER_FILE)) or {}
+    pid, start = record.get("pid"), record.get("start_time")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not isinstance(start, int):
+        return None
+    if record.get("host") != (host or socket.gethostname()) or pid == own_pid:
+        return None
+    return record if process_start_time(pid, proc) == start else None
+
+
+def driver_problem(run_id: str, run_dir: str, proc: str = PROC, host: str = "",
+                   own_pid: int | None = None) -> list[str]:  # fmt: skip
+    """Why the run may not be resumed now: a playbook that still drives it."""
+    driver = live_driver(run_dir, proc, host, playbook_pid() if own_pid is None else own_pid)
+    if driver is None:
+        return []
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(driver.get("claimed_at") or 0)))
+    return [f"run {run_id!r} is still driven by the playbook that claimed attempt {driver.get('attempt')} at "
+            f"{since} (ansible-playbook pid {driver['pid']} on {driver['host']}, recorded in "
+            f"{os.path.join(run_dir, DRIVER_FILE)}): let it finish, or stop it (Ctrl-C it, or kill {driver['pid']}) "
+            "and then resume"]  # fmt: skip
 
 
 def check_run_id(run_id: str) -> None:
@@ -71,6 +131,7 @@ def claim(runs_dir: str, run_id: str, check_mode: bool = False, checksum: str = 
     os.chmod(run_dir, 0o700)
     write_json_atomic(os.path.join(run_dir, RUN_RECORD),
                       {"run_id": run_id, "cluster_checksum": checksum, "claimed_at": time.time()})
+    record_driver(run_dir, 0)
     return {"changed": True, "path": run_dir, "attempt": 0}
 
 
@@ -164,7 +225,7 @@ def resume(runs_dir: str, run_id: str, checksum: str, hosts: dict[str, Any], che
         raise AnsibleActionFail(
             f"Preflight refused the resume: run {run_id!r} has no directory on this controller ({run_dir}); "
             "resume from the controller (and tf_runs_dir) that launched it")
-    problems = []
+    problems = driver_problem(run_id, run_dir)
     recorded = (read_json(os.path.join(run_dir, RUN_RECORD)) or {}).get("cluster_checksum")
     if recorded and checksum and recorded != checksum:
         problems.append(f"run {run_id!r} ran in another cluster (recorded checksum {recorded[:12]}, this "
@@ -189,6 +250,7 @@ def resume(runs_dir: str, run_id: str, checksum: str, hosts: dict[str, Any], che
             f"({path} exists; remove it if no other playbook is resuming the run)") from exc
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         handle.write(f"{time.time()}\n")
+    record_driver(run_dir, attempt)
     return {"changed": True, "path": run_dir, "attempt": attempt, "resumes_from": source}
 
 

@@ -48,6 +48,35 @@ def parse_stat(text: str) -> tuple[str, int] | None:
         return None
 
 
+# The start time of a process, in clock ticks after boot (proc(5) field 22), counted from
+# the state (field 3).
+START_TIME_FIELD = 19
+
+
+def parse_start_time(text: str) -> int | None:
+    """The start time of a ``/proc/<pid>/stat`` text (clock ticks after boot); None when
+    the text is not one."""
+    try:
+        return int(stat_fields(text)[START_TIME_FIELD])
+    except (IndexError, ValueError):
+        return None
+
+
+def process_start_time(pid: int | str, proc: str = PROC) -> int | None:
+    """The start time of the live process ``pid`` (clock ticks after boot): with its pid,
+    it names one process for the host's uptime, where a pid alone may be reused. None
+    when it is gone, a zombie or unreadable."""
+    try:
+        with open(f"{proc}/{pid}/stat", encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    stat = parse_stat(text)
+    if stat is None or stat[0] in ENDED_STATES:
+        return None
+    return parse_start_time(text)
+
+
 def parse_cpu_ticks(text: str) -> int | None:
     """The CPU time of a ``/proc/<pid>/stat`` text in clock ticks: user and system time of
     the process (all its threads), and of its children it waited for (cutime, cstime: a

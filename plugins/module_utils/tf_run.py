@@ -45,18 +45,24 @@ LAUNCH_OUTPUT_FILE = "supervisor.out"
 LAUNCH_RECORDS = (STATE_FILE, EXIT_FILE)
 
 # The launch's go (tf_worker_launch arms the supervisors, tf_worker_go starts them all at
-# once): the line sent to each worker's port (the magic, then the token), the answers,
-# and the environment variable that hands the supervisor its token.
+# once): the line sent to each worker's port (the magic, then the token) and the answers.
 GO_MAGIC = b"TF-RUNBOOK-GO "
 GO_STARTED = b"TF-RUNBOOK-STARTED "
 GO_FAILED = b"TF-RUNBOOK-FAILED "
-GO_TOKEN_ENV = "TF_RUNBOOK_GO_TOKEN"
 GO_LINE_BYTES = 512
 # A worker whose job failed on its own announces it on its TensorFlow port: the magic,
-# the run id, a MAC of the run id and the reason under the run's announcement secret
-# (handed to the supervisor like the go's token), then the reason.
+# the run id, a MAC of the run id and the reason under the run's announcement secret,
+# then the reason.
 ANNOUNCE_MAGIC = b"TF-RUNBOOK-PEER-FAILED "
-ANNOUNCE_KEY_ENV = "TF_RUNBOOK_ANNOUNCE_KEY"
+# The launch's secrets (the go's token, the announcement key) reach the supervisor on a
+# pipe, never its environment (readable in /proc/<pid>/environ for the process's whole
+# life, by the job too) nor its command line: started with SECRETS_FLAG, it reads one
+# JSON line of at most SECRETS_LINE_BYTES bytes from its stdin, an object of these keys.
+SECRETS_FLAG = "--secrets-stdin"
+SECRETS_LINE_BYTES = 4096
+SECRET_GO_TOKEN = "go_token"
+SECRET_ANNOUNCE_KEY = "announce_key"
+SECRET_KEYS = (SECRET_GO_TOKEN, SECRET_ANNOUNCE_KEY)
 
 # What the deploy ships into the job directory next to tf_supervisor.py: the job's
 # wrapper (it dumps the job's stacks on STACKS_SIGNAL, then runs the user's script) and
@@ -106,6 +112,11 @@ CHECKPOINT_LOCK_FILE = ".tf-runbook-copy.lock"
 # cluster's checksum, read again by a resume).
 CHECKPOINT_SYNC_PREFIX = "checkpoint-sync-"
 RUN_RECORD = "run.json"
+# On the controller, in the run's directory: the playbook that drives the run, written by
+# its claim (a new run's or a resume's) and kept: the ansible-playbook process's pid, its
+# start time (/proc/<pid>/stat field 22, clock ticks after boot: a pid reused later has
+# another) and the controller's host name. A resume is refused while that process lives.
+DRIVER_FILE = "driver.json"
 # On the controller, in the run's directory: what the controller decided after attempt n
 # failed (attempt-<n>.json), written when the decision is made: the culprit and its
 # cause (tf_causes.attempt_failure), the lost hosts, which host ran which worker, what was
@@ -210,6 +221,43 @@ def retry_index(name: str) -> int | None:
     """The attempt of a restart directory's name (``retry-2``: 2); None for another name."""
     rest = name[len(RETRY_PREFIX):] if name.startswith(RETRY_PREFIX) else ""
     return int(rest) if rest.isdigit() else None
+
+
+def secrets_line(go_token: str = "", announce_key: str = "") -> bytes:
+    """The line the launch writes on a supervisor's stdin: the given secrets as one JSON
+    object and a newline; empty when there are none (the supervisor then gets no
+    SECRETS_FLAG). Raises ValueError when it would exceed SECRETS_LINE_BYTES."""
+    given = {name: value for name, value in ((SECRET_GO_TOKEN, go_token), (SECRET_ANNOUNCE_KEY, announce_key)) if value}
+    if not given:
+        return b""
+    line = json.dumps(given, sort_keys=True).encode("utf-8") + b"\n"
+    if len(line) > SECRETS_LINE_BYTES:
+        raise ValueError(f"the launch's secrets take {len(line)} bytes, more than {SECRETS_LINE_BYTES}")
+    return line
+
+
+def parse_secrets_line(line: bytes) -> dict[str, str]:
+    """The secrets of a line secrets_line() wrote: {key: value} of SECRET_KEYS, each a
+    non-empty string. Raises ValueError saying what is wrong with anything else (no
+    newline within SECRETS_LINE_BYTES, not a JSON object, an unknown key, a value that
+    is not a non-empty string); the message never quotes the line."""
+    if not line:
+        raise ValueError("no secrets line (stdin ended at once)")
+    if len(line) > SECRETS_LINE_BYTES or not line.endswith(b"\n"):
+        raise ValueError(f"no complete secrets line within {SECRETS_LINE_BYTES} bytes")
+    try:
+        data = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ValueError("the secrets line is not JSON") from None
+    if not isinstance(data, dict):
+        raise ValueError("the secrets line is not a JSON object")
+    unknown = sorted(str(key) for key in data if key not in SECRET_KEYS)
+    if unknown:
+        raise ValueError(f"the secrets line has unknown keys {unknown}")
+    bad = sorted(key for key, value in data.items() if not isinstance(value, str) or not value)
+    if bad:
+        raise ValueError(f"the secrets line's {', '.join(bad)} is not a non-empty string")
+    return dict(data)
 
 
 def read_json(path: str) -> dict[str, Any] | None:

@@ -25,6 +25,12 @@ description:
     that succeeded (its C(summary.json), or every worker of its latest attempt exited 0).
     The next attempt is the latest attempt found on any host plus one; a file made with O_EXCL in the run's
     directory (C(.resume-<attempt>.claim)) lets only one playbook take it.
+  - Either claim records the playbook that drives the run in C(driver.json) in the run's directory, with the pid
+    of the ansible-playbook process (the parent of the worker process that runs this action), its start time
+    (C(/proc/<pid>/stat) field 22) and the controller's host name; the record is kept after the playbook ends.
+    A resume is refused, naming the pid and how to stop it, while the recorded driver still lives, that is
+    while a process of that pid with that start time runs on this host (a dead playbook's record, a pid since
+    reused by another process, or another controller's record does not refuse it).
   - Runs on the controller only (an action plugin); the hosts are not contacted. In check mode nothing is created.
 extends_documentation_fragment:
   - tf_runbook.multiworker.attributes

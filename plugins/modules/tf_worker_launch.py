@@ -24,9 +24,10 @@ description:
   - Starts C(tf_supervisor.py) once per worker of the host, with the argv
     C([python, supervisor, --worker-dir, <dir>] + args) and the worker directory as its
     working directory, fully detached from the module (a new session, stdin from
-    C(/dev/null), stdout and stderr appended to C(supervisor.out) in the worker directory,
-    every other file descriptor closed), so that the SSH channel closes as soon as the
-    module returns and the supervisors outlive it.
+    C(/dev/null) or, with O(go_token) or O(announce_key), a pipe that the module closes
+    once it wrote the secrets, stdout and stderr appended to C(supervisor.out) in the
+    worker directory, every other file descriptor closed), so that the SSH channel closes
+    as soon as the module returns and the supervisors outlive it.
   - Every worker is started before any is checked, so no worker waits for another; then
     the module waits at most O(settle) seconds for each supervisor to record its state
     (C(state.json)) or to end. A supervisor that could not be started, or that ended
@@ -48,12 +49,15 @@ description:
   - With O(go_token), the supervisors are armed rather than started (O(args) then holds
     C(--go-timeout)); each holds its worker's TensorFlow port and records an
     armed C(state.json), and starts its job only on the go that M(tf_runbook.multiworker.tf_worker_go)
-    sends every worker of the run at once, with this token. The token reaches each
-    supervisor through its environment (C(TF_RUNBOOK_GO_TOKEN)), never a command line.
+    sends every worker of the run at once, with this token.
   - With O(announce_key), the supervisors authenticate the failure announcements they
-    send and hear on the workers' ports (with C(--peer-timeout)); the key reaches them
-    through their environment (C(TF_RUNBOOK_ANNOUNCE_KEY)), never a command line, and
-    never reaches the job.
+    send and hear on the workers' ports (with C(--peer-timeout)).
+  - O(go_token) and O(announce_key) reach each supervisor on a pipe, never its
+    environment (which stays readable in C(/proc/<pid>/environ) for the process's whole
+    life, by the job too, which runs as the same user) nor a command line; the module
+    puts C(--secrets-stdin) after C(--worker-dir <dir>) in its argv and writes one JSON
+    line (at most 4096 bytes) of the secrets on its stdin, then closes it. The job never
+    gets them.
   - In check mode, reports what it would start and starts nothing; with O(deploy), writes
     nothing either and, in diff mode, shows this host's part of the run as
     M(tf_runbook.multiworker.tf_run_dir) does.
@@ -272,6 +276,7 @@ diff:
   returned: diff mode, with deploy
 """
 
+import contextlib
 import json
 import os
 import socket
@@ -281,16 +286,16 @@ from typing import Callable
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
-    ANNOUNCE_KEY_ENV,
     EXIT_FILE,
-    GO_TOKEN_ENV,
     HEARTBEAT_FILE,
     LAUNCH_OUTPUT_FILE,
     LAUNCH_RECORDS,
+    SECRETS_FLAG,
     STATE_FILE,
     SUPERVISOR_FILE,
     printable,
     read_json,
+    secrets_line,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import (
     RUN_FILES_SPEC,
@@ -336,27 +341,42 @@ def refusals(slots: list[dict]) -> list[str]:
     return problems
 
 
-def spawn(slot: dict, env: dict | None = None) -> subprocess.Popen:
+def supervisor_argv(argv: list[str], secrets: bool) -> list[str]:
+    """A slot's argv (plan()'s: interpreter, supervisor, --worker-dir <dir>, then the
+    options and the job's arguments) as started: with secrets, SECRETS_FLAG right after
+    the worker directory, before any ``--``."""
+    return [*argv[:4], SECRETS_FLAG, *argv[4:]] if secrets else list(argv)
+
+
+def spawn(slot: dict, secrets: bytes = b"") -> subprocess.Popen:
     """Start one supervisor detached from this process: its own session (no SIGHUP when
-    the SSH session ends), stdin from /dev/null, stdout and stderr appended to the worker
-    directory's launch output, no other inherited descriptor (the SSH channel's stay
-    with the module, so the channel closes when the module returns)."""
+    the SSH session ends), stdout and stderr appended to the worker directory's launch
+    output, no other inherited descriptor (the SSH channel's stay with the module, so the
+    channel closes when the module returns). Its stdin is /dev/null, or with ``secrets``
+    (a secrets_line()) a pipe that gets that line and is closed: the secrets never reach
+    its environment, readable in /proc/<pid>/environ. ``slot["argv"]`` must then carry
+    SECRETS_FLAG (supervisor_argv())."""
     fd = os.open(os.path.join(slot["dir"], LAUNCH_OUTPUT_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         # Not run_command: that waits for the process and reads its output; the point
         # here is a process that outlives the module.
-        return subprocess.Popen(  # pylint: disable=ansible-bad-function
+        proc = subprocess.Popen(  # pylint: disable=ansible-bad-function
             slot["argv"],
             cwd=slot["dir"],
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if secrets else subprocess.DEVNULL,
             stdout=fd,
             stderr=fd,
             close_fds=True,
             start_new_session=True,
-            env=env,
         )
     finally:
         os.close(fd)
+    if secrets and proc.stdin is not None:
+        # The line fits in a pipe's buffer: this never waits for the supervisor. One
+        # that ended already (a broken pipe) is reported by the settle loop.
+        with contextlib.suppress(OSError), proc.stdin:
+            proc.stdin.write(secrets)
+    return proc
 
 
 def output_tail(wdir: str, max_bytes: int = TAIL_BYTES) -> str:
@@ -377,22 +397,16 @@ def launch(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     go_token: str = "",
+    announce_key: str = "",
 ) -> tuple[list[dict], list[str]]:
     """Start every slot, then check each: (one result per slot, in order; the failures).
 
     All are started before any is checked, so no slot waits for another. A slot settles
     when its supervisor recorded its state (started) or ended without one (failed); one
-    still running unrecorded after ``settle`` seconds counts as started."""
-    results, failures, _procs = _launch(slots, settle, clock, sleep, go_token)
+    still running unrecorded after ``settle`` seconds counts as started. The secrets
+    given reach each supervisor on its stdin (spawn())."""
+    results, failures, _procs = _launch(slots, settle, clock, sleep, go_token, announce_key)
     return results, failures
-
-
-def supervisor_environment(go_token: str, announce_key: str = "") -> dict | None:
-    """The supervisors' environment: the module's, plus the go's token for an armed
-    launch and the run's announcement key, where given (None: the module's own,
-    unchanged)."""
-    secrets = {name: value for name, value in ((GO_TOKEN_ENV, go_token), (ANNOUNCE_KEY_ENV, announce_key)) if value}
-    return {**os.environ, **secrets} if secrets else None
 
 
 def _launch(
@@ -406,10 +420,11 @@ def _launch(
     """launch(), also returning the supervisors' processes (None where none started)."""
     procs: list[subprocess.Popen | None] = []
     errors: list[str | None] = []
-    env = supervisor_environment(go_token, announce_key)
+    secrets = secrets_line(go_token, announce_key)
+    slots = [{**slot, "argv": supervisor_argv(slot["argv"], bool(secrets))} for slot in slots]
     for slot in slots:
         try:
-            procs.append(spawn(slot, env))
+            procs.append(spawn(slot, secrets))
             errors.append(None)
         except OSError as exc:
             procs.append(None)
@@ -547,6 +562,7 @@ def main() -> None:
         args = deployed_args(deployed, python, params["script"], args)
     try:
         slots = plan(params["workers"], dirs, python, supervisor, args)
+        secrets_line(params["go_token"], params["announce_key"])
     except (KeyError, TypeError, ValueError) as exc:
         module.fail_json(msg=f"host {host}: cannot launch: {exc}")
     extra: dict = {}

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import stat
 import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from ansible.errors import AnsibleActionFail
 
 import helpers
 import tf_run_claim_action as action
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_proc
 
 
 def mode(path: Path) -> int:
@@ -350,3 +353,79 @@ def test_a_run_directory_with_no_worker_directory_was_never_launched_there(tmp_p
         f"Preflight refused the resume: host h1: run 'r1' was never launched there ({run} holds no worker "
         "directory); resume it with the inventory it ran on")
     assert not [name for name in os.listdir(runs / "r1") if name.endswith(".claim")]
+
+
+# --- issue 38 point 9: the playbook that drives a run is recorded; a resume waits for it ---
+
+
+@pytest.fixture
+def other_playbook() -> Iterator[subprocess.Popen]:
+    """A live process standing in for another ansible-playbook."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc
+    proc.kill()
+    proc.wait(10)
+
+
+def test_the_claim_records_the_playbook_that_drives_the_run(tmp_path: Path) -> None:
+    runs = claimed_run(tmp_path)
+    driver = json.loads((runs / "r1" / "driver.json").read_text())
+    # The action's worker was forked by ansible-playbook: its parent, here pytest's.
+    assert driver["pid"] == os.getppid() and driver["attempt"] == 0
+    assert driver["start_time"] == tf_proc.process_start_time(os.getppid()) and driver["host"] == socket.gethostname()
+    assert action.resume(str(runs), "r1", CHECKSUM, {"h0": host(last=1)}, False)["attempt"] == 2
+    assert json.loads((runs / "r1" / "driver.json").read_text())["attempt"] == 2
+
+
+def test_a_live_driver_is_one_process_with_its_pid_and_start_time(tmp_path: Path, other_playbook: subprocess.Popen) -> None:
+    run_dir = tmp_path / "r1"
+    run_dir.mkdir()
+    record = action.record_driver(str(run_dir), 3, pid=other_playbook.pid)
+    assert isinstance(record["start_time"], int)
+    assert action.live_driver(str(run_dir), own_pid=os.getpid()) == record
+    # This very playbook is not another driver; another controller's record is not checked.
+    assert action.live_driver(str(run_dir), own_pid=other_playbook.pid) is None
+    assert action.live_driver(str(run_dir), host="another-controller", own_pid=os.getpid()) is None
+    # The same pid, alive, with another start time: the pid was reused, not the driver.
+    (run_dir / "driver.json").write_text(json.dumps({**record, "start_time": record["start_time"] - 1}))
+    assert action.live_driver(str(run_dir), own_pid=os.getpid()) is None
+    (run_dir / "driver.json").write_text(json.dumps(record))
+    other_playbook.kill()
+    other_playbook.wait(10)
+    # A stale record of a dead playbook is no live driver.
+    assert action.live_driver(str(run_dir), own_pid=os.getpid()) is None
+
+
+@pytest.mark.parametrize("text", ["", "[]", '{"pid": "1", "start_time": 5}', '{"pid": true, "start_time": 5}',
+                                  '{"pid": 1, "start_time": null}'])  # fmt: skip
+def test_an_unusable_driver_record_is_no_live_driver(tmp_path: Path, text: str) -> None:
+    (tmp_path / "driver.json").write_text(text)
+    assert action.live_driver(str(tmp_path), own_pid=os.getpid()) is None
+
+
+def test_the_start_time_is_field_22_of_stat(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    fields = ["S", *[str(n) for n in range(4, 22)], "123456", "0"]
+    (tmp_path / "7" / "stat").write_text("7 (a (b) c) " + " ".join(fields))
+    assert tf_proc.process_start_time(7, str(tmp_path)) == 123456
+    (tmp_path / "7" / "stat").write_text("7 (z) " + " ".join(["Z", *fields[1:]]))
+    assert tf_proc.process_start_time(7, str(tmp_path)) is None
+    assert tf_proc.process_start_time(8, str(tmp_path)) is None
+
+
+def test_a_resume_is_refused_while_the_driving_playbook_lives(
+    tmp_path: Path, other_playbook: subprocess.Popen
+) -> None:
+    runs = claimed_run(tmp_path)
+    action.record_driver(str(runs / "r1"), 1, pid=other_playbook.pid)
+    pid = other_playbook.pid
+    with pytest.raises(AnsibleActionFail, match=(
+        rf"Preflight refused the resume: run 'r1' is still driven by the playbook that claimed attempt 1 at .* "
+        rf"\(ansible-playbook pid {pid} on {re.escape(socket.gethostname())}, recorded in .*driver.json\): let it "
+        rf"finish, or stop it \(Ctrl-C it, or kill {pid}\) and then resume"
+    )):  # fmt: skip
+        action.resume(str(runs), "r1", CHECKSUM, {"h0": host(last=1)}, True)
+    assert not [name for name in os.listdir(runs / "r1") if name.endswith(".claim")]
+    other_playbook.kill()
+    other_playbook.wait(10)
+    assert action.resume(str(runs), "r1", CHECKSUM, {"h0": host(last=1)}, False)["attempt"] == 2

@@ -34,7 +34,8 @@ DOC_NAMES = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
     "name",
     [
         "STATE_FILE", "EXIT_FILE", "LOG_FILE", "CONFIG_FILE", "JOB_ENV_FILE", "STOP_FILE", "STOPPED_BY",
-        "GO_MAGIC", "GO_STARTED", "GO_FAILED", "GO_TOKEN_ENV", "GO_LINE_BYTES", "ANNOUNCE_MAGIC", "read_json",
+        "GO_MAGIC", "GO_STARTED", "GO_FAILED", "GO_LINE_BYTES", "ANNOUNCE_MAGIC", "SECRETS_FLAG",
+        "SECRETS_LINE_BYTES", "SECRET_GO_TOKEN", "SECRET_ANNOUNCE_KEY", "parse_secrets_line", "read_json",
         "write_json_atomic",
     ],  # fmt: skip
 )

@@ -21,7 +21,7 @@ import pytest
 import tf_supervisor
 import tf_worker_stop
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_proc
-from helpers import pid_running
+from helpers import pid_running, start_with_secrets
 from test_tf_supervisor import assert_group_gone, command, job, make_worker_dir, read_json, wait_for
 
 pytestmark = pytest.mark.usefixtures("reaper")
@@ -85,10 +85,9 @@ def silent_peer(on_probe: Callable[[], None]) -> socket.socket:
 
 def launch_watching(supervisor: Path, wdir: Path, script: Path, *options: str) -> subprocess.Popen[str]:
     """A supervisor that watches its peers (run r1, with the run's announcement key)."""
-    return subprocess.Popen(
-        command(supervisor, wdir, script, "--peer-timeout", "30", "--run-id", "r1", *options),
+    return start_with_secrets(
+        command(supervisor, wdir, script, "--peer-timeout", "30", "--run-id", "r1", *options), announce_key=KEY.decode(),
         cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "TF_RUNBOOK_ANNOUNCE_KEY": KEY.decode()},
     )  # fmt: skip
 
 
@@ -468,14 +467,14 @@ def test_an_unauthenticated_announcement_is_listening_not_failed() -> None:
 
 def test_peer_watching_needs_the_announcement_key(supervisor_path: Path, tmp_path: Path) -> None:
     wdir = make_worker_dir(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "TF_RUNBOOK_ANNOUNCE_KEY"}
     proc = subprocess.run(
         command(supervisor_path, wdir, job(tmp_path, "print('x')"), "--peer-timeout", "30"),
-        cwd=wdir, env=env, capture_output=True, text=True, timeout=30,
+        cwd=wdir, capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert proc.returncode == 2
     exit_ = read_json(wdir / "exit.json")
-    assert "TF_RUNBOOK_ANNOUNCE_KEY" in exit_["reason"] and exit_["cause"]["kind"] == "startup"
+    assert "--peer-timeout needs the run's announcement key" in exit_["reason"]
+    assert "--secrets-stdin" in exit_["reason"] and exit_["cause"]["kind"] == "startup"
 
 
 def test_a_failed_worker_stops_its_peer(supervisor_path: Path, tmp_path: Path) -> None:
@@ -498,11 +497,10 @@ sys.exit(int(sys.argv[3]))
         root.mkdir()
         wdir = worker_dir_with(root, workers, index)
         script = job(root, server)
-        procs.append(subprocess.Popen(
+        procs.append(start_with_secrets(
             [*command(supervisor_path, wdir, script, "--peer-timeout", "30", "--grace", "1", "--run-id", "r1"),
              str(ports[index]), str(hold), str(code)],
-            cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "TF_RUNBOOK_ANNOUNCE_KEY": KEY.decode()},
+            announce_key=KEY.decode(), cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         ))  # fmt: skip
     try:
         assert procs[0].wait(30) == 143

@@ -19,11 +19,13 @@ from typing import Any, Iterator
 
 import pytest
 
+import tf_supervisor
 import tf_worker_go
-from helpers import server_closed, tcp_server_side, wait_until
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import parse_secrets_line, secrets_line
+from helpers import server_closed, start_with_secrets, tcp_server_side, wait_until
 from tf_launch import tf_launch_go_timeout, tf_launched_workers
 from tf_worker_go import go, go_all
-from tf_worker_launch import launch, plan, supervisor_environment
+from tf_worker_launch import launch, plan, supervisor_argv
 from tf_worker_status import find_workers, worker_state
 from tf_worker_stop import stop_worker
 
@@ -68,14 +70,10 @@ def arm(
 ) -> subprocess.Popen:
     script = wdir.parent / "job.py"
     script.write_text(JOB)
-    env = {k: v for k, v in os.environ.items() if k != "TF_RUNBOOK_GO_TOKEN"}
-    if token is not None:
-        env["TF_RUNBOOK_GO_TOKEN"] = token
-    proc = subprocess.Popen(
-        [sys.executable, str(supervisor), "--worker-dir", str(wdir), "--python", python, "--script", str(script),
-         *options, "--", *job_args],
-        env=env, cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    argv = [sys.executable, str(supervisor), "--worker-dir", str(wdir), "--python", python, "--script", str(script),
+            *options, "--", *job_args]  # fmt: skip
+    popen: dict[str, Any] = {"cwd": wdir, "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "text": True}
+    proc = start_with_secrets(argv, token, **popen) if token is not None else subprocess.Popen(argv, **popen)
     procs.append(proc)
     return proc
 
@@ -182,7 +180,8 @@ def test_arming_without_a_token_is_refused(supervisor_path: Path, tmp_path: Path
     wdir = worker_dir(tmp_path, free_port())
     proc = arm(procs, supervisor_path, wdir, "--go-timeout", "30", token=None)
     assert proc.wait(20) == 2
-    assert "TF_RUNBOOK_GO_TOKEN" in json.loads((wdir / "exit.json").read_text())["reason"]
+    reason = json.loads((wdir / "exit.json").read_text())["reason"]
+    assert "--go-timeout needs the go's token" in reason and "--secrets-stdin" in reason
 
 
 def test_a_job_that_cannot_start_is_reported_to_the_go(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
@@ -216,21 +215,74 @@ def test_go_all_starts_every_armed_worker(supervisor_path: Path, tmp_path: Path,
     assert [proc.wait(20) for proc in armed] == [0, 0, 0, 0]
 
 
-def test_the_launch_module_hands_the_token_through_the_environment(tmp_path: Path, procs: list) -> None:
+def test_the_launch_module_hands_the_token_on_stdin(tmp_path: Path, procs: list) -> None:
     fake = tmp_path / "fake.py"
     fake.write_text(
         "import json, os, sys\n"
-        "json.dump({'token': os.environ.get('TF_RUNBOOK_GO_TOKEN'), 'argv': sys.argv}, open('seen.json', 'w'))\n"
+        "line = sys.stdin.buffer.readline()\n"
+        "json.dump({'line': line.decode(), 'rest': sys.stdin.buffer.read().decode(), 'argv': sys.argv,\n"
+        "           'env': dict(os.environ)}, open('seen.json', 'w'))\n"
         "json.dump({'supervisor_pid': os.getpid()}, open('state.json', 'w'))\n"
     )
     wdir = tmp_path / "worker-0"
     wdir.mkdir()
     slots = plan([{"index": 0}], {"0": str(wdir)}, sys.executable, str(fake), ["--go-timeout", "60", "--"])
-    results, failures = launch(slots, 5.0, go_token=TOKEN)
+    results, failures = launch(slots, 5.0, go_token=TOKEN, announce_key="the-key")
     assert failures == [] and results[0]["recorded"] is True
     seen = json.loads((wdir / "seen.json").read_text())
-    assert seen["token"] == TOKEN and TOKEN not in " ".join(seen["argv"])
-    assert supervisor_environment("") is None
+    # One line, then the pipe is closed; the flag comes before the job's "--".
+    assert json.loads(seen["line"]) == {"go_token": TOKEN, "announce_key": "the-key"} and seen["rest"] == ""
+    assert seen["argv"][1:] == ["--worker-dir", str(wdir), "--secrets-stdin", "--go-timeout", "60", "--"]
+    assert results[0]["argv"] == [sys.executable, *seen["argv"]]
+    assert TOKEN not in " ".join(seen["argv"]) and "the-key" not in " ".join(seen["argv"])
+    assert not any(TOKEN in value or "the-key" in value for value in seen["env"].values())
+
+
+def test_a_launch_without_secrets_gives_no_flag_and_no_pipe(tmp_path: Path, procs: list) -> None:
+    fake = tmp_path / "fake.py"
+    fake.write_text(
+        "import json, os, sys\n"
+        "json.dump({'stdin': os.readlink('/proc/self/fd/0'), 'argv': sys.argv}, open('seen.json', 'w'))\n"
+        "json.dump({'supervisor_pid': os.getpid()}, open('state.json', 'w'))\n"
+    )
+    wdir = tmp_path / "worker-0"
+    wdir.mkdir()
+    slots = plan([{"index": 0}], {"0": str(wdir)}, sys.executable, str(fake), ["--"])
+    results, failures = launch(slots, 5.0)
+    assert failures == [] and results[0]["recorded"] is True
+    seen = json.loads((wdir / "seen.json").read_text())
+    assert seen["stdin"] == "/dev/null" and "--secrets-stdin" not in seen["argv"]
+    assert supervisor_argv(["p", "s", "--worker-dir", "d", "--"], False) == ["p", "s", "--worker-dir", "d", "--"]
+
+
+def test_launched_secrets_are_in_no_environ_of_the_supervisor_or_its_job(
+    supervisor_path: Path, tmp_path: Path, procs: list
+) -> None:
+    """Issue 38 point 14: the real supervisor, started by launch() with a token and a key,
+    holds neither in /proc/<pid>/environ, nor does its job; the go still starts it."""
+    port = free_port()
+    wdir = worker_dir(tmp_path, port)
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    args = ["--python", sys.executable, "--script", str(script), "--go-timeout", "30", "--peer-timeout", "30",
+            "--run-id", "r1", "--", "2"]  # fmt: skip
+    slots = plan([{"index": 0}], {"0": str(wdir)}, sys.executable, str(supervisor_path), args)
+    results, failures = launch(slots, 10.0, go_token=TOKEN, announce_key="announce-key-of-r1")
+    assert failures == [] and results[0]["recorded"] is True, failures
+    pid = results[0]["supervisor_pid"]
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert TOKEN.encode() not in environ and b"announce-key-of-r1" not in environ
+    assert b"TF_RUNBOOK_GO_TOKEN" not in environ and b"TF_RUNBOOK_ANNOUNCE_KEY" not in environ
+    assert go(target(port), TOKEN, 10)["started"] is True
+    job_pid = json.loads((wdir / "state.json").read_text())["pid"]
+    job_environ = Path(f"/proc/{job_pid}/environ").read_bytes()
+    assert TOKEN.encode() not in job_environ and b"announce-key-of-r1" not in job_environ
+    end = time.monotonic() + 20
+    while not (wdir / "exit.json").exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    seen = json.loads((wdir / "seen.json").read_text())
+    assert not any(name.startswith(("TF_RUNBOOK_GO", "TF_RUNBOOK_ANNOUNCE")) for name in seen["env"])
+    assert json.loads((wdir / "exit.json").read_text())["returncode"] == 0
 
 
 def test_launched_workers_take_the_gos_failures() -> None:
@@ -394,11 +446,57 @@ def test_a_reattach_finds_the_launch_of_an_armed_attempt(supervisor_path: Path, 
     assert proc.wait(10) == 128 + signal.SIGTERM
 
 
-def test_the_launch_hands_the_announcement_key_through_the_environment_only() -> None:
-    env = supervisor_environment("", "the-key")
-    assert env is not None and env["TF_RUNBOOK_ANNOUNCE_KEY"] == "the-key" and "TF_RUNBOOK_GO_TOKEN" not in env
-    both = supervisor_environment("tok", "the-key")
-    assert both is not None and (both["TF_RUNBOOK_GO_TOKEN"], both["TF_RUNBOOK_ANNOUNCE_KEY"]) == ("tok", "the-key")
+def test_the_secrets_line_holds_only_the_given_secrets() -> None:
+    assert secrets_line("", "") == b""
+    assert json.loads(secrets_line("", "the-key")) == {"announce_key": "the-key"}
+    assert parse_secrets_line(secrets_line("tok", "the-key")) == {"go_token": "tok", "announce_key": "the-key"}
+    with pytest.raises(ValueError, match="more than 4096"):
+        secrets_line("x" * 5000)
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        (b"", "no secrets line"),
+        (b'{"go_token": "t"}', "no complete secrets line"),
+        (b'{"go_token": "' + b"x" * 5000 + b'"}\n', "no complete secrets line within 4096"),
+        (b"not json\n", "not JSON"),
+        (b'["t"]\n', "not a JSON object"),
+        (b'{"go_token": "t", "other": "x"}\n', "unknown keys"),
+        (b'{"go_token": 3}\n', "go_token is not a non-empty string"),
+        (b'{"announce_key": ""}\n', "announce_key is not a non-empty string"),
+    ],
+)
+def test_a_bad_secrets_line_is_refused_without_quoting_it(line: bytes, match: str) -> None:
+    with pytest.raises(ValueError, match=match) as raised:
+        parse_secrets_line(line)
+    assert "x" * 10 not in str(raised.value)
+
+
+def test_the_supervisor_reads_one_bounded_line_and_refuses_a_bad_one(
+    supervisor_path: Path, tmp_path: Path, procs: list
+) -> None:
+    # A pipe that is never closed and carries more than the limit without a newline: the
+    # supervisor reads at most the limit + 1 bytes and refuses, without waiting for EOF.
+    wdir = worker_dir(tmp_path, free_port())
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    proc = subprocess.Popen(
+        [sys.executable, str(supervisor_path), "--worker-dir", str(wdir), "--secrets-stdin", "--python",
+         sys.executable, "--script", str(script), "--go-timeout", "30", "--"],
+        cwd=wdir, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    procs.append(proc)
+    assert proc.stdin is not None
+    proc.stdin.write(b"x" * 5000)
+    proc.stdin.flush()
+    try:
+        assert proc.wait(20) == 2
+    finally:
+        proc.stdin.close()
+    reason = json.loads((wdir / "exit.json").read_text())["reason"]
+    assert "--secrets-stdin: no complete secrets line within 4096 bytes" in reason and "xxxx" not in reason
+    assert not (wdir / "seen.json").exists()
 
 
 # --- issue 24 point 3: idle connections cannot stall the go, a late go starts nothing ------
@@ -443,3 +541,17 @@ def test_a_go_whose_launch_gave_up_starts_nothing(supervisor_path: Path, tmp_pat
     assert not (wdir / "seen.json").exists()
     assert go(target(port), TOKEN, 10)["started"] is True
     assert proc.wait(20) == 0
+
+
+def test_the_supervisor_reads_its_secrets_from_a_file_and_gives_up_on_a_silent_pipe(tmp_path: Path) -> None:
+    secrets_file = tmp_path / "secrets"
+    secrets_file.write_bytes(secrets_line("tok") + b"not read\n")
+    with open(secrets_file, "rb") as handle:
+        assert tf_supervisor.read_secrets(handle.fileno()) == {"go_token": "tok"}
+    read_end, write_end = os.pipe()
+    try:
+        with pytest.raises(ValueError, match=r"no secrets line on stdin within 0\.2 s"):
+            tf_supervisor.read_secrets(read_end, timeout=0.2)
+    finally:
+        os.close(read_end)
+        os.close(write_end)

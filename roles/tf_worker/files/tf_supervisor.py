@@ -34,8 +34,7 @@ Started by the launch phase (the tf_worker_launch module), detached. It:
 - with ``--go-timeout``, starts the job only on the launch's go: it first holds the
   worker's own TensorFlow port (proving it free) and records an armed ``state.json``
   (no job pid yet); the launch sends every worker of the run its go at once, over that
-  port, with a secret token that reaches the supervisor through its environment
-  (``TF_RUNBOOK_GO_TOKEN``, never a command line or the job's environment); no go within
+  port, with a secret token that reaches the supervisor on its stdin (below); no go within
   the timeout, or a stop, ends it without starting the job; connections are served at
   once (a selector, a second each), and a go whose launch already closed its connection
   (it gave up) starts nothing;
@@ -45,7 +44,14 @@ Started by the launch phase (the tf_worker_launch module), detached. It:
   job failed on its own keeps announcing the failure on its port for a while, and a peer
   that hears it stops at once; a peer port that stopped answering (host down) for the
   timeout stops it too; an announcement carries the run id and a MAC under the run's
-  key (``TF_RUNBOOK_ANNOUNCE_KEY``, handed like the go's token): any other is ignored;
+  key (handed like the go's token): any other is ignored;
+- with ``--secrets-stdin`` (the launch gives it when it has secrets), first reads the
+  launch's secrets, the go's token and the announcement key, as one JSON line of at most
+  4096 bytes (tf_run's SECRETS_LINE_BYTES) from its stdin, which the launch then closes;
+  a missing, overlong or malformed line is refused like a bad argument. Never through
+  its environment, which stays readable in ``/proc/<pid>/environ`` for its whole life (by
+  the job too, which runs as the same user), nor its command line; the job never gets
+  them. Without the flag it reads nothing from stdin;
 - records who stopped the job as a field of ``exit.json`` (``stopped_by``), reading the
   stop request (``stop.json``) that ``tf_worker_stop`` writes before it signals.
 
@@ -91,7 +97,6 @@ from tf_causes import CAUSES, classify, parse_stacks, read_job_end, request_stac
 from tf_metrics import is_timed  # noqa: E402
 from tf_proc import group_members, oom_evidence, oom_kill_counts, signal_caught, signal_pending  # noqa: E402
 from tf_run import (  # noqa: E402
-    ANNOUNCE_KEY_ENV,
     ANNOUNCE_MAGIC,
     CONFIG_FILE,
     EXIT_FILE,
@@ -99,15 +104,19 @@ from tf_run import (  # noqa: E402
     GO_LINE_BYTES,
     GO_MAGIC,
     GO_STARTED,
-    GO_TOKEN_ENV,
     JOB_END_FILE,
     JOB_ENV_FILE,
     JOB_WRAPPER,
     LOG_FILE,
+    SECRET_ANNOUNCE_KEY,
+    SECRET_GO_TOKEN,
+    SECRETS_FLAG,
+    SECRETS_LINE_BYTES,
     STACKS_FILE,
     STATE_FILE,
     STOP_FILE,
     STOPPED_BY,
+    parse_secrets_line,
     read_json,
     signal_name,
     stacks_signal,
@@ -115,6 +124,9 @@ from tf_run import (  # noqa: E402
 )
 
 POLL_SECONDS = 0.2
+# How long a supervisor started with SECRETS_FLAG waits for its secrets line (the launch
+# writes it right after it started the supervisor).
+SECRETS_SECONDS = 10.0
 # How often the heartbeat and the peers are checked.
 WATCH_SECONDS = 2.0
 # How often a peer probe looks whether it should give up (its job ended).
@@ -756,6 +768,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--go-timeout", type=float, default=0, help="0: start at once; else await the launch's go that long"
     )
+    parser.add_argument(
+        SECRETS_FLAG, dest="secrets_stdin", action="store_true",
+        help="first read the launch's secrets, one JSON line, from stdin",
+    )  # fmt: skip
     parser.add_argument("job_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.job_args and args.job_args[0] == "--":
@@ -763,8 +779,53 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def validate(args: argparse.Namespace, config_text: str | None) -> list[str]:
-    """Every problem with the arguments, before anything is started."""
+def read_secrets(fd: int = 0, limit: int = SECRETS_LINE_BYTES, timeout: float = SECRETS_SECONDS) -> dict[str, str]:
+    """The launch's secrets from one line of at most ``limit`` bytes on ``fd`` (stdin),
+    read within ``timeout`` seconds; never more than ``limit`` + 1 bytes are read.
+    Raises ValueError saying what is wrong (never quoting the line)."""
+    data = b""
+    end = time.monotonic() + timeout
+    # select(), not epoll: it also takes a regular file as stdin.
+    with selectors.SelectSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while b"\n" not in data and len(data) <= limit:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise ValueError(f"no secrets line on stdin within {timeout:g} s")
+            if not selector.select(left):
+                continue
+            try:
+                chunk = os.read(fd, limit + 1 - len(data))
+            except OSError as exc:
+                raise ValueError(f"stdin cannot be read: {exc.strerror}") from None
+            if not chunk:
+                break
+            data += chunk
+    newline = data.find(b"\n")
+    return parse_secrets_line(data[: newline + 1] if newline >= 0 else data)
+
+
+def take_secrets(args: argparse.Namespace) -> tuple[dict[str, str], str]:
+    """(the launch's secrets, why they could not be read or ""): with SECRETS_FLAG, read
+    from stdin, which then becomes /dev/null; without it, none and stdin is untouched."""
+    if not args.secrets_stdin:
+        return {}, ""
+    try:
+        secrets_ = read_secrets()
+        problem = ""
+    except ValueError as exc:
+        secrets_, problem = {}, f"{SECRETS_FLAG}: {exc}"
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+    return secrets_, problem
+
+
+def validate(args: argparse.Namespace, config_text: str | None, secrets_: dict[str, str] | None = None) -> list[str]:
+    """Every problem with the arguments, before anything is started; ``secrets_`` are the
+    launch's (take_secrets())."""
+    secrets_ = secrets_ or {}
     problems = []
     for name in ("startup_timeout", "job_timeout", "grace", "controller_timeout", "peer_timeout", "go_timeout"):
         value = getattr(args, name)
@@ -778,10 +839,12 @@ def validate(args: argparse.Namespace, config_text: str | None) -> list[str]:
         problems.append(f"--startup-pattern {args.startup_pattern!r} is not a valid regular expression: {exc}")
     if args.controller_timeout > 0 and not args.heartbeat_file:
         problems.append("--controller-timeout needs --heartbeat-file")
-    if args.go_timeout > 0 and not os.environ.get(GO_TOKEN_ENV):
-        problems.append(f"--go-timeout needs the go's token in the environment ({GO_TOKEN_ENV})")
-    if args.peer_timeout > 0 and not os.environ.get(ANNOUNCE_KEY_ENV):
-        problems.append(f"--peer-timeout needs the run's announcement key in the environment ({ANNOUNCE_KEY_ENV})")
+    if args.go_timeout > 0 and not secrets_.get(SECRET_GO_TOKEN):
+        problems.append(f"--go-timeout needs the go's token ({SECRET_GO_TOKEN}) on stdin with {SECRETS_FLAG}")
+    if args.peer_timeout > 0 and not secrets_.get(SECRET_ANNOUNCE_KEY):
+        problems.append(
+            f"--peer-timeout needs the run's announcement key ({SECRET_ANNOUNCE_KEY}) on stdin with {SECRETS_FLAG}"
+        )
     if config_text is None:
         problems.append(f"{CONFIG_FILE} cannot be read")
     else:
@@ -923,6 +986,8 @@ def exit_record(
 
 
 def supervise(args: argparse.Namespace) -> int:
+    # Before anything else: the launch's secrets wait on a pipe.
+    secrets_, secrets_problem = take_secrets(args)
     worker_dir: Path = args.worker_dir.resolve()
     if (worker_dir / STATE_FILE).exists() or (worker_dir / EXIT_FILE).exists():
         # Never run twice in one worker directory: that would overwrite an earlier
@@ -934,7 +999,7 @@ def supervise(args: argparse.Namespace) -> int:
         config_text: str | None = (worker_dir / CONFIG_FILE).read_text(encoding="utf-8")
     except OSError:
         config_text = None
-    problems = validate(args, config_text)
+    problems = ([secrets_problem] if secrets_problem else []) + validate(args, config_text, secrets_)
     if problems:
         reason = "refused to start: " + "; ".join(problems)
         print(f"{worker_dir}: {reason}", file=sys.stderr)
@@ -942,9 +1007,9 @@ def supervise(args: argparse.Namespace) -> int:
         return 2
     assert config_text is not None
     own_port, peers = cluster_peers(json.loads(config_text))
-    # The secrets of the launch: the job's environment never holds them.
-    go_token = os.environ.pop(GO_TOKEN_ENV, "").encode("utf-8")
-    announce_key = os.environ.pop(ANNOUNCE_KEY_ENV, "").encode("utf-8")
+    # The secrets of the launch: never in any environment, the job's included.
+    go_token = secrets_.get(SECRET_GO_TOKEN, "").encode("utf-8")
+    announce_key = secrets_.get(SECRET_ANNOUNCE_KEY, "").encode("utf-8")
     env = job_environment(worker_dir, dict(os.environ))
     env["TF_CONFIG"] = config_text.strip()
     env["PYTHONUNBUFFERED"] = "1"
