@@ -575,7 +575,8 @@ def test_a_hosts_run_is_read_from_its_latest_attempt(tmp_path: Path) -> None:
     assert tf_run_resume.read_run(str(tmp_path), "r2") == {
         "changed": False, "exists": False, "run_dir": str(tmp_path / "runs" / "r2"),
         "checkpoint_dir": str(tmp_path / "runs" / "r2" / "checkpoints"), "checkpoint_root": "", "last_attempt": -1,
-        "workers": [], "earlier_alive": []}
+        "workers": [], "earlier_alive": [],
+        "checkpoint": {"files": 0, "bytes": 0, "newest": None, "newest_at": None, "numbers": {}}}
 
 
 def test_a_supervisor_of_an_earlier_attempt_that_still_runs_refuses_the_resume(tmp_path: Path) -> None:
