@@ -267,7 +267,6 @@ KERAS = Format(
 FORMATS: list[Format] = [CONTRACT, KERAS]
 
 
-
 def register(fmt: Format) -> None:
     """Add a format (replacing one of the same name), asked after the built-in ones."""
     unregister(fmt.name)
