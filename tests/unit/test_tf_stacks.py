@@ -169,21 +169,30 @@ def test_the_stacks_signal_is_real_time_and_not_a_common_one() -> None:
 # --- tf_worker_stop: take every worker's stacks first, stop afterwards -------------------
 
 
-def test_the_stop_module_takes_the_stacks_without_stopping_then_stops(tmp_path: Path, reaper: None) -> None:
-    import helpers
-    from conftest import PLUGINS
-    from test_tf_supervisor import command, make_worker_dir, read_json, wait_for
+def supervise_stuck(tmp_path: Path, source: str) -> tuple[Path, subprocess.Popen[str]]:
+    """A supervisor running ``source`` as its job (worker 1), which writes ``ready`` into
+    the worker directory once it is stuck."""
+    from test_tf_supervisor import command, make_worker_dir
 
-    stop_module = PLUGINS / "modules" / "tf_worker_stop.py"
-    supervisor = WRAPPER.with_name(tf_run.SUPERVISOR_FILE)
     wdir = make_worker_dir(tmp_path)
     job = wdir.parent / "job"
     job.mkdir()
-    (job / "train.py").write_text(STUCK)
+    (job / "train.py").write_text(source)
     proc = subprocess.Popen(
-        command(supervisor, wdir, job / "train.py", "--grace", "1", job_args=(str(wdir / "ready"),)),
+        command(WRAPPER.with_name(tf_run.SUPERVISOR_FILE), wdir, job / "train.py", "--grace", "1",
+                job_args=(str(wdir / "ready"),)),
         cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    return wdir, proc
+
+
+def test_the_stop_module_takes_the_stacks_without_stopping_then_stops(tmp_path: Path, reaper: None) -> None:
+    import helpers
+    from conftest import PLUGINS
+    from test_tf_supervisor import read_json, wait_for
+
+    stop_module = PLUGINS / "modules" / "tf_worker_stop.py"
+    wdir, proc = supervise_stuck(tmp_path, STUCK)
     try:
         wait_for(wdir / "ready", timeout=30)
         taken = helpers.run_module(stop_module, {"run_dir": str(wdir.parent), "capture_stacks": True, "stop": False})
@@ -213,18 +222,10 @@ def test_the_stacks_of_a_job_that_changed_its_directory_are_taken(tmp_path: Path
     job is told by its recorded group, whose keeper still works in the worker directory."""
     import helpers
     from conftest import PLUGINS
-    from test_tf_supervisor import command, make_worker_dir, wait_for
+    from test_tf_supervisor import wait_for
 
     stop_module = PLUGINS / "modules" / "tf_worker_stop.py"
-    supervisor = WRAPPER.with_name(tf_run.SUPERVISOR_FILE)
-    wdir = make_worker_dir(tmp_path)
-    job = wdir.parent / "job"
-    job.mkdir()
-    (job / "train.py").write_text("import os\nos.chdir(os.path.dirname(os.path.abspath(__file__)))\n" + STUCK)
-    proc = subprocess.Popen(
-        command(supervisor, wdir, job / "train.py", "--grace", "1", job_args=(str(wdir / "ready"),)),
-        cwd=wdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    wdir, proc = supervise_stuck(tmp_path, "import os\nos.chdir(os.path.dirname(os.path.abspath(__file__)))\n" + STUCK)
     try:
         wait_for(wdir / "ready", timeout=30)
         taken = helpers.run_module(stop_module, {"run_dir": str(wdir.parent), "capture_stacks": True, "stop": False})
