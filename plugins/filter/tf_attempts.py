@@ -100,6 +100,16 @@ def tf_attempts_decision(
     return decision
 
 
+def tf_attempts_gave_up(decision: dict[str, Any], silent: list[str], wait: int, run_id: str) -> dict[str, Any]:
+    """The decision once the hosts ``silent`` did not answer within the ``wait`` seconds
+    of tf_host_lost_wait: no restart, and the complete command that continues the run."""
+    if not isinstance(decision, dict) or not silent:
+        raise AnsibleFilterError("tf_attempts_gave_up: a decision and the hosts that stayed silent are needed")
+    why = (f"host {', '.join(str(h) for h in silent)} did not answer within {int(wait)} s (tf_host_lost_wait): no "
+           f"restart without it; once it answers again, continue the run with -e tf_run_id={run_id} -e tf_resume=true")
+    return {**decision, "restart": False, "wait_for_hosts": [], "why": why}
+
+
 def decision_name(decision: dict[str, Any]) -> str:
     """What was decided, as one word of the record: ``restart``, ``stop`` (an operator's),
     or ``give-up``."""
@@ -228,6 +238,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "tf_attempts_decision": tf_attempts_decision,
+            "tf_attempts_gave_up": tf_attempts_gave_up,
             "tf_attempts_record": tf_attempts_record,
             "tf_attempts_record_lines": tf_attempts_record_lines,
             "tf_attempts_sync_record": tf_attempts_sync_record,

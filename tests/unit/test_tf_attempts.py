@@ -222,3 +222,14 @@ def test_the_role_inputs_refuse_an_unknown_cause_naming_host_and_value() -> None
     errors = input_errors(spec, "h0", {"tf_restart_on": ["preempted"]}, {"h1": {"tf_restart_on": ["flaky"]}})
     assert len(errors) == 1 and errors[0].startswith("host h1: ") and "tf_restart_on" in errors[0]
     assert "flaky" in errors[0]
+
+
+def test_a_lost_host_still_silent_after_the_wait_ends_the_run_with_the_resume_command() -> None:
+    waited = decide(outcome(worker(0, "peer-lost"), lost_hosts=["h1"]), 0, 2, 100, 0, host_lost_wait=15)
+    gave_up = tf_attempts.tf_attempts_gave_up(waited, ["h1"], 15, "lostgood")
+    assert (gave_up["restart"], gave_up["wait_for_hosts"], gave_up["cause"]) == (False, [], "host-lost")
+    assert gave_up["why"] == ("host h1 did not answer within 15 s (tf_host_lost_wait): no restart without it; once it "
+                              "answers again, continue the run with -e tf_run_id=lostgood -e tf_resume=true")
+    assert tf_attempts.decision_name(gave_up) == "give-up"
+    with pytest.raises(AnsibleFilterError, match="hosts that stayed silent"):
+        tf_attempts.tf_attempts_gave_up(waited, [], 15, "lostgood")
