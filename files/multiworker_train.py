@@ -254,13 +254,21 @@ def main(argv: list[str] | None = None) -> int:
         model.compile(optimizer=optimizer)
 
     backup = EpochBackups(os.path.join(args.backup_dir, f"worker-{index}")) if args.backup_dir else None
+    # The chief's backups as the runbook copies them to every host before a restart: the
+    # same synchronously trained state. A host new to the run (a spare in a lost host's
+    # place) holds only them, and after a lost chief so do the others, for older epochs.
+    chief_copy = EpochBackups(os.path.join(args.backup_dir, "worker-0")) if args.backup_dir and index else None
     initial_epoch = 0
     if backup is not None:
-        initial_epoch = agree_on_resume_epoch(strategy, backup.latest())
+        local_latest = max(backup.latest(), chief_copy.latest() if chief_copy else 0)
+        initial_epoch = agree_on_resume_epoch(strategy, local_latest)
         if initial_epoch:
+            source = backup
+            if chief_copy is not None and initial_epoch not in dict(backup.entries()):
+                source = chief_copy
             with strategy.scope():
                 # Restores the weights and the optimizer state.
-                backup.restore(model, initial_epoch)
+                source.restore(model, initial_epoch)
             print(f"worker={index} resumed_from_epoch={initial_epoch}", flush=True)
 
     # A resumed run sees the batches it would have seen had it not been interrupted.

@@ -70,7 +70,8 @@ def tf_attempts_decision(
         return {"restart": False, "why": "the attempt succeeded", "cause": "completed", "culprit": None}
     found = attempt_failure(outcome, workers)
     kind, said = found["kind"], f"{found['who']} failed with {found['text']}"
-    decision = {"restart": False, "cause": kind, "culprit": found["culprit"], "failure": found}
+    decision = {"restart": False, "cause": kind, "culprit": found["culprit"], "failure": found,
+                "decided_at": float(now)}
     if kind == "operator":
         why = ("it was stopped by an operator (stop.yml): no restart; continue it later with "
                "-e tf_run_id=<id> -e tf_resume=true")
@@ -100,19 +101,106 @@ def tf_attempts_decision(
     return decision
 
 
-def tf_attempts_gave_up(decision: dict[str, Any], silent: list[str], wait: int, run_id: str) -> dict[str, Any]:
+def tf_attempts_gave_up(
+    decision: dict[str, Any], silent: list[str], wait: int, run_id: str, note: str = ""
+) -> dict[str, Any]:
     """The decision once the hosts ``silent`` did not answer within the ``wait`` seconds
-    of tf_host_lost_wait: no restart, and the complete command that continues the run."""
+    of tf_host_lost_wait: no restart, and the complete command that continues the run;
+    ``note`` says why no spare took their place."""
     if not isinstance(decision, dict) or not silent:
         raise AnsibleFilterError("tf_attempts_gave_up: a decision and the hosts that stayed silent are needed")
     why = (f"host {', '.join(str(h) for h in silent)} did not answer within {int(wait)} s (tf_host_lost_wait): no "
-           f"restart without it; once it answers again, continue the run with -e tf_run_id={run_id} -e tf_resume=true")
+           f"restart without it{f' ({note})' if note else ''}; once it answers again, continue the run with "
+           f"-e tf_run_id={run_id} -e tf_resume=true")
     return {**decision, "restart": False, "wait_for_hosts": [], "why": why}
 
 
+def _workers_of(spec: dict[str, Any], host: str) -> str:
+    indices = [str(w["index"]) for w in spec.get("workers", []) if w.get("host") == host]
+    return ("worker " if len(indices) == 1 else "workers ") + ", ".join(indices)
+
+
+def tf_attempts_takeover(
+    decision: dict[str, Any], silent: list[str], spec: dict[str, Any], min_workers: int, wait: int, run_id: str,
+    now: float,
+) -> dict[str, Any]:
+    """The decision once the hosts ``silent`` stayed lost past the ``wait`` seconds of
+    tf_host_lost_wait: each takes the first spare left (``spec``'s ``spares``, in
+    inventory order) with slots enough for its workers, which keeps their indices; a host
+    no spare can replace leaves the cluster, and the workers after it move down, only
+    while ``min_workers`` (tf_min_workers, 0: never) workers remain. Otherwise the run
+    gives up (tf_attempts_gave_up).
+
+    A takeover's decision does not restart in the play that decided it: ``takeover``
+    holds what the next play (takeover.yml) needs: ``replaced`` (lost host to spare),
+    ``dropped``, ``hosts`` (the new cluster's hosts in worker order), ``spares`` (the
+    spares that join), ``source`` (a host of the old cluster that holds the chief's
+    checkpoint: the chief, or where the chief is lost the first host left, which holds the
+    last copy of it) and ``lines`` (what the output says)."""
+    if not isinstance(decision, dict) or not isinstance(spec, dict) or not silent:
+        raise AnsibleFilterError("tf_attempts_takeover: a decision, the cluster spec and the silent hosts are needed")
+    silent = [str(h) for h in silent]
+    lost_for = int(max(0.0, float(now) - float(decision.get("decided_at") or now)) + 0.5)
+    free = [s for s in spec.get("spares", []) if isinstance(s, dict)]
+    slots = {h: sum(1 for w in spec["workers"] if w["host"] == h) for h in silent}
+    replaced: dict[str, str] = {}
+    for host in silent:
+        spare = next((s for s in free if int(s.get("slots", 1)) >= slots[host]), None)
+        if spare is not None:
+            replaced[host] = spare["host"]
+            free.remove(spare)
+    dropped = [h for h in silent if h not in replaced]
+    size = len(spec["workers"]) - sum(slots[h] for h in dropped)
+    if dropped and (not int(min_workers) or size < int(min_workers)):
+        return tf_attempts_gave_up(decision, dropped, wait, run_id, spare_note(spec, replaced, min_workers, size))
+    lines = [f"{spare} takes the place of {host} (lost {lost_for} s ago) as {_workers_of(spec, host)}"
+             for host, spare in replaced.items()]  # fmt: skip
+    if dropped:
+        before = len(spec["workers"])
+        moved = []
+        kept = [w for w in spec["workers"] if w["host"] not in dropped]
+        for new_index, worker in enumerate(kept):
+            if worker["index"] != new_index:
+                moved.append(f"worker {worker['index']} on {replaced.get(worker['host'], worker['host'])} "
+                             f"becomes worker {new_index}")
+        lines.append(
+            f"the cluster shrinks from {before} to {size} workers without {', '.join(dropped)} (no spare left; "
+            f"tf_min_workers {int(min_workers)})" + (": " + ", ".join(moved) if moved else "")
+            + f"; the global batch shrinks with it, to {size}/{before} of what it was (per-worker batch x workers)")
+    survivors = [h for h in dict.fromkeys(w["host"] for w in spec["workers"]) if h not in silent]
+    chief = spec["workers"][0]["host"]
+    source = chief if chief not in silent else (survivors[0] if survivors else "")
+    if chief in silent and source:
+        lines.append(f"the chief's host {chief} is lost: its last checkpoint comes from the copy {source} holds "
+                     "(made at the last restart; epochs saved since then are lost with it)")
+    hosts = [replaced.get(h, h) for h in dict.fromkeys(w["host"] for w in spec["workers"]) if h not in dropped]
+    why = "; ".join(lines) + "; the cluster restarts with it"
+    takeover = {"replaced": replaced, "dropped": dropped, "hosts": hosts, "spares": list(replaced.values()),
+                "source": source, "lines": lines, "size": size}  # fmt: skip
+    return {**decision, "restart": False, "wait_for_hosts": [], "takeover": takeover, "why": why}
+
+
+def spare_note(spec: dict[str, Any], replaced: dict[str, str], min_workers: int, size: int) -> str:
+    """Why no spare or smaller cluster could go on, for the give-up's sentence."""
+    spares = [s.get("host") for s in spec.get("spares", []) if isinstance(s, dict)]
+    if not spares:
+        note = "no spare host (tf_spares)"
+    else:
+        note = "no spare left with enough slots" + (f" ({', '.join(replaced.values())} took a place)" if replaced
+                                                     else "")
+    if int(min_workers):
+        note += f", and {size} workers would be fewer than tf_min_workers {int(min_workers)}"
+    else:
+        note += ", and the cluster does not shrink (tf_min_workers 0)"
+    return note
+
+
 def decision_name(decision: dict[str, Any]) -> str:
-    """What was decided, as one word of the record: ``restart``, ``stop`` (an operator's),
-    or ``give-up``."""
+    """What was decided, as one word of the record: ``restart``, ``take-spare``,
+    ``shrink``, ``wait-for-host``, ``stop`` (an operator's), or ``give-up``."""
+    takeover = decision.get("takeover")
+    if isinstance(takeover, dict):
+        return "take-spare" if takeover.get("replaced") else "shrink"
     if decision.get("wait_for_hosts"):
         return "wait-for-host" if decision.get("restart") else "give-up"
     if decision.get("restart"):
@@ -151,6 +239,9 @@ def tf_attempts_record(
         "culprit": culprit, "who": failure.get("who"), "lost_hosts": lost, "workers": rows,
         "decision": decision_name(decision), "why": decision.get("why"),
     }  # fmt: skip
+    takeover = decision.get("takeover")
+    if isinstance(takeover, dict):
+        record["takeover"] = {key: takeover.get(key) for key in ("replaced", "dropped", "hosts", "source", "lines")}
     return {"path": os.path.join(str(run_dir), attempt_record_file(int(attempt))), "record": record}
 
 
@@ -177,6 +268,9 @@ def tf_attempts_record_lines(records: Any) -> list[str]:
         else:
             blamed = f"no single culprit ({record.get('cause')})"
         line = f"attempt {record['attempt']}: {hosts}; {blamed}; decided: {record.get('decision')}"
+        takeover = record.get("takeover") if isinstance(record.get("takeover"), dict) else {}
+        if takeover.get("lines"):
+            line += " (" + "; ".join(str(said) for said in takeover["lines"]) + ")"
         parsed.append((record["attempt"], printable(line)))
     return [line for _attempt, line in sorted(parsed, key=lambda item: item[0])]
 
@@ -239,6 +333,7 @@ class FilterModule:
         return {
             "tf_attempts_decision": tf_attempts_decision,
             "tf_attempts_gave_up": tf_attempts_gave_up,
+            "tf_attempts_takeover": tf_attempts_takeover,
             "tf_attempts_record": tf_attempts_record,
             "tf_attempts_record_lines": tf_attempts_record_lines,
             "tf_attempts_sync_record": tf_attempts_sync_record,

@@ -88,15 +88,19 @@ def tf_cluster_spec(
 
     Addresses are normalized first. With ``resolve``, names are also resolved (here, on
     the controller) so that a name and its IP, or two names of one machine, are seen as
-    one endpoint; ``resolver`` stands in for the resolver in tests."""
+    one endpoint; ``resolver`` stands in for the resolver in tests. Entries marked
+    ``spare`` (the tf_spares group, after the workers) get no worker index: their
+    endpoints are checked like the workers' and listed under ``spares``, for the
+    preflight to probe and for a spare to take a lost host's place."""
     lookup = resolver or resolve_address
     identities: dict[str, set[str]] = {}
-    if not isinstance(hosts, list) or not hosts:
+    if not isinstance(hosts, list) or not [e for e in hosts if isinstance(e, dict) and not e.get("spare")]:
         raise AnsibleFilterError(
             "no worker hosts in the play: the tf_workers group is empty or --limit "
             "excluded every worker"
         )
     workers: list[dict[str, Any]] = []
+    spares: list[dict[str, Any]] = []
     owners: dict[str, tuple[str, str]] = {}
     seen_hosts: set[str] = set()
     for entry in hosts:
@@ -104,7 +108,10 @@ def tf_cluster_spec(
         if not host:
             raise AnsibleFilterError(f"a worker entry has no host name: {entry!r}")
         if host in seen_hosts:
-            raise AnsibleFilterError(f"host {host}: listed twice in the worker list")
+            raise AnsibleFilterError(
+                f"host {host}: listed twice in the worker list"
+                + (" (a host is a worker or a spare, not both)" if entry.get("spare") else "")
+            )
         seen_hosts.add(host)
         address = normalize_address(entry.get("address"), host)
         if address not in identities:
@@ -131,6 +138,11 @@ def tf_cluster_spec(
                     )
             for ident in identities[address]:
                 owners[format_endpoint(ident, port + slot)] = (host, address)
+            if entry.get("spare"):
+                if slot == 0:
+                    spares.append({"host": host, "address": address, "port": port, "slots": slots, "endpoints": []})
+                spares[-1]["endpoints"].append(endpoint)
+                continue
             workers.append(
                 {
                     "index": len(workers),
@@ -148,12 +160,77 @@ def tf_cluster_spec(
         "size": len(workers),
         "chief": workers[0]["host"],
         "checksum": cluster_checksum(cluster),
+        "spares": spares,
     }
+
+
+def cluster_hosts(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The hosts of ``spec``'s workers in worker order, each as the entry that builds it
+    again (its address, first port and number of slots)."""
+    hosts: list[dict[str, Any]] = []
+    for worker in spec["workers"]:
+        if not hosts or hosts[-1]["host"] != worker["host"]:
+            hosts.append({"host": worker["host"], "address": worker["address"], "port": worker["port"], "slots": 0})
+        hosts[-1]["slots"] += 1
+    return hosts
+
+
+def tf_cluster_takeover(
+    spec: dict[str, Any],
+    replaced: dict[str, str],
+    dropped: list[str] | None = None,
+    resolver: Callable[[str], list[str]] | None = None,
+) -> dict[str, Any]:
+    """The cluster after lost hosts left it: each host of ``replaced`` gives its workers,
+    with their indices, to its spare (which runs as many slots, from its own address and
+    first port); each host of ``dropped`` leaves with its workers, and the workers after
+    it move down (the cluster shrinks). The spares used leave ``spares``."""
+    dropped = list(dropped or [])
+    known = {s["host"]: s for s in spec.get("spares", [])}
+    entries: list[dict[str, Any]] = []
+    for entry in cluster_hosts(spec):
+        if entry["host"] in dropped:
+            continue
+        spare = replaced.get(entry["host"])
+        if spare is None:
+            entries.append(entry)
+            continue
+        if spare not in known:
+            raise AnsibleFilterError(f"host {spare}: not a spare of this cluster, cannot take the place of {entry['host']}")
+        if known[spare]["slots"] < entry["slots"]:
+            raise AnsibleFilterError(
+                f"host {spare}: a spare with tf_worker_slots={known[spare]['slots']} cannot take the place of "
+                f"{entry['host']}, which ran {entry['slots']} workers"
+            )
+        entries.append({"host": spare, "address": known[spare]["address"], "port": known[spare]["port"],
+                        "slots": entry["slots"]})
+    used = set(replaced.values())
+    entries.extend(dict(s, spare=True) for s in spec.get("spares", []) if s["host"] not in used)
+    return tf_cluster_spec(entries, resolver is not None, resolver)
 
 
 def tf_workers_on(spec: dict[str, Any], host: str) -> list[dict[str, Any]]:
     """The workers that run on ``host``, in index order."""
     return [w for w in spec["workers"] if w["host"] == host]
+
+
+def spare_endpoints(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each spare's endpoints as the preflight probes them, with ``index`` ``spare``."""
+    return [
+        {"index": "spare", "host": s["host"], "slot": slot, "address": s["address"], "port": s["port"] + slot,
+         "endpoint": endpoint}
+        for s in spec.get("spares", []) for slot, endpoint in enumerate(s["endpoints"])
+    ]
+
+
+def tf_cluster_endpoints(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every endpoint the preflight probes: the workers', then the spares'."""
+    return list(spec["workers"]) + spare_endpoints(spec)
+
+
+def tf_ports_on(spec: dict[str, Any], host: str) -> list[int]:
+    """The ports ``host`` listens on: its workers', or as a spare the ones it would take."""
+    return [int(e["port"]) for e in tf_cluster_endpoints(spec) if e["host"] == host]
 
 
 class FilterModule:
@@ -163,4 +240,7 @@ class FilterModule:
         return {
             "tf_cluster_spec": tf_cluster_spec,
             "tf_workers_on": tf_workers_on,
+            "tf_cluster_takeover": tf_cluster_takeover,
+            "tf_cluster_endpoints": tf_cluster_endpoints,
+            "tf_ports_on": tf_ports_on,
         }

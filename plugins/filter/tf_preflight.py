@@ -211,8 +211,9 @@ def tf_preflight_unreachable(results: dict[str, list[dict[str, Any]]]) -> list[s
                 "ansible_host) must be an address this machine answers on"
                 if failure["host"] == host else ""
             )
+            what = "spare host" if failure["index"] == "spare" else f"worker {failure['index']} on host"
             problems.append(
-                f"host {host} cannot reach worker {failure['index']} on host {failure['host']} "
+                f"host {host} cannot reach {what} {failure['host']} "
                 f"at {failure['address']}:{failure['port']}: {failure['reason']}{own}"
             )
     return problems
@@ -308,6 +309,7 @@ INPUT_NAMES = (
     "tf_collect_files",
     "tf_collect_artifacts",
     "tf_restart_on",
+    "tf_min_workers",
 )
 
 # The records the verdict reads from every worker directory: a tf_collect_files that
@@ -439,6 +441,12 @@ def _cross_problems(values: dict[str, Any], cluster_size: int) -> list[str]:
         problems.append(
             f"tf_verdict_expected_size {size} is not the cluster's {cluster_size} worker(s) "
             "(0: the size of the collected cluster); the verdict would fail the run"
+        )
+    fewest = _whole(values.get("tf_min_workers"))
+    if fewest and cluster_size and fewest > cluster_size:
+        problems.append(
+            f"tf_min_workers {fewest} is more than the cluster's {cluster_size} worker(s): the cluster could only "
+            "ever shrink below it (0: it never shrinks)"
         )
     timeout = _whole(values.get("tf_controller_timeout"))
     poll = _whole(values.get("tf_wait_poll_interval"))

@@ -142,9 +142,15 @@ def begin_of(worker: Worker, attempt: int) -> tuple[int, str | None]:
 
 
 def agreed_epochs(attempt: dict[str, Any], size: int) -> dict[int, dict[str, str]]:
-    """The epochs every worker 0..size-1 of an attempt completed with identical metrics."""
+    """The epochs every worker 0..size-1 of an attempt completed with identical metrics.
+    An attempt whose host was lost for good (a spare took its place, or the cluster
+    shrank: ``lost_for_good``, ``size`` from its decision's record) is judged by the
+    workers whose files could be collected."""
     workers = attempt["workers"]
-    if sorted(w["index"] for w in workers) != list(range(size)) or not size:
+    size = int(attempt.get("size") or size)
+    lost = set(attempt.get("lost_for_good") or [])
+    present = sorted(w["index"] for w in workers)
+    if present != [i for i in range(size) if i not in lost or i in present] or not size or not workers:
         return {}
     found = {}
     for epoch in sorted({e for w in workers for e in w["series"]["epochs"]}):

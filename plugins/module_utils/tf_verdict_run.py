@@ -29,6 +29,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     RETRY_PREFIX,
     WORKER_PREFIX,
     attempt_dir_of,
+    attempt_record_file,
     read_json,
 )
 
@@ -131,8 +132,34 @@ def parse_attempt(workers: list[dict[str, Any]], attempt: int = 0) -> dict[str, 
 
 def load_attempts(run_dir: str, marker_name: str) -> list[dict[str, Any]]:
     """Every attempt of the run, loaded and parsed once (attempt 0 alone when the run
-    directory holds nothing)."""
-    return [parse_attempt(load_run(run_dir, marker_name, n), n) for n in attempts_in(run_dir) or [0]]
+    directory holds nothing), each with what the decisions' records say of its cluster
+    (``taken_over``)."""
+    attempts = [parse_attempt(load_run(run_dir, marker_name, n), n) for n in attempts_in(run_dir) or [0]]
+    records = [read_json(os.path.join(run_dir, attempt_record_file(a["attempt"]))) for a in attempts]
+    gone = set().union(*(lost_for_good_hosts(record) for record in records))
+    for attempt, record in zip(attempts, records):
+        attempt.update(taken_over(record, gone))
+    return attempts
+
+
+def lost_for_good_hosts(record: Any) -> set[str]:
+    """The hosts whose place a spare took, or that left the cluster, after the attempt of
+    ``record`` (an ``attempt-<n>.json``)."""
+    takeover = as_dict(as_dict(record).get("takeover"))
+    return {str(h) for h in list(as_dict(takeover.get("replaced"))) + list(takeover.get("dropped") or [])}
+
+
+def taken_over(record: Any, gone: set[str] | None = None) -> dict[str, Any]:
+    """What an attempt's decision record says of its cluster where hosts were lost for
+    good in this attempt or a later one (``gone``; this record's own by default): the
+    attempt's size (``size``) and its workers on those hosts (``lost_for_good``), whose
+    files no collect can bring: their epochs are judged from the other workers of the
+    attempt. Empty where no host of the attempt was lost for good."""
+    record = as_dict(record)
+    gone = lost_for_good_hosts(record) if gone is None else gone
+    rows = [as_dict(w) for w in record.get("workers") or []]
+    lost = sorted(int(w["index"]) for w in rows if str(w.get("host")) in gone and isinstance(w.get("index"), int))
+    return {"size": len(rows), "lost_for_good": lost} if lost else {}
 
 
 def cluster_list(worker: dict[str, Any]) -> list[str] | None:

@@ -390,6 +390,18 @@ def unreadable_summary(run_id: str, error: str, context: dict[str, Any]) -> dict
 # --- The report's data: every attempt, worker by worker ------------------------------
 
 
+def uncollected_row(said: dict[str, Any]) -> dict[str, Any]:
+    """The timeline row of a worker that the decision's record names but whose files were
+    not collected (its host was lost for good): its host and its cause, nothing timed."""
+    return {
+        "index": as_int(said.get("index")), "host": said.get("host"), "log": None, "has_log": False, "launched_at": None, "joined_at": None, "joined": None, "epoch_at": {},
+        "completed_at": None, "finished_at": None, "exit_status": None,
+        "exit_reason": "not collected: its host was lost", "signal": None,
+        "cause": said.get("cause") if isinstance(said.get("cause"), dict) else None, "stopped": False,
+        "culprit": False, "resumed_from_epoch": None, "metrics": {},
+    }  # fmt: skip
+
+
 def worker_timeline(run_dir: str, worker: dict[str, Any], source: str | None) -> dict[str, Any]:
     """One worker of one attempt as the run report draws it: when it launched, joined,
     finished each epoch and exited, with its own metric values per epoch (the series the
@@ -467,7 +479,7 @@ def decided_cause(row_cause: dict[str, Any], decided: dict[str, Any] | None) -> 
     supervisor died), where the cause the live decision saw is kept."""
     if decided is None:
         return row_cause
-    if decided.get("lost") or row_cause.get("kind") == "unknown":
+    if decided.get("lost") or not isinstance(row_cause, dict) or row_cause.get("kind") == "unknown":
         cause = decided.get("cause")
         if isinstance(cause, dict) and cause.get("kind"):
             return cause
@@ -487,6 +499,12 @@ def attempt_timeline(
         culprit = as_dict(decided.get("culprit"))
         index = as_int(culprit.get("index"))
         said = {as_int(w.get("index")): w for w in decided.get("workers") or [] if isinstance(w, dict)}
+        # A worker whose files no collect brought (its host lost for good) keeps its row,
+        # as the record names it.
+        seen = {row["index"] for row in rows}
+        rows += [uncollected_row(w) for i, w in sorted(said.items(), key=lambda x: str(x[0]))
+                 if i is not None and i not in seen]
+        rows.sort(key=lambda row: row["index"])
         for row in rows:
             named = culprit.get("cause") if row["index"] == index and isinstance(culprit.get("cause"), dict) else None
             row["cause"] = named or decided_cause(row["cause"], said.get(row["index"]))

@@ -472,6 +472,10 @@ def timeline(
         "disagreements": len(attempt.get("disagreements") or []),
         "has_causes": any(r["cause"] for r in rows),
         "epochs_taken": "",
+        # What the runbook decided after it (attempt-<n>.json): a restart, a spare in a lost
+        # host's place, a smaller cluster, a give-up; and why, as the output said it.
+        "decision": attempt.get("decision"),
+        "why": attempt.get("why"),
     }
 
 

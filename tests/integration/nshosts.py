@@ -983,11 +983,13 @@ Subsystem sftp internal-sftp
         port: int = 2222,
         hostvars: Mapping[Any, Mapping[str, Any]] | None = None,
         groupvars: Mapping[str, Any] | None = None,
+        spares: int = 0,
     ) -> Path:
         """Write an Ansible YAML inventory with group ``tf_workers`` (hosts in order).
 
         ``hostvars`` is keyed by host name, index or Host; its values are merged
-        over the connection vars.  ``groupvars`` is merged over the defaults.
+        over the connection vars.  ``groupvars`` is merged over the defaults. The last
+        ``spares`` hosts go to group ``tf_spares`` instead, with the same group vars.
         """
         hosts: dict[str, dict[str, Any]] = {}
         for h in self.hosts:
@@ -1005,9 +1007,12 @@ Subsystem sftp internal-sftp
             "ansible_python_interpreter": "/usr/bin/python3",
         }
         group_vars.update(groupvars or {})
-        data = {
-            "all": {"children": {"tf_workers": {"hosts": hosts, "vars": group_vars}}}
-        }
+        names = list(hosts)
+        members = names[: len(names) - spares] if spares else names
+        children: dict[str, Any] = {"tf_workers": {"hosts": {n: hosts[n] for n in members}, "vars": group_vars}}
+        if spares:
+            children["tf_spares"] = {"hosts": {n: hosts[n] for n in names[len(members):]}, "vars": dict(group_vars)}
+        data = {"all": {"children": children}}
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
         try:

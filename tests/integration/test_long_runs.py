@@ -231,8 +231,9 @@ def test_a_host_lost_for_good_ends_the_run_after_the_wait_and_says_how_to_resume
     finally:
         hosts.restore_network(1)
     assert returncode != 0
-    assert ("host node1 did not answer within 15 s (tf_host_lost_wait): no restart without it; once it answers "
-            "again, continue the run with -e tf_run_id=lostgood -e tf_resume=true") in out, said(out, "lostgood")
+    assert ("host node1 did not answer within 15 s (tf_host_lost_wait): no restart without it (no spare host "
+            "(tf_spares), and the cluster does not shrink (tf_min_workers 0)); once it answers again, continue the run "
+            "with -e tf_run_id=lostgood -e tf_resume=true") in out, said(out, "lostgood")
     record = attempt_record(book, "lostgood", 0)
     assert (record["decision"], record["culprit"]["host"]) == ("give-up", "node1"), record
     assert hosts.run(0, f"test -e {RUN}/lostgood/retry-1")[0] != 0

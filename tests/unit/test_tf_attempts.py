@@ -42,6 +42,7 @@ def test_a_job_error_is_not_restarted_and_the_output_says_why_and_how() -> None:
                      {**worker(1, None), "cause": JOB_ERROR})
     decision = decide(failed, 0, 2, 100, 0)
     assert decision.pop("failure")["culprit"] == 1
+    assert decision.pop("decided_at") == 100
     assert decision == {
         "restart": False, "cause": "job-error", "culprit": 1,
         "why": "worker 1 on h1 failed with job-error (ModuleNotFoundError: No module named 'x'): a restart cannot "
