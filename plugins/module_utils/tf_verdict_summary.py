@@ -604,12 +604,23 @@ def table(summary: dict[str, Any]) -> list[str]:
         lines.append(f"reason: {summary['reason']}")
     if summary.get("not_checked"):
         lines.append(f"not checked (the job's output does not show it): {', '.join(summary['not_checked'])}")
+    timeline = {as_int(entry.get("attempt")): entry for entry in summary.get("timeline") or [] if isinstance(entry, dict)}
     for attempt in summary.get("attempts", [])[:-1]:
-        failed = [w for w in attempt["workers"] if w["exit_status"] != 0]
-        shown = "; ".join(
-            f"worker {w['index']} ({w['host']}) {w['exit_status']}: {as_dict(w.get('cause')).get('kind') or w['exit_reason']}"
-            for w in failed
-        )
+        entry = timeline.get(attempt["attempt"]) or {}
+        if entry.get("culprit_host"):
+            # The culprit and the decision as recorded when they were made (attempt-<n>.json).
+            cause = as_dict(entry.get("culprit_cause"))
+            who = (f"worker {entry['culprit']} on {entry['culprit_host']}" if entry.get("culprit") is not None
+                   else f"host {entry['culprit_host']}")
+            shown = f"culprit {who}: {cause.get('kind') or 'unknown'}"
+            if entry.get("decision"):
+                shown += f"; decided: {entry['decision']}"
+        else:
+            failed = [w for w in attempt["workers"] if w["exit_status"] != 0]
+            shown = "; ".join(
+                f"worker {w['index']} ({w['host']}) {w['exit_status']}: "
+                f"{as_dict(w.get('cause')).get('kind') or w['exit_reason']}" for w in failed
+            )
         lines.append(f"attempt {attempt['attempt']} failed: {shown}")
     if summary.get("attempt"):
         lines.append(f"verdict of the run over attempts 0..{summary['attempt']}:")

@@ -188,3 +188,21 @@ def test_the_timeline_keeps_the_workers_of_a_lost_host_as_the_record_names_them(
     assert [(r["index"], r["host"], r["culprit"], r["has_log"]) for r in entry["workers"]] == [
         (0, "h0", False, False), (1, "h1", True, False)]
     assert entry["workers"][1]["cause"]["kind"] == "host-lost" and entry["decision"] == "take-spare"
+
+
+def test_the_console_verdict_names_each_failed_attempts_recorded_culprit_and_decision() -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_verdict_summary
+
+    lost = {"kind": "host-lost", "detail": "node1 stopped answering"}
+    summary = {
+        "run_id": "r", "status": "succeeded", "attempt": 1, "workers": [], "metrics": {}, "checks": [],
+        "attempts": [{"attempt": 0, "workers": [{"index": 0, "host": "node0", "exit_status": 1,
+                                                  "cause": {"kind": "peer-lost"}, "exit_reason": ""}]},
+                     {"attempt": 1, "workers": []}],
+        "timeline": [{"attempt": 0, "culprit": 1, "culprit_host": "node1", "culprit_cause": lost,
+                      "decision": "take-spare"}],
+    }  # fmt: skip
+    lines = tf_verdict_summary.table(summary)
+    assert "attempt 0 failed: culprit worker 1 on node1: host-lost; decided: take-spare" in lines
+    del summary["timeline"]
+    assert "attempt 0 failed: worker 0 (node0) 1: peer-lost" in tf_verdict_summary.table(summary)
