@@ -122,7 +122,7 @@ def _workers_of(spec: dict[str, Any], host: str) -> str:
 
 def tf_attempts_takeover(
     decision: dict[str, Any], silent: list[str], spec: dict[str, Any], min_workers: int, wait: int, run_id: str,
-    now: float,
+    now: float, answering: list[str] | None = None,
 ) -> dict[str, Any]:
     """The decision once the hosts ``silent`` stayed lost past the ``wait`` seconds of
     tf_host_lost_wait: each takes the first spare left (``spec``'s ``spares``, in
@@ -136,12 +136,15 @@ def tf_attempts_takeover(
     ``dropped``, ``hosts`` (the new cluster's hosts in worker order), ``spares`` (the
     spares that join), ``source`` (a host of the old cluster that holds the chief's
     checkpoint: the chief, or where the chief is lost the first host left, which holds the
-    last copy of it) and ``lines`` (what the output says)."""
+    last copy of it) and ``lines`` (what the output says). With ``answering`` (the spares
+    that answered just before), a spare that did not is passed over, and said so."""
     if not isinstance(decision, dict) or not isinstance(spec, dict) or not silent:
         raise AnsibleFilterError("tf_attempts_takeover: a decision, the cluster spec and the silent hosts are needed")
     silent = [str(h) for h in silent]
     lost_for = int(max(0.0, float(now) - float(decision.get("decided_at") or now)) + 0.5)
     free = [s for s in spec.get("spares", []) if isinstance(s, dict)]
+    passed_over = [] if answering is None else [s["host"] for s in free if s["host"] not in answering]
+    free = [s for s in free if s["host"] not in passed_over]
     slots = {h: sum(1 for w in spec["workers"] if w["host"] == h) for h in silent}
     replaced: dict[str, str] = {}
     for host in silent:
@@ -151,10 +154,14 @@ def tf_attempts_takeover(
             free.remove(spare)
     dropped = [h for h in silent if h not in replaced]
     size = len(spec["workers"]) - sum(slots[h] for h in dropped)
+    silent_spares = f"spare {', '.join(passed_over)} did not answer" if passed_over else ""
     if dropped and (not int(min_workers) or size < int(min_workers)):
-        return tf_attempts_gave_up(decision, dropped, wait, run_id, spare_note(spec, replaced, min_workers, size))
-    lines = [f"{spare} takes the place of {host} (lost {lost_for} s ago) as {_workers_of(spec, host)}"
-             for host, spare in replaced.items()]  # fmt: skip
+        note = spare_note(spec, replaced, min_workers, size)
+        return tf_attempts_gave_up(decision, dropped, wait, run_id, f"{silent_spares}; {note}" if silent_spares
+                                   else note)
+    lines = ([silent_spares] if silent_spares else []) + [
+        f"{spare} takes the place of {host} (lost {lost_for} s ago) as {_workers_of(spec, host)}"
+        for host, spare in replaced.items()]  # fmt: skip
     if dropped:
         before = len(spec["workers"])
         moved = []

@@ -37,49 +37,54 @@ def ended_on(book: Runbook, host: int, run_id: str) -> bool:
         return False
 
 
-def spare_book(hosts: NamespaceHosts, tmp_path: Path, worker_python: str, port: int) -> Runbook:
-    """node0 and node1 train; node2 is the spare."""
+def spare_book(hosts: NamespaceHosts, tmp_path: Path, worker_python: str, port: int, spares: int = 1) -> Runbook:
+    """node0 and node1 train; the hosts after them are the spares."""
     extra = settings(worker_python, tf_restart_attempts=3, tf_peer_timeout=10, tf_controller_timeout=20,
                      tf_host_lost_wait=15, tf_train_args=ARGS)
-    return Runbook(hosts, tmp_path, port=port, groupvars=extra, spares=1)
+    return Runbook(hosts, tmp_path, port=port, groupvars=extra, spares=spares)
 
 
 def test_a_host_lost_for_good_is_replaced_by_a_spare_and_the_run_succeeds(
     make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
 ) -> None:
-    """node1 is cut off for good after epoch 2; after tf_host_lost_wait the spare node2
-    takes its place as worker 1 in the same playbook, gets the chief's checkpoint and
-    resumes from it; the run succeeds and the record names the takeover."""
-    hosts = make_ns_hosts(count=3)
-    book = spare_book(hosts, tmp_path, worker_python, 2510)
+    """node1 is cut off for good after epoch 2, and the first spare, node2, is down too;
+    after tf_host_lost_wait the second spare, node3, takes node1's place as worker 1 in the
+    same playbook, gets the chief's checkpoint and resumes from it; the run succeeds and
+    the record names the takeover."""
+    hosts = make_ns_hosts(count=4)
+    book = spare_book(hosts, tmp_path, worker_python, 2510, spares=2)
     try:
         returncode, out = train_through(book, "spare", lambda: (
-            wait_for_log(hosts, 1, f"{RUN}/spare/worker-1/worker.log", "epoch=2 "), hosts.cut_network(1)))
+            wait_for_log(hosts, 1, f"{RUN}/spare/worker-1/worker.log", "epoch=2 "), hosts.cut_network(2),
+            hosts.cut_network(1)))
         assert returncode == 0, said(out, "spare")
-        assert re.search(r"node2 takes the place of node1 \(lost \d+ s ago\) as worker 1", out), said(out, "spare")
+        assert re.search(r"spare node2 did not answer; node3 takes the place of node1 \(lost \d+ s ago\) as worker 1",
+                         out), said(out, "spare")
         assert re.search(r"Copied the chief's checkpoint \(node0: \d+ files, [\d.]+ MB\) through the controller to "
-                         r"node2", out), said(out, "spare")
+                         r"node3", out), said(out, "spare")
         record = attempt_record(book, "spare", 0)
         assert (record["decision"], record["culprit"]["host"], record["culprit"]["cause"]["kind"]) == (
             "take-spare", "node1", "host-lost"), record
-        assert record["takeover"]["replaced"] == {"node1": "node2"}
+        assert record["takeover"]["replaced"] == {"node1": "node3"}
         # The spare ran worker 1 of attempt 1, resumed from the chief's copy.
-        log = log_of(book, 2, f"{RUN}/spare/retry-1/worker-1/worker.log")
+        log = log_of(book, 3, f"{RUN}/spare/retry-1/worker-1/worker.log")
         assert re.search(r"^worker=1 resumed_from_epoch=[2-5]$", log, re.M), log[-3000:]
         assert not book.exists(0, f"{RUN}/spare/retry-2"), "more than one restart"
         summary = book.summary("spare")
         assert summary["status"] == "succeeded", summary["checks"]
-        assert [w["host"] for w in summary["workers"]] == ["node0", "node2"]
+        assert [w["host"] for w in summary["workers"]] == ["node0", "node3"]
         assert sorted(summary["metrics"], key=int) == [str(e) for e in range(1, 7)]
         timeline = summary["timeline"]
         assert [(a["attempt"], a["decision"]) for a in timeline[:1]] == [(0, "take-spare")], timeline
-        assert [w["host"] for w in timeline[-1]["workers"]] == ["node0", "node2"], timeline[-1]
-        for host in (0, 2):
+        assert [w["host"] for w in timeline[-1]["workers"]] == ["node0", "node3"], timeline[-1]
+        for host in (0, 3):
             assert book.run_processes(host, "spare") == [], f"processes of the run left on node{host}"
     finally:
         hosts.restore_network(1)
+        hosts.restore_network(2)
     # node1's worker of the lost attempt ends by itself (its peers and the controller went quiet).
     wait_until(lambda: ended_on(book, 1, "spare"), 120, "node1's worker of the lost attempt ending")
+    wait_until(lambda: ended_on(book, 2, "spare"), 60, "node2 answering again, with nothing of the run")
     no_process_left(book, "spare")
 
 

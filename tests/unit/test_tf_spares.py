@@ -206,3 +206,12 @@ def test_the_console_verdict_names_each_failed_attempts_recorded_culprit_and_dec
     assert "attempt 0 failed: culprit worker 1 on node1: host-lost; decided: take-spare" in lines
     del summary["timeline"]
     assert "attempt 0 failed: worker 0 (node0) 1: peer-lost" in tf_verdict_summary.table(summary)
+
+
+def test_a_spare_that_does_not_answer_is_passed_over_and_the_output_says_so() -> None:
+    decision = tf_attempts.tf_attempts_takeover(lost(["h0"]), ["h0"], three_and_spares(), 0, 60, "r1", 1060, ["s1"])
+    assert decision["takeover"]["replaced"] == {"h0": "s1"}
+    assert decision["takeover"]["lines"][0] == "spare s0 did not answer"
+    none = tf_attempts.tf_attempts_takeover(lost(["h0"]), ["h0"], three_and_spares(), 0, 60, "r1", 1060, [])
+    assert "takeover" not in none
+    assert "(spare s0, s1 did not answer; no spare left with enough slots" in none["why"]
