@@ -276,4 +276,3 @@ class ActionModule(ControllerAction):
         if not self._task.check_mode:
             display.display(run_id_line(args["run_id"]))
         return result
-

@@ -55,7 +55,9 @@ def run_smi(smi: str, args: Iterable[str], timeout: float = SMI_TIMEOUT_SECONDS)
     failed, exited non-zero or did not end within ``timeout`` seconds (then it is killed,
     in its own session with whatever it started, and not waited for)."""
     try:
-        process = subprocess.Popen(  # pylint: disable=consider-using-with
+        # Not AnsibleModule.run_command: it has no timeout and waits for the process, and
+        # the point here is to give up on an nvidia-smi that hangs.
+        process = subprocess.Popen(  # pylint: disable=ansible-bad-function,consider-using-with
             [smi, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True, text=True,
         )  # fmt: skip
