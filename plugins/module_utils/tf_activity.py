@@ -39,8 +39,8 @@ CPU_WINDOW_SECONDS = 5.0
 # in uninterruptible sleep (a dead NFS mount, a hung device). Neither ends by itself.
 FROZEN_STATES = {"T": "stopped", "t": "stopped", "D": "uninterruptible"}
 # A job whose GPUs (tf_gpu_use: those its processes compute on or it was pinned to) are
-# busier than this share is making progress too, whatever its CPU: a job feeding a GPU
-# keeps one thread of the host busy at most. nvidia-smi's utilisation is the share of
+# busier than this share is making progress too, whatever its CPU: a job that waits for
+# a long GPU kernel can leave the host's CPU idle. nvidia-smi's utilisation is the share of
 # the last sample period (1/6 s to 1 s) a kernel ran; an idle GPU reads 0 %, a training
 # step tens of percent. Caveat: NCCL's collectives spin on the GPU while they wait, so a
 # GPU job deadlocked in an all-reduce can read busy; its job deadline still ends it.
@@ -117,10 +117,10 @@ def progress_record(previous: Any, host: str, workers: list[dict[str, Any]], now
     them last changed (``now`` for a host not recorded yet: the watch begins); ``cpu``: the
     base reading of each worker's CPU window; ``cpu_share``: each worker's share of a core
     over its latest window; ``gpu_util``: each worker's latest GPU utilisation (percent),
-    only where the host measures one; ``busy_at``: when a window last ended with a worker busy
-    (``BUSY_CPU_SHARE``) or a check saw a worker's GPUs busy (``BUSY_GPU_SHARE``), None
-    before; ``last_progress_at``: the later of the two, what the
-    stall watchdog reads. A record of an earlier version (only ``last_progress_at``) counts
+    only where the host measures one; ``busy_at``: when a window last ended with a worker
+    busy (``BUSY_CPU_SHARE``) or a check saw a worker's GPUs busy (``BUSY_GPU_SHARE``),
+    None before; ``last_progress_at``: the later of ``last_line_at`` and ``busy_at``, what
+    the stall watchdog reads. A record of an earlier version (only ``last_progress_at``) counts
     as its lines' time."""
     counts = {str(w.get("index")): int(w.get("progress_lines") or 0) for w in workers}
     readings = cpu_readings(workers)

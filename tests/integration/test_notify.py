@@ -41,7 +41,8 @@ def test_a_run_that_succeeds_tells_started_then_succeeded(tmp_path: Path) -> Non
                                           ["succeeded", "notify-ok", str(run_dir / "summary.json")]]
     assert calls[1]["env"] == {"TF_RUNBOOK_EVENT": "succeeded", "TF_RUNBOOK_RUN_ID": "notify-ok",
                                "TF_RUNBOOK_SUMMARY": str(run_dir / "summary.json"), "TF_RUNBOOK_RUN_DIR": str(run_dir)}
-    assert "Run id: notify-ok" in result.stdout
+    # The run id, once, on a line of its own, as soon as the run is claimed (issue 39).
+    assert [line for line in result.stdout.splitlines() if "Run id:" in line] == ["Run id: notify-ok"]
 
 
 def test_a_failed_run_tells_started_then_failed(tmp_path: Path) -> None:
