@@ -347,7 +347,9 @@ class ActionModule(ControllerAction):
         problems.append(resume_problem(own.get("tf_resume"), given_run_id, own.get("tf_runs_dir") or "tf_runs_dir"))
         problems = [problem for problem in problems if problem]
         if errors or problems:
-            return {"failed": True, "changed": False, "argument_errors": errors, "problems": problems,
+            # The message names every error and problem once; no list repeats them beside it
+            # (Ansible prints a failed result whole, after its message).
+            return {"failed": True, "changed": False,
                     "validate_args_context": {"type": "role", "name": name, "argument_spec_name": entry_point,
                                               "path": tf_path},
                     "msg": refusal_message(name, entry_point, errors, problems, "Refused: ")}
@@ -390,14 +392,14 @@ class ActionModule(ControllerAction):
         result["later"] = [f"{name}:{point}" for name, point, _errors in later]
         all_errors = errors + [error for _name, _point, found in later for error in found]
         problems = without_named(all_errors, [problem for problem in args["problems"] if problem])
-        result["problems"] = problems
         if all_errors or problems:
+            # Every error and problem once, in the message (as above).
             result["failed"] = True
-            result["argument_errors"] = all_errors
             result["msg"] = refusal_message(role, args["entry_point"], errors, problems, args["refusal"], later)
         else:
             checked = ", ".join([f"role {role} ({args['entry_point']})", *(f"{name} ({point})" for name, point, _errors in later)])
             result["msg"] = f"The inputs of {checked} are valid on {len(others) + 1} host(s)"
+            result["problems"] = []
         return result
 
     def later_errors(self, spec: str, role_path: str, own_host: str, views: dict[str, Any],

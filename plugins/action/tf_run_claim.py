@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
+from ansible.utils.display import Display
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import PROC, process_start_time
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     DRIVER_FILE,
@@ -30,6 +31,8 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     write_json_atomic,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
+
+display = Display()
 
 # The options (documented in plugins/modules/tf_run_claim.py, the documentation-only module).
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
@@ -254,11 +257,22 @@ def resume(runs_dir: str, run_id: str, checksum: str, hosts: dict[str, Any], che
     return {"changed": True, "path": run_dir, "attempt": attempt, "resumes_from": source}
 
 
+def run_id_line(run_id: str) -> str:
+    """The line that tells the operator the run id, as soon as the run is claimed."""
+    return f"Run id: {run_id}"
+
+
 class ActionModule(ControllerAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
 
     def work(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         if args["resume"]:
-            return resume(args["runs_dir"], args["run_id"], args["cluster_checksum"], args["hosts"],
-                          self._task.check_mode, args["chief"], args["from_scratch"])
-        return claim(args["runs_dir"], args["run_id"], self._task.check_mode, args["cluster_checksum"])
+            result = resume(args["runs_dir"], args["run_id"], args["cluster_checksum"], args["hosts"],
+                            self._task.check_mode, args["chief"], args["from_scratch"])
+        else:
+            result = claim(args["runs_dir"], args["run_id"], self._task.check_mode, args["cluster_checksum"])
+        # The run id, once and early, on a line of its own: what every later command of the
+        # run (status, logs, stop, collect, resume) is given, copied from here.
+        if not self._task.check_mode:
+            display.display(run_id_line(args["run_id"]))
+        return result

@@ -29,7 +29,8 @@ wait runs on its own: every host records, on the controller's clock, when one of
 workers last made progress, in a file of its own in the attempt's stall directory, and
 reads every host's record at each round. Progress is a new progress line, or a job that
 used CPU (more than tf_activity.BUSY_CPU_SHARE of a core over a window of the module's
-successive readings): a stall is silence and idleness together. When no worker of the run
+successive readings), or whose GPUs were busy (tf_activity.BUSY_GPU_SHARE, where the host
+has nvidia-smi): a stall is silence and idleness together. When no worker of the run
 made progress of either kind for stall_timeout seconds since the wait began or the latest
 progress anywhere, it writes the attempt's failure flag with the cause ``stalled`` and a
 reason that says what was seen (tf_activity.stall_detail): every host's wait stops, as

@@ -1,13 +1,15 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the wait counts as a worker's activity (issue 37): progress lines, CPU use, and a
-process that is frozen.
+"""What the wait counts as a worker's activity (issue 37): progress lines, CPU use, GPU
+use, and a process that is frozen.
 
 A stall is silence and idleness together. A worker makes progress when it prints a
 progress line the wait knows, or when its job's processes (its process group) used more
 than ``BUSY_CPU_SHARE`` of one core over a window of at least ``CPU_WINDOW_SECONDS``: a
 Keras job with ``verbose=2`` prints one line per epoch, and an epoch longer than
-tf_stall_timeout is no stall while it computes.
+tf_stall_timeout is no stall while it computes. Where the host has ``nvidia-smi``, a job
+whose GPUs were busier than ``BUSY_GPU_SHARE`` at a check is making progress too
+(``gpu_util``, read by module_utils/tf_gpu_use.py).
 
 The host module reads each running job's cumulative CPU time (``cpu_seconds``) and the
 host's monotonic clock (``cpu_at``), and its main process's state (``process_state``);
@@ -36,6 +38,13 @@ CPU_WINDOW_SECONDS = 5.0
 # The process states (/proc/<pid>/stat) of a frozen job: stopped (SIGSTOP, a debugger) or
 # in uninterruptible sleep (a dead NFS mount, a hung device). Neither ends by itself.
 FROZEN_STATES = {"T": "stopped", "t": "stopped", "D": "uninterruptible"}
+# A job whose GPUs (tf_gpu_use: those its processes compute on or it was pinned to) are
+# busier than this share is making progress too, whatever its CPU: a job that waits for
+# a long GPU kernel can leave the host's CPU idle. nvidia-smi's utilisation is the share of
+# the last sample period (1/6 s to 1 s) a kernel ran; an idle GPU reads 0 %, a training
+# step tens of percent. Caveat: NCCL's collectives spin on the GPU while they wait, so a
+# GPU job deadlocked in an all-reduce can read busy; its job deadline still ends it.
+BUSY_GPU_SHARE = 0.05
 # How long a freeze that ended is still told (its peers' failure comes within a poll or two).
 FROZEN_KEPT_SECONDS = 60.0
 
@@ -90,23 +99,37 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def gpu_readings(workers: list[dict[str, Any]]) -> dict[str, float]:
+    """Per worker index (as text) the utilisation (percent) of its job's GPUs the host
+    module read (``gpu_util``), for the workers that have one."""
+    return {str(w.get("index")): _number(w.get("gpu_util")) for w in workers if _number(w.get("gpu_util")) is not None}
+
+
+def _gpu_field(gpus: dict[str, float]) -> dict[str, Any]:
+    # Only where a host measures GPU use: a record without GPUs stays as it was.
+    return {"gpu_util": gpus} if gpus else {}
+
+
 def progress_record(previous: Any, host: str, workers: list[dict[str, Any]], now: float) -> dict[str, Any]:
     """This host's progress record after a check at ``now`` (controller clock).
 
     ``progress_lines``: each worker's progress line count; ``last_line_at``: when one of
     them last changed (``now`` for a host not recorded yet: the watch begins); ``cpu``: the
     base reading of each worker's CPU window; ``cpu_share``: each worker's share of a core
-    over its latest window; ``busy_at``: when a window last ended with a worker busy
-    (``BUSY_CPU_SHARE``), None before; ``last_progress_at``: the later of the two, what the
-    stall watchdog reads. A record of an earlier version (only ``last_progress_at``) counts
+    over its latest window; ``gpu_util``: each worker's latest GPU utilisation (percent),
+    only where the host measures one; ``busy_at``: when a window last ended with a worker
+    busy (``BUSY_CPU_SHARE``) or a check saw a worker's GPUs busy (``BUSY_GPU_SHARE``),
+    None before; ``last_progress_at``: the later of ``last_line_at`` and ``busy_at``, what
+    the stall watchdog reads. A record of an earlier version (only ``last_progress_at``) counts
     as its lines' time."""
     counts = {str(w.get("index")): int(w.get("progress_lines") or 0) for w in workers}
     readings = cpu_readings(workers)
+    gpus = gpu_readings(workers)
     old = previous if isinstance(previous, dict) else {}
     started = _number(old.get("last_progress_at"))
     if started is None:
         return {"host": host, "progress_lines": counts, "last_line_at": now, "busy_at": None, "cpu": readings,
-                "cpu_share": {}, "last_progress_at": now}  # fmt: skip
+                "cpu_share": {}, **_gpu_field(gpus), "last_progress_at": now}  # fmt: skip
     old_counts = old.get("progress_lines") if isinstance(old.get("progress_lines"), dict) else {}
     moved = any(old_counts.get(index) != count for index, count in counts.items())
     line_at = _number(old.get("last_line_at"))
@@ -115,10 +138,11 @@ def progress_record(previous: Any, host: str, workers: list[dict[str, Any]], now
     old_shares = old.get("cpu_share") if isinstance(old.get("cpu_share"), dict) else {}
     latest = {index: shares.get(index, old_shares.get(index)) for index in bases}
     busy = any(share >= BUSY_CPU_SHARE for share in shares.values())
+    busy = busy or any(util >= BUSY_GPU_SHARE * 100 for util in gpus.values())
     busy_at = now if busy else _number(old.get("busy_at"))
     return {
         "host": host, "progress_lines": counts, "last_line_at": last_line_at, "busy_at": busy_at, "cpu": bases,
-        "cpu_share": {index: share for index, share in latest.items() if share is not None},
+        "cpu_share": {index: share for index, share in latest.items() if share is not None}, **_gpu_field(gpus),
         "last_progress_at": max(last_line_at, busy_at or 0.0),
     }  # fmt: skip
 
@@ -133,7 +157,8 @@ def seconds_without_progress(records: list[dict[str, Any]], now: float) -> float
 def stall_detail(records: list[dict[str, Any]], now: float, timeout: int) -> str:
     """What the stall watchdog saw, for the stall's reason: the seconds since any worker's
     latest progress line, and the most CPU any worker used over its latest window (which
-    worker, on which host), or that no CPU use was measured."""
+    worker, on which host), or that no CPU use was measured; and where a host measured
+    GPU use (nvidia-smi), the highest utilisation of any worker's GPUs."""
     line_times = [_number(r.get("last_line_at")) or float(r["last_progress_at"]) for r in records]
     silent = max(0.0, now - max(line_times)) if line_times else 0.0
     peaks = [
@@ -146,6 +171,14 @@ def stall_detail(records: list[dict[str, Any]], now: float, timeout: int) -> str
         cpu = (f"none used over {BUSY_CPU_SHARE:.0%} of a core (at most {share:.1%}, worker {index} on {host})")
     else:
         cpu = "no CPU use was measured"
+    gpu_peaks = [
+        (float(util), str(r.get("host")), index)
+        for r in records if isinstance(r.get("gpu_util"), dict)
+        for index, util in r["gpu_util"].items() if _number(util) is not None
+    ]  # fmt: skip
+    if gpu_peaks:
+        util, host, index = max(gpu_peaks)
+        cpu += f", nor over {BUSY_GPU_SHARE:.0%} of a GPU (at most {util:.0f}%, worker {index} on {host})"
     return f"no worker printed a progress line for {silent:.0f} s and {cpu} (tf_stall_timeout {timeout} s)"
 
 

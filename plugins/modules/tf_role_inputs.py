@@ -140,16 +140,13 @@ hosts:
   type: list
   elements: str
   returned: always
-argument_errors:
-  description: Every error, each prefixed with C(host <name>:).
-  type: list
-  elements: str
-  returned: failure
 problems:
-  description: The non-empty entries of O(problems).
+  description: Empty where the inputs passed. A refusal names every argument error (each
+    prefixed with C(host <name>:)) and every non-empty entry of O(problems) in C(msg) alone,
+    once, and returns no list that would repeat them.
   type: list
   elements: str
-  returned: always
+  returned: success
 later:
   description: The entry points of O(later) checked, as C(role:entry_point).
   type: list

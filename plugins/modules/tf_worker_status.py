@@ -218,7 +218,10 @@ workers:
       so far, read from C(/proc) when the call returns; C(cpu_at), this host's monotonic
       clock (seconds) at that reading; and C(process_state), the state letter of the job's
       main process (from C(/proc/<pid>/stat), C(R) running, C(S) sleeping, C(D) uninterruptible
-      sleep, C(T) or C(t) stopped, C(Z) zombie).
+      sleep, C(T) or C(t) stopped, C(Z) zombie); C(gpu_util), where the host has
+      C(nvidia-smi), the highest utilisation (percent) of the GPUs the job's processes
+      compute on or it was pinned to (C(CUDA_VISIBLE_DEVICES)), null without either (or
+      when nvidia-smi failed or did not answer within 5 s).
     - The action adds C(frozen) to every worker, C(state) (C(stopped) for T or t,
       C(uninterruptible) for D), C(since) (controller epoch seconds of the first check of
       this wait that saw it so, every check since agreeing), C(seconds) it was seen so and
@@ -319,11 +322,13 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import pack_run
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import cause_of
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_gpu_use import gpu_use
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import progress_pattern
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import PROC, group_usage, works_in
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     EXIT_FILE,
     HEARTBEAT_FILE,
+    JOB_ENV_FILE,
     LAUNCH_OUTPUT_FILE,
     LOG_FILE,
     STATE_FILE,
@@ -532,13 +537,15 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
     return info
 
 
-def with_activity(current: list[dict], proc: str = PROC) -> list[dict]:
+def with_activity(current: list[dict], proc: str = PROC, smi: str | None = None) -> list[dict]:
     """Each worker of ``current`` with what ``/proc`` shows of its job (the process group
     and the pid its ``state.json`` records), read once per call, at its end, in one pass
     over the process table: ``cpu_seconds`` (the CPU time the group's processes used so
     far, tf_proc.group_usage), ``cpu_at`` (this host's monotonic clock at the reading) and
-    ``process_state`` (the job's main process's state letter); None where the job does not
-    run."""
+    ``process_state`` (the job's main process's state letter) and ``gpu_util`` (the
+    highest utilisation, in percent, of the job's GPUs, tf_gpu_use; None without
+    nvidia-smi or a GPU of its own); None where the job does not run. ``smi``: the
+    nvidia-smi to ask (found on the host when None, not asked when empty)."""
     jobs = {}
     for worker in current:
         if worker["state"] == WORKER_RUNNING:
@@ -546,6 +553,7 @@ def with_activity(current: list[dict], proc: str = PROC) -> list[dict]:
             jobs[worker["index"]] = (state.get("pid"), state.get("pgid"))
     usage = group_usage([pgid for _pid, pgid in jobs.values()], proc)
     at = time.monotonic()
+    gpus = gpu_use(gpu_jobs(current, jobs, usage), smi) if smi != "" else {}
     result = []
     for worker in current:
         pid, pgid = jobs.get(worker["index"], (None, None))
@@ -555,8 +563,23 @@ def with_activity(current: list[dict], proc: str = PROC) -> list[dict]:
             "cpu_seconds": round(group["cpu_seconds"], 2) if group else None,
             "cpu_at": at if group else None,
             "process_state": group["states"].get(pid) if group else None,
+            "gpu_util": gpus.get(worker["index"]) if group else None,
         })  # fmt: skip
     return result
+
+
+def gpu_jobs(current: list[dict], jobs: dict, usage: dict) -> dict:
+    """Per running worker's index, what tf_gpu_use needs to find its job's GPUs: the pids
+    of its process group and the CUDA_VISIBLE_DEVICES it was given (its job_env.json,
+    whose other values are never returned)."""
+    found = {}
+    for worker in current:
+        pgid = jobs.get(worker["index"], (None, None))[1]
+        group = usage.get(pgid) if isinstance(pgid, int) else None
+        if group:
+            env = read_json(os.path.join(worker["dir"], JOB_ENV_FILE)) or {}
+            found[worker["index"]] = {"pids": list(group["states"]), "visible": env.get("CUDA_VISIBLE_DEVICES")}
+    return found
 
 
 def worth_returning(first: list[dict], current: list[dict], until_joined: bool) -> bool:

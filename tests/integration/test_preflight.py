@@ -580,11 +580,13 @@ def test_a_worker_port_blocked_between_hosts_is_refused_before_launch(
             "no answer within 2 s") in output, output[-3000:]
     # Only that pair: node1 reaches node2, node2 reaches itself.
     assert "host node1 cannot reach" not in output and "host node2 cannot reach" not in output
-    # Every host's listener was stopped after the refusal, which was made again as is.
+    # Every host's listener was stopped after the refusal, which is made again without
+    # printing its reason a second time (issue 39).
     assert "End the probe listeners of a refused run" in output
-    _before, banner, again = output.partition("Refuse the run for what failed in the probe")
+    before, banner, again = output.partition("Refuse the run for what failed in the probe")
     assert banner, output[-3000:]
-    assert f"host node0 cannot reach worker 2 on host node2 at {node2.address}:2222" in again, output[-3000:]
+    assert f"host node0 cannot reach worker 2 on host node2 at {node2.address}:2222" in before, output[-3000:]
+    assert "cannot reach" not in again and "Preflight refused the run: see the reason above" in again, again
     for index in range(3):
         assert not hosts.run(index, "test -e ~/tf-runbook/runs/blocked")[0] == 0
         assert user_processes(hosts, index, "tf_supervisor") == []
