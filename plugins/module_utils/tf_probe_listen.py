@@ -32,7 +32,6 @@ def stop_message(token: str) -> bytes:
     return f"stop {token}".strip().encode() + b"\n"
 
 
-
 def _open_listeners(ports: list[int]) -> dict[socket.socket, int]:
     listeners = {}
     for port in ports:
@@ -251,4 +250,3 @@ def stop_listeners(ports: list[int], wait: float, token: str = "", pid: int | No
         if busy:
             time.sleep(0.1)
     return busy
-
