@@ -45,8 +45,11 @@ def _user(uid: int) -> str:
         return str(uid)
 
 
-def _nearest_existing(path: str) -> str:
-    while not os.path.lexists(path):
+def nearest_existing(path: str, follow_links: bool = False) -> str:
+    """``path`` or its nearest existing parent. With ``follow_links``, a symlink whose target
+    is missing does not count as existing (what ``os.stat`` and ``shutil.disk_usage`` need)."""
+    exists = os.path.exists if follow_links else os.path.lexists
+    while not exists(path):
         parent = os.path.dirname(path)
         if parent == path:
             break
@@ -57,7 +60,7 @@ def _nearest_existing(path: str) -> str:
 def creatable(path: str) -> dict[str, Any]:
     """Whether the remote user can create the missing directory ``path``: its nearest
     existing ``parent``, and whether that is a directory it may write and enter."""
-    parent = _nearest_existing(os.path.dirname(path))
+    parent = nearest_existing(os.path.dirname(path))
     return {"parent": parent, "parent_writable": os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)}
 
 

@@ -68,6 +68,7 @@ description:
     whose injection as variables is deprecated).
 extends_documentation_fragment:
   - tf_runbook.multiworker.attributes
+  - tf_runbook.multiworker.run_dir.deploy
 options:
   workers:
     description: This host's workers, each with its C(index) (other keys are ignored).
@@ -87,77 +88,6 @@ options:
       which puts it in the job directory.
     type: str
     default: ""
-  deploy:
-    description: The options of M(tf_runbook.multiworker.tf_run_dir) (C(base_dir),
-      C(run_id), C(indices), C(attempt), C(checkpoint_root), C(job_files), C(configs),
-      C(job_archive), C(job_env), C(visible_devices), C(pythonpath), C(interpreter));
-      this attempt's files are written first, in this module run. Omitted, the worker
-      directories O(dirs) must exist already.
-    type: dict
-    suboptions:
-      base_dir:
-        description: Where this host keeps its runs.
-        type: path
-        required: true
-      run_id:
-        description: The run id; one path component.
-        type: str
-        required: true
-      indices:
-        description: Worker indices that run on this host.
-        type: list
-        elements: int
-        required: true
-      checkpoint_root:
-        description: Where the user keeps checkpoints (C(tf_checkpoint_dir)); C(~) is the
-          remote user's home; it must then be absolute. Empty means under the run.
-        type: path
-        default: ""
-      attempt:
-        description: Restart attempt; 0 is the first launch.
-        type: int
-        default: 0
-      job_files:
-        description: Files of the job, each C(name) and C(content), written (mode 0600) into
-          the job directory when missing or different.
-        type: list
-        elements: dict
-        default: []
-      configs:
-        description: Each worker's TF_CONFIG, C(index) and C(content), written to
-          C(tf_config.json) in its directory when missing or different, then read back.
-        type: list
-        elements: dict
-        default: []
-      job_archive:
-        description: A gzipped tar on this host (the user's project directory) unpacked into
-          the job directory; members must stay inside it. Refused, before anything is unpacked,
-          are absolute or escaping names, members below a symlink, symlinks that point outside
-          the job directory or through another symlink of the archive, and anything but files,
-          directories and symlinks; each member is checked again on the disk as it is written
-          (tarfile's C(data) filter where the host's Python has it, else its real path). Empty
-          for none.
-        type: path
-        default: ""
-      job_env:
-        description: Environment of every worker of this host, written with O(deploy.visible_devices)
-          and O(deploy.pythonpath) to C(job_env.json) (mode 0600) in each worker's directory, for the
-          supervisor. Never returned; the option is C(no_log), so its values are masked in
-          the module's results and logs even when the task has no C(no_log).
-        type: dict
-        default: {}
-      visible_devices:
-        description: Worker index (a string) to its C(CUDA_VISIBLE_DEVICES); null for none.
-        type: dict
-        default: {}
-      pythonpath:
-        description: Put the job directory first on each worker's C(PYTHONPATH).
-        type: bool
-        default: false
-      interpreter:
-        description: The interpreter that will run the job; only shown in the diff (C(~) allowed).
-        type: path
-        default: ""
   script:
     description: With O(deploy), the job's script, relative to the job directory.
     type: str

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,15 @@ def load(module_path: str) -> Any:
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    if hasattr(module, "connect_all"):
+        return module  # a baseline's module, which held the probe's functions itself
+    # This tree's module dispatches (issue 40): the functions are in module_utils/tf_probe_*.
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_probe_listen, tf_probe_reach
+
+    return types.SimpleNamespace(
+        probe_token=tf_probe_listen.probe_token, start_listener=tf_probe_listen.start_listener,
+        stop_listeners=tf_probe_listen.stop_listeners, connect_all=tf_probe_reach.connect_all,
+    )
 
 
 def on_host(argv: list[str]) -> None:

@@ -44,8 +44,17 @@ def load(kind: str, name: str) -> ModuleType:
 
 
 def documentation(name: str) -> dict[str, Any]:
+    """The module's DOCUMENTATION with the options of the collection's doc fragments it
+    extends merged in, as Ansible merges them (``run_dir`` gives tf_run_dir's options, and
+    ``run_dir.deploy`` tf_worker_launch's ``deploy``)."""
     doc = yaml.safe_load(load("modules", name).DOCUMENTATION)
     assert isinstance(doc, dict) and doc.get("module") == name, f"{name}: DOCUMENTATION is not the module's"
+    for fragment in doc.get("extends_documentation_fragment") or []:
+        module, _dot, variable = fragment.removeprefix("tf_runbook.multiworker.").partition(".")
+        text = getattr(load("doc_fragments", module).ModuleDocFragment, (variable or "documentation").upper())
+        options = (yaml.safe_load(text) or {}).get("options") or {}
+        assert not set(options) & set(doc.get("options") or {}), f"{name}: {fragment} documents its options again"
+        doc["options"] = {**(doc.get("options") or {}), **options}
     return doc
 
 

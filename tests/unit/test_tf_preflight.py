@@ -15,8 +15,19 @@ from typing import Any
 import pytest
 import tf_firewall
 import tf_preflight
-import tf_preflight_probe as probe
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import (
+    tf_probe_addresses,
+    tf_probe_host,
+    tf_probe_interpreter,
+    tf_probe_listen,
+    tf_probe_ports,
+    tf_probe_reach,
+)
+from conftest import PLUGINS
 from helpers import kill_quietly, run_module, wait_until
+
+# The module, run as Ansible runs it; its functions live in module_utils/tf_probe_*.py.
+PROBE_MODULE = PLUGINS / "modules" / "tf_preflight_probe.py"
 
 SPEC = {
     "workers": [
@@ -204,12 +215,12 @@ def test_a_relative_or_home_script_is_read_where_the_user_meant_it(
 
 def test_a_free_port_binds_and_a_listening_one_names_its_owner() -> None:
     port = free_port()
-    assert probe.bind_error(port) == 0
+    assert tf_probe_ports.bind_error(port) == 0
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
         sock.listen()
-        assert probe.bind_error(port) != 0
-        owner = probe.port_owner(port)
+        assert tf_probe_ports.bind_error(port) != 0
+        owner = tf_probe_ports.port_owner(port)
     assert owner["pid"] == os.getpid()
     assert owner["process"] == Path(f"/proc/{os.getpid()}/comm").read_text().strip()
 
@@ -222,63 +233,63 @@ def test_probe_host_reports_busy_ports_disk_and_earlier_launches(tmp_path: Path)
     with socket.socket() as sock:
         sock.bind(("0.0.0.0", port))
         sock.listen()
-        seen = probe.probe_host([port, other], str(tmp_path / "not" / "yet"), "r1")
+        seen = tf_probe_host.probe_host([port, other], str(tmp_path / "not" / "yet"), "r1")
     assert [b["port"] for b in seen["busy_ports"]] == [port]
     assert seen["free_mb"] > 0
     assert seen["run_launched"] == ""  # that base dir does not exist yet
-    assert probe.probe_host([], str(tmp_path), "r1")["run_launched"].endswith("retry-1/worker-3/exit.json")
-    assert probe.probe_host([], str(tmp_path), "r2")["run_launched"] == ""
+    assert tf_probe_host.probe_host([], str(tmp_path), "r1")["run_launched"].endswith("retry-1/worker-3/exit.json")
+    assert tf_probe_host.probe_host([], str(tmp_path), "r2")["run_launched"] == ""
     # Backups in the run's own checkpoint directory, its worker directories gone: a new
     # run there would resume from them. The runbook's dot files alone do not count.
     backups = tmp_path / "runs" / "r3" / "checkpoints"
     backups.mkdir(parents=True)
     (backups / ".tf-runbook-owner.json").write_text("{}")
-    assert probe.probe_host([], str(tmp_path), "r3")["run_launched"] == ""
+    assert tf_probe_host.probe_host([], str(tmp_path), "r3")["run_launched"] == ""
     (backups / "ckpt-3.index").write_text("x")
-    assert probe.probe_host([], str(tmp_path), "r3")["run_launched"] == str(backups)
+    assert tf_probe_host.probe_host([], str(tmp_path), "r3")["run_launched"] == str(backups)
 
 
 def test_gpus_are_counted_from_the_drivers_listing(tmp_path: Path) -> None:
     gpus = tmp_path / "driver" / "nvidia" / "gpus"
     for bus in ("0000:17:00.0", "0000:65:00.0"):
         (gpus / bus).mkdir(parents=True)
-    assert probe.count_gpus(str(tmp_path)) == 2
+    assert tf_probe_host.count_gpus(str(tmp_path)) == 2
 
 
 def test_listeners_hear_every_peer_then_end_and_free_their_ports() -> None:
     ports = [free_port(), free_port()]
     result: dict[str, object] = {}
-    thread = threading.Thread(target=lambda: result.update(probe.listen(ports, ["a", "b"], 20)))
+    thread = threading.Thread(target=lambda: result.update(tf_probe_listen.listen(ports, ["a", "b"], 20)))
     thread.start()
     endpoints = [{"index": i, "host": "h", "address": "127.0.0.1", "port": p} for i, p in enumerate(ports)]
-    assert probe.connect_all(endpoints, "a", 5) == []
-    assert probe.connect_all(endpoints, "b", 5) == []
+    assert tf_probe_reach.connect_all(endpoints, "a", 5) == []
+    assert tf_probe_reach.connect_all(endpoints, "b", 5) == []
     thread.join(10)
     assert not thread.is_alive()
     assert result["heard"] == {str(p): ["a", "b"] for p in ports}
-    assert all(probe.bind_error(p) == 0 for p in ports)
+    assert all(tf_probe_ports.bind_error(p) == 0 for p in ports)
 
 
 def test_stop_ends_listeners_that_still_wait() -> None:
     ports = [free_port()]
-    thread = threading.Thread(target=lambda: probe.listen(ports, ["never"], 60))
+    thread = threading.Thread(target=lambda: tf_probe_listen.listen(ports, ["never"], 60))
     thread.start()
-    assert probe.connect_all([{"index": 0, "host": "h", "address": "127.0.0.1", "port": ports[0]}], "a", 5) == []
-    assert probe.stop_listeners(ports, 10) == []
+    assert tf_probe_reach.connect_all([{"index": 0, "host": "h", "address": "127.0.0.1", "port": ports[0]}], "a", 5) == []
+    assert tf_probe_listen.stop_listeners(ports, 10) == []
     thread.join(10)
     assert not thread.is_alive()
 
 
 def test_an_endpoint_nobody_listens_on_is_reported_with_the_reason() -> None:
     port = free_port()
-    [failure] = probe.connect_all([{"index": 1, "host": "b", "address": "127.0.0.1", "port": port}], "a", 0.5)
+    [failure] = tf_probe_reach.connect_all([{"index": 1, "host": "b", "address": "127.0.0.1", "port": port}], "a", 0.5)
     assert failure["index"] == 1 and "refused" in failure["reason"].lower()
 
 
 def test_the_probe_module_runs_as_ansible_runs_it(tmp_path: Path) -> None:
     """The module file itself, through AnsibleModule's JSON arguments."""
     args = {"mode": "host", "ports": [free_port()], "base_dir": str(tmp_path), "run_id": "x"}
-    result = run_module(probe.__file__, args)
+    result = run_module(PROBE_MODULE, args)
     assert result["busy_ports"] == [] and result["run_launched"] == "" and result["free_mb"] > 0
 
 
@@ -353,24 +364,24 @@ def test_a_member_that_does_not_resolve_is_named() -> None:
 
 def test_the_host_probe_can_leave_listeners_served_by_a_detached_process() -> None:
     ports = [free_port(), free_port()]
-    pid = probe.start_listener(ports, ["a"], 30)
+    pid = tf_probe_listen.start_listener(ports, ["a"], 30)
     try:
         assert pid > 0 and pid != os.getpid()
         # Bound before start_listener returned: the first connection succeeds at once.
-        assert all(probe.bind_error(p) != 0 for p in ports)
+        assert all(tf_probe_ports.bind_error(p) != 0 for p in ports)
         endpoints = [{"index": i, "host": "h", "address": "127.0.0.1", "port": p} for i, p in enumerate(ports)]
-        assert probe.connect_all(endpoints, "a", 0.5) == []
+        assert tf_probe_reach.connect_all(endpoints, "a", 0.5) == []
         # Every peer said hello on every port: the server ends and frees the ports.
-        assert probe.stop_listeners(ports, 10) == []
+        assert tf_probe_listen.stop_listeners(ports, 10) == []
     finally:
         kill_quietly(pid)
 
 
 def test_stop_frees_ports_of_a_detached_listener_still_waiting_for_peers() -> None:
     ports = [free_port()]
-    probe.start_listener(ports, ["never-comes"], 60)
-    assert probe.bind_error(ports[0]) != 0
-    assert probe.stop_listeners(ports, 10) == []
+    tf_probe_listen.start_listener(ports, ["never-comes"], 60)
+    assert tf_probe_ports.bind_error(ports[0]) != 0
+    assert tf_probe_listen.stop_listeners(ports, 10) == []
 
 
 def local_endpoints(ports: list[int], host: str = "h") -> list[dict[str, Any]]:
@@ -380,31 +391,31 @@ def local_endpoints(ports: list[int], host: str = "h") -> list[dict[str, Any]]:
 def test_a_detached_listener_ends_by_itself_once_every_peer_reached_every_port() -> None:
     """No stop: the connects alone end it, and the wait sees its ports free."""
     ports = [free_port(), free_port()]
-    pid = probe.start_listener(ports, ["a", "b"], 60)
+    pid = tf_probe_listen.start_listener(ports, ["a", "b"], 60)
     try:
-        assert probe.connect_all(local_endpoints(ports), "a", 2) == []
+        assert tf_probe_reach.connect_all(local_endpoints(ports), "a", 2) == []
         # One peer of two: it still listens, whatever the wait.
-        assert probe.await_listener_end(ports, pid, 0.5) == ports
-        assert not probe.process_gone(pid)
-        assert probe.connect_all(local_endpoints(ports), "b", 2) == []
+        assert tf_probe_listen.await_listener_end(ports, pid, 0.5) == ports
+        assert not tf_probe_listen.process_gone(pid)
+        assert tf_probe_reach.connect_all(local_endpoints(ports), "b", 2) == []
         started = time.monotonic()
-        assert probe.await_listener_end(ports, pid, 10) == []
+        assert tf_probe_listen.await_listener_end(ports, pid, 10) == []
         assert time.monotonic() - started < 5
-        assert probe.process_gone(pid) and all(probe.bind_error(p) == 0 for p in ports)
+        assert tf_probe_listen.process_gone(pid) and all(tf_probe_ports.bind_error(p) == 0 for p in ports)
     finally:
         kill_quietly(pid)
 
 
 def test_a_detached_listener_missing_a_peer_ends_at_its_deadline() -> None:
     ports = [free_port()]
-    pid = probe.start_listener(ports, ["a", "never-comes"], 1.5)
+    pid = tf_probe_listen.start_listener(ports, ["a", "never-comes"], 1.5)
     try:
         started = time.monotonic()
-        assert probe.connect_all(local_endpoints(ports), "a", 2) == []
-        assert probe.await_listener_end(ports, pid, 10) == []
+        assert tf_probe_reach.connect_all(local_endpoints(ports), "a", 2) == []
+        assert tf_probe_listen.await_listener_end(ports, pid, 10) == []
         waited = time.monotonic() - started
         assert 1.0 <= waited < 5, waited
-        assert probe.bind_error(ports[0]) == 0
+        assert tf_probe_ports.bind_error(ports[0]) == 0
     finally:
         kill_quietly(pid)
 
@@ -413,22 +424,22 @@ def test_connect_waits_until_its_own_listener_heard_the_last_peer() -> None:
     """The module in connect mode, as host a: returns once host b connected too, and
     says that its listener is gone and its ports free."""
     ports = [free_port(), free_port()]
-    pid = probe.start_listener(ports, ["a", "b"], 60, probe.probe_token("r1", "a"))  # forks: before any thread
+    pid = tf_probe_listen.start_listener(ports, ["a", "b"], 60, tf_probe_listen.probe_token("r1", "a"))  # forks: before any thread
     try:
         args = {"mode": "connect", "me": "a", "run_id": "r1", "endpoints": local_endpoints(ports, "a"),
                 "timeout": 2, "ports": ports, "listener_pid": pid, "wait": 20}
         result: dict[str, Any] = {}
-        thread = threading.Thread(target=lambda: result.update(run_module(probe.__file__, args)))
+        thread = threading.Thread(target=lambda: result.update(run_module(PROBE_MODULE, args)))
         started = time.monotonic()
         thread.start()
         time.sleep(1.5)
         assert thread.is_alive(), f"connect returned before its listener heard every peer: {result}"
-        assert probe.connect_all(local_endpoints(ports, "a"), "b", 2, run_id="r1") == []
+        assert tf_probe_reach.connect_all(local_endpoints(ports, "a"), "b", 2, run_id="r1") == []
         thread.join(15)
         assert not thread.is_alive()
         assert result["failures"] == [] and result["listener_gone"] is True and result["ports_held"] == []
         assert 1.5 <= time.monotonic() - started < 15
-        assert all(probe.bind_error(p) == 0 for p in ports)
+        assert all(tf_probe_ports.bind_error(p) == 0 for p in ports)
     finally:
         kill_quietly(pid)
 
@@ -441,14 +452,14 @@ def test_ports_taken_between_the_look_and_the_listen_are_told_as_what_they_most_
         holder.bind(("", ports[0]))
         holder.listen()
         with pytest.raises(OSError) as raised:
-            probe.start_listener(ports, ["w0", "w1"], 5, probe.probe_token("r1", "w1"))
-    assert probe.listen_failure("w1", [ports[0], 2223], raised.value) == (
+            tf_probe_listen.start_listener(ports, ["w0", "w1"], 5, tf_probe_listen.probe_token("r1", "w1"))
+    assert tf_probe_listen.listen_failure("w1", [ports[0], 2223], raised.value) == (
         f"Preflight refused the run: host w1: cannot listen on worker port(s) {ports[0]}, 2223: Address already in "
         "use: they were free when the probe looked a moment before, so another host of the play holds them on this "
         "same machine (an inventory that names one machine twice: list it once, with tf_worker_slots), or a process "
         "took them since"
     )
-    assert probe.listen_failure("w1", [2222], PermissionError(13, "Permission denied")) == (
+    assert tf_probe_listen.listen_failure("w1", [2222], PermissionError(13, "Permission denied")) == (
         "Preflight refused the run: host w1: cannot listen on worker port(s) 2222: Permission denied"
     )
 
@@ -457,64 +468,64 @@ def test_connect_waits_a_bounded_time_and_says_what_is_still_held() -> None:
     """A peer that never comes: the wait ends at its bound, the listener is left to its
     own deadline (or the role's stop), and the result names its ports."""
     ports = [free_port()]
-    pid = probe.start_listener(ports, ["a", "never-comes"], 60, probe.probe_token("r1", "a"))
+    pid = tf_probe_listen.start_listener(ports, ["a", "never-comes"], 60, tf_probe_listen.probe_token("r1", "a"))
     try:
         args = {"mode": "connect", "me": "a", "run_id": "r1", "endpoints": local_endpoints(ports, "a"),
                 "timeout": 2, "ports": ports, "listener_pid": pid, "wait": 1}
         started = time.monotonic()
-        result = run_module(probe.__file__, args)
+        result = run_module(PROBE_MODULE, args)
         assert 1 <= time.monotonic() - started < 10
         assert result["failures"] == [] and result["listener_gone"] is False and result["ports_held"] == ports
-        assert not probe.process_gone(pid)
-        assert probe.stop_listeners(ports, 10, probe.probe_token("r1", "a"), pid) == []
+        assert not tf_probe_listen.process_gone(pid)
+        assert tf_probe_listen.stop_listeners(ports, 10, tf_probe_listen.probe_token("r1", "a"), pid) == []
     finally:
         kill_quietly(pid)
 
 
 def test_connect_that_failed_does_not_wait_and_one_without_a_listener_has_none_to_wait_for() -> None:
     ports = [free_port()]
-    pid = probe.start_listener(ports, ["a", "never-comes"], 60, probe.probe_token("r1", "a"))
+    pid = tf_probe_listen.start_listener(ports, ["a", "never-comes"], 60, tf_probe_listen.probe_token("r1", "a"))
     try:
         dead = {"index": 1, "host": "b", "address": "127.0.0.1", "port": free_port()}
         args = {"mode": "connect", "me": "a", "run_id": "r1", "endpoints": [*local_endpoints(ports, "a"), dead],
                 "timeout": 0.5, "ports": ports, "listener_pid": pid, "wait": 30}
         started = time.monotonic()
-        result = run_module(probe.__file__, args)
+        result = run_module(PROBE_MODULE, args)
         assert time.monotonic() - started < 10  # not the 30 s wait: the run is refused anyway
         assert [f["index"] for f in result["failures"]] == [1]
         assert result["listener_gone"] is False and result["ports_held"] == ports
-        assert probe.stop_listeners(ports, 10, probe.probe_token("r1", "a"), pid) == []
+        assert tf_probe_listen.stop_listeners(ports, 10, tf_probe_listen.probe_token("r1", "a"), pid) == []
     finally:
         kill_quietly(pid)
     # No listener of this host (listener_pid 0): nothing to wait for.
-    assert probe.await_listener_end([free_port()], 0, 30) == []
+    assert tf_probe_listen.await_listener_end([free_port()], 0, 30) == []
 
 
-def module_runner() -> probe.Runner:
+def module_runner() -> tf_probe_interpreter.Runner:
     """The probe's command runner on a real AnsibleModule (run_command, as on a host)."""
-    return probe.command_runner(ansible_module())
+    return tf_probe_interpreter.command_runner(ansible_module())
 
 
 def test_interpreter_versions_come_from_the_interpreter_or_say_why_not() -> None:
     run = module_runner()
     code = "import json, platform; print(json.dumps({'python': platform.python_version()}))"
-    assert probe.interpreter_versions(sys.executable, code, run) == {"python": ".".join(map(str, sys.version_info[:3]))}
-    missing = probe.interpreter_versions("/nonexistent/bin/python3", code, run)
+    assert tf_probe_interpreter.interpreter_versions(sys.executable, code, run) == {"python": ".".join(map(str, sys.version_info[:3]))}
+    missing = tf_probe_interpreter.interpreter_versions("/nonexistent/bin/python3", code, run)
     assert missing["error"].startswith("/nonexistent/bin/python3 does not run:")
-    broken = probe.interpreter_versions(sys.executable, "raise SystemExit('no numpy here')", run)
+    broken = tf_probe_interpreter.interpreter_versions(sys.executable, "raise SystemExit('no numpy here')", run)
     assert broken == {"error": f"{sys.executable} does not run: no numpy here"}
-    silent = probe.interpreter_versions("/bin/false", code, run)
+    silent = tf_probe_interpreter.interpreter_versions("/bin/false", code, run)
     assert silent == {"error": "/bin/false does not run: it exited with status 1, saying nothing"}
     # Arguments reach the interpreter as given: no ~ or $ expansion by run_command.
     echo = "import json, sys; print(json.dumps({'argv': sys.argv[1:]}))"
-    assert probe.interpreter_versions(sys.executable, echo, lambda argv, t: run([*argv, "~/x", "$HOME"], t)) == {
+    assert tf_probe_interpreter.interpreter_versions(sys.executable, echo, lambda argv, t: run([*argv, "~/x", "$HOME"], t)) == {
         "argv": ["~/x", "$HOME"]
     }
 
 
 def test_an_interpreter_that_hangs_is_killed_after_the_timeout() -> None:
     started = time.monotonic()
-    hung = probe.interpreter_versions(sys.executable, "import time; time.sleep(60)", module_runner(), timeout=1)
+    hung = tf_probe_interpreter.interpreter_versions(sys.executable, "import time; time.sleep(60)", module_runner(), timeout=1)
     assert time.monotonic() - started < 15
     assert hung == {"error": f"{sys.executable} does not run: {sys.executable} timed out after 1 seconds"}
 
@@ -598,7 +609,7 @@ def test_an_unrelated_listener_at_a_wrong_address_does_not_pass_the_probe(banner
     other = Recorder(banner)
     try:
         endpoint = {"index": 0, "host": "a", "address": "127.0.0.1", "port": other.port}
-        [failure] = probe.connect_all([endpoint], "b", 1.0, run_id="r1")
+        [failure] = tf_probe_reach.connect_all([endpoint], "b", 1.0, run_id="r1")
         assert failure["reason"].startswith("the port answered, but not as this run's probe on host a")
         assert "is tf_worker_address right?" in failure["reason"]
     finally:
@@ -607,12 +618,12 @@ def test_an_unrelated_listener_at_a_wrong_address_does_not_pass_the_probe(banner
 
 def test_the_probe_of_the_right_host_and_run_passes_and_another_run_does_not() -> None:
     port = free_port()
-    pid = probe.start_listener([port], ["never"], 30, probe.probe_token("r1", "a"))
+    pid = tf_probe_listen.start_listener([port], ["never"], 30, tf_probe_listen.probe_token("r1", "a"))
     try:
         endpoint = {"index": 0, "host": "a", "address": "127.0.0.1", "port": port}
-        assert "not as this run's probe" in probe.connect_all([endpoint], "b", 1.0, run_id="r2")[0]["reason"]
-        assert probe.connect_all([endpoint], "b", 2.0, run_id="r1") == []
-        assert probe.stop_listeners([port], 10, probe.probe_token("r1", "a"), pid) == []
+        assert "not as this run's probe" in tf_probe_reach.connect_all([endpoint], "b", 1.0, run_id="r2")[0]["reason"]
+        assert tf_probe_reach.connect_all([endpoint], "b", 2.0, run_id="r1") == []
+        assert tf_probe_listen.stop_listeners([port], 10, tf_probe_listen.probe_token("r1", "a"), pid) == []
     finally:
         kill_quietly(pid)
 
@@ -620,18 +631,18 @@ def test_the_probe_of_the_right_host_and_run_passes_and_another_run_does_not() -
 def test_stop_sends_nothing_to_a_process_that_is_not_the_probes_listener() -> None:
     """A busy port (the run was refused for it) is someone else's: no 'stop' reaches it."""
     own_port = free_port()
-    token = probe.probe_token("r1", "a")
-    pid = probe.start_listener([own_port], ["never"], 30, token)  # forks: before any thread
+    token = tf_probe_listen.probe_token("r1", "a")
+    pid = tf_probe_listen.start_listener([own_port], ["never"], 30, token)  # forks: before any thread
     other = Recorder()
     try:
         # No listener of ours was started on that host: nothing is sent anywhere.
-        assert probe.stop_listeners([other.port], 2, token, 0) == []
+        assert tf_probe_listen.stop_listeners([other.port], 2, token, 0) == []
         # Ours is stopped; the other port is left alone and not waited for.
-        assert probe.stop_listeners([own_port, other.port], 10, token, pid) == []
-        assert probe.bind_error(own_port) == 0
+        assert tf_probe_listen.stop_listeners([own_port, other.port], 10, token, pid) == []
+        assert tf_probe_ports.bind_error(own_port) == 0
         time.sleep(0.3)
         assert other.received == b""
-        assert probe.bind_error(other.port) != 0
+        assert tf_probe_ports.bind_error(other.port) != 0
     finally:
         other.close()
         kill_quietly(pid)
@@ -640,11 +651,11 @@ def test_stop_sends_nothing_to_a_process_that_is_not_the_probes_listener() -> No
 def test_a_stop_for_another_run_does_not_end_the_listener() -> None:
     port = free_port()
     result: dict[str, object] = {}
-    thread = threading.Thread(target=lambda: result.update(probe.listen([port], ["never"], 3, "tf-runbook-probe r1 a")))
+    thread = threading.Thread(target=lambda: result.update(tf_probe_listen.listen([port], ["never"], 3, "tf-runbook-probe r1 a")))
     thread.start()
-    wait_until(lambda: probe.bind_error(port) != 0, 10, "the listener holding its port")
+    wait_until(lambda: tf_probe_ports.bind_error(port) != 0, 10, "the listener holding its port")
     with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
-        conn.sendall(probe.stop_message("tf-runbook-probe r2 a"))
+        conn.sendall(tf_probe_listen.stop_message("tf-runbook-probe r2 a"))
     thread.join(10)
     assert result["stopped"] is False  # it lived its lifetime out
 
@@ -653,10 +664,10 @@ def test_a_stop_for_another_run_does_not_end_the_listener() -> None:
 
 
 def test_hosts_resolve_every_worker_address_and_know_their_sources() -> None:
-    resolved = probe.resolve_addresses(["127.0.0.1", "localhost", "0:0::1", "no-such-host.invalid"])
+    resolved = tf_probe_addresses.resolve_addresses(["127.0.0.1", "localhost", "0:0::1", "no-such-host.invalid"])
     assert resolved["127.0.0.1"] == ["127.0.0.1"] and resolved["0:0::1"] == ["::1"]
     assert "127.0.0.1" in resolved["localhost"] and resolved["no-such-host.invalid"] == []
-    assert probe.source_addresses({"a": ["127.0.0.1"]}) == ["127.0.0.1"]
+    assert tf_probe_addresses.source_addresses({"a": ["127.0.0.1"]}) == ["127.0.0.1"]
 
 
 def test_a_name_and_an_ip_of_one_machine_sharing_a_port_are_refused_as_a_host_sees_them() -> None:
@@ -845,7 +856,7 @@ def test_the_probe_reports_a_base_dir_of_another_user(tmp_path: Path) -> None:
         owner_uid = 65534
     else:
         other, owner_uid = Path("/"), 0
-    state = probe.probe_host([], str(other), "r1")["base_dir_state"]
+    state = tf_probe_host.probe_host([], str(other), "r1")["base_dir_state"]
     assert state["path"] == str(other) and state["exists"] and state["is_dir"]
     [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=state)}, SPEC, 1024)
     assert problem.startswith(f"host a: tf_worker_base_dir {other} belongs to ")
@@ -876,7 +887,7 @@ def test_a_runs_dir_of_another_user_is_refused_by_the_probe_and_left_alone(tmp_p
         runs.symlink_to("/")
         owner_uid = 0
     before = runs.stat()
-    state = probe.probe_host([], str(base), "r1")["base_dir_state"]
+    state = tf_probe_host.probe_host([], str(base), "r1")["base_dir_state"]
     assert state["runs"] == {"is_dir": True, "owner_uid": owner_uid, "owner": state["runs"]["owner"]}
     [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=state)}, SPEC, 1024)
     assert problem.startswith(
@@ -914,7 +925,7 @@ def test_a_runs_file_is_refused_by_the_probe(tmp_path: Path) -> None:
     base = tmp_path / "tf"
     base.mkdir()
     (base / "runs").write_text("not a directory")
-    state = probe.probe_host([], str(base), "r1")["base_dir_state"]
+    state = tf_probe_host.probe_host([], str(base), "r1")["base_dir_state"]
     [problem] = tf_preflight.tf_preflight_host_problems({"a": clean(base_dir_state=state)}, SPEC, 1024)
     assert problem == (f"host a: {base}/runs, where the runbook keeps its runs, exists and is not a directory; "
                        "move it away or pick another tf_worker_base_dir")
@@ -970,16 +981,16 @@ def test_the_probe_looks_up_the_worker_interpreter_without_running_it(tmp_path: 
     script = tmp_path / "python"
     script.write_text("#!/bin/sh\nexit 0\n")
     script.chmod(0o644)
-    assert probe.interpreter_state("") == {}
-    assert probe.interpreter_state(str(tmp_path / "none")) == {
+    assert tf_probe_interpreter.interpreter_state("") == {}
+    assert tf_probe_interpreter.interpreter_state(str(tmp_path / "none")) == {
         "path": str(tmp_path / "none"), "exists": False, "is_file": False, "executable": False}
-    assert probe.interpreter_state(str(script))["executable"] is False
+    assert tf_probe_interpreter.interpreter_state(str(script))["executable"] is False
     script.chmod(0o755)
-    assert probe.interpreter_state(str(script)) == {"path": str(script), "exists": True, "is_file": True,
+    assert tf_probe_interpreter.interpreter_state(str(script)) == {"path": str(script), "exists": True, "is_file": True,
                                                      "executable": True}
-    assert probe.interpreter_state(str(tmp_path))["is_file"] is False
-    assert probe.interpreter_state("sh")["found"] == shutil.which("sh")
-    assert probe.interpreter_state("no-such-python-3.99") == {"path": "no-such-python-3.99", "found": ""}
+    assert tf_probe_interpreter.interpreter_state(str(tmp_path))["is_file"] is False
+    assert tf_probe_interpreter.interpreter_state("sh")["found"] == shutil.which("sh")
+    assert tf_probe_interpreter.interpreter_state("no-such-python-3.99") == {"path": "no-such-python-3.99", "found": ""}
 
 
 def test_the_probe_runs_the_worker_interpreter_as_python_3(tmp_path: Path) -> None:
@@ -987,14 +998,14 @@ def test_the_probe_runs_the_worker_interpreter_as_python_3(tmp_path: Path) -> No
     is run once, through the probe's runner: an executable that is not Python 3 is named
     before the launch."""
     run = module_runner()
-    assert probe.interpreter_python3(sys.executable, run) == ("%d.%d.%d" % sys.version_info[:3], "")
+    assert tf_probe_interpreter.interpreter_python3(sys.executable, run) == ("%d.%d.%d" % sys.version_info[:3], "")
 
     text = tmp_path / "notes"
     text.write_text("not a program\n")
     text.chmod(0o755)
-    assert probe.interpreter_python3(str(text), run) == ("", "it cannot be executed: Exec format error")
-    assert probe.interpreter_python3("/bin/false", run) == ("", "it exited with status 1, saying nothing")
-    version, fault = probe.interpreter_python3(shutil.which("bash") or "/bin/bash", run)
+    assert tf_probe_interpreter.interpreter_python3(str(text), run) == ("", "it cannot be executed: Exec format error")
+    assert tf_probe_interpreter.interpreter_python3("/bin/false", run) == ("", "it exited with status 1, saying nothing")
+    version, fault = tf_probe_interpreter.interpreter_python3(shutil.which("bash") or "/bin/bash", run)
     assert version == "" and "syntax error" in fault, fault
 
     def script(name: str, body: str) -> str:
@@ -1003,13 +1014,13 @@ def test_the_probe_runs_the_worker_interpreter_as_python_3(tmp_path: Path) -> No
         path.chmod(0o755)
         return str(path)
 
-    assert probe.interpreter_python3(script("py2", "echo python 2.7.18"), run) == ("", "it is Python 2.7.18")
-    assert probe.interpreter_python3(script("echo", 'echo "$@"'), run) == (
-        "", "it printed " + repr("-c " + probe.PYTHON3_CODE) + " for its version")
-    assert probe.interpreter_python3(script("mute", "exit 0"), run) == ("", "it printed nothing for its version")
+    assert tf_probe_interpreter.interpreter_python3(script("py2", "echo python 2.7.18"), run) == ("", "it is Python 2.7.18")
+    assert tf_probe_interpreter.interpreter_python3(script("echo", 'echo "$@"'), run) == (
+        "", "it printed " + repr("-c " + tf_probe_interpreter.PYTHON3_CODE) + " for its version")
+    assert tf_probe_interpreter.interpreter_python3(script("mute", "exit 0"), run) == ("", "it printed nothing for its version")
     started = time.monotonic()
     hung = script("hung", "exec sleep 60")
-    assert probe.interpreter_python3(hung, run, timeout=0.5) == ("", f"{hung} timed out after 0.5 seconds")
+    assert tf_probe_interpreter.interpreter_python3(hung, run, timeout=0.5) == ("", f"{hung} timed out after 0.5 seconds")
     assert time.monotonic() - started < 10
 
 
@@ -1017,21 +1028,21 @@ def test_the_probe_runs_only_the_interpreter_the_lookup_found(tmp_path: Path) ->
     script = tmp_path / "python"
     script.write_text("#!/bin/sh\nexit 0\n")
     script.chmod(0o644)
-    assert probe.interpreter_file(probe.interpreter_state(str(script))) == ""
-    assert probe.interpreter_file(probe.interpreter_state(str(tmp_path / "none"))) == ""
-    assert probe.interpreter_file(probe.interpreter_state("no-such-python-3.99")) == ""
-    assert probe.interpreter_file(probe.interpreter_state("sh")) == shutil.which("sh")
+    assert tf_probe_interpreter.interpreter_file(tf_probe_interpreter.interpreter_state(str(script))) == ""
+    assert tf_probe_interpreter.interpreter_file(tf_probe_interpreter.interpreter_state(str(tmp_path / "none"))) == ""
+    assert tf_probe_interpreter.interpreter_file(tf_probe_interpreter.interpreter_state("no-such-python-3.99")) == ""
+    assert tf_probe_interpreter.interpreter_file(tf_probe_interpreter.interpreter_state("sh")) == shutil.which("sh")
     script.chmod(0o755)
-    assert probe.interpreter_file(probe.interpreter_state(str(script))) == str(script)
+    assert tf_probe_interpreter.interpreter_file(tf_probe_interpreter.interpreter_state(str(script))) == str(script)
 
 
 def test_the_probe_tells_whether_the_checkpoint_dir_can_be_made(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    assert probe.checkpoint_state("") == {}
-    assert probe.checkpoint_state(str(tmp_path)) == {"path": str(tmp_path), "exists": True, "is_dir": True,
+    assert tf_probe_host.checkpoint_state("") == {}
+    assert tf_probe_host.checkpoint_state(str(tmp_path)) == {"path": str(tmp_path), "exists": True, "is_dir": True,
                                                       "writable": True}
-    assert probe.checkpoint_state(str(tmp_path / "file"))["is_dir"] is False
-    assert probe.checkpoint_state(str(tmp_path / "new" / "ckpt")) == {
+    assert tf_probe_host.checkpoint_state(str(tmp_path / "file"))["is_dir"] is False
+    assert tf_probe_host.checkpoint_state(str(tmp_path / "new" / "ckpt")) == {
         "path": str(tmp_path / "new" / "ckpt"), "exists": False, "parent": str(tmp_path), "parent_writable": True}
 
 
@@ -1040,14 +1051,14 @@ def test_two_inventory_hosts_that_are_one_machine_with_one_base_dir_are_refused(
     for another directory or another path under the same existing parent."""
     base = tmp_path / "tf-runbook"
     base.mkdir()
-    same = probe.base_dir_identity(str(base))
-    assert same and same == probe.base_dir_identity(str(tmp_path / "." / "tf-runbook"))
-    assert probe.base_dir_identity(str(tmp_path / "new" / "base")) == probe.base_dir_identity(
+    same = tf_probe_host.base_dir_identity(str(base))
+    assert same and same == tf_probe_host.base_dir_identity(str(tmp_path / "." / "tf-runbook"))
+    assert tf_probe_host.base_dir_identity(str(tmp_path / "new" / "base")) == tf_probe_host.base_dir_identity(
         str(tmp_path / "new" / "base"))
-    assert probe.base_dir_identity(str(tmp_path / "new" / "base")) != probe.base_dir_identity(
+    assert tf_probe_host.base_dir_identity(str(tmp_path / "new" / "base")) != tf_probe_host.base_dir_identity(
         str(tmp_path / "new" / "other"))
-    assert probe.base_dir_identity(str(tmp_path / "other")) != same
-    assert probe.base_dir_identity(str(base), proc=str(tmp_path / "no-proc")) == ""
+    assert tf_probe_host.base_dir_identity(str(tmp_path / "other")) != same
+    assert tf_probe_host.base_dir_identity(str(base), proc=str(tmp_path / "no-proc")) == ""
     probes = {"w0": clean(base_dir_identity=same, base_dir="/root/tf-runbook"),
               "w1": clean(base_dir_identity=same, base_dir="/root/tf-runbook"),
               "w2": clean(base_dir_identity="other"), "w3": clean(base_dir_identity="")}
@@ -1069,14 +1080,14 @@ def test_the_probe_tells_a_checkpoint_dir_inside_the_runs_directory(tmp_path: Pa
     link = tmp_path / "link"
     link.symlink_to(base / "runs" / "base1")
     runs = str(base / "runs")
-    assert probe.checkpoint_state(str(earlier), str(base))["runs_dir"] == runs
-    assert probe.checkpoint_state(str(base / "runs"), str(base))["runs_dir"] == runs
-    assert probe.checkpoint_state(str(base / "runs" / "new" / "ckpt"), str(base))["runs_dir"] == runs
-    assert probe.checkpoint_state(str(link), str(base))["runs_dir"] == runs
-    assert "runs_dir" not in probe.checkpoint_state(str(base / "ckpt"), str(base))
-    assert "runs_dir" not in probe.checkpoint_state(str(base / "runs-old"), str(base))
-    assert "runs_dir" not in probe.checkpoint_state(str(tmp_path / "elsewhere"), str(base))
-    assert "runs_dir" not in probe.checkpoint_state(str(earlier))
+    assert tf_probe_host.checkpoint_state(str(earlier), str(base))["runs_dir"] == runs
+    assert tf_probe_host.checkpoint_state(str(base / "runs"), str(base))["runs_dir"] == runs
+    assert tf_probe_host.checkpoint_state(str(base / "runs" / "new" / "ckpt"), str(base))["runs_dir"] == runs
+    assert tf_probe_host.checkpoint_state(str(link), str(base))["runs_dir"] == runs
+    assert "runs_dir" not in tf_probe_host.checkpoint_state(str(base / "ckpt"), str(base))
+    assert "runs_dir" not in tf_probe_host.checkpoint_state(str(base / "runs-old"), str(base))
+    assert "runs_dir" not in tf_probe_host.checkpoint_state(str(tmp_path / "elsewhere"), str(base))
+    assert "runs_dir" not in tf_probe_host.checkpoint_state(str(earlier))
 
 
 @pytest.mark.parametrize(

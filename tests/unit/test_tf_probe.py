@@ -10,8 +10,16 @@ import time
 from typing import Any, Iterator
 
 import pytest
-import tf_preflight_probe as probe
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import (
+    tf_probe_listen,
+    tf_probe_ports,
+    tf_probe_reach,
+)
+from conftest import PLUGINS
 from helpers import run_module, tcp_server_side, wait_until
+
+# The module, run as Ansible runs it; its functions live in module_utils/tf_probe_*.py.
+PROBE_MODULE = PLUGINS / "modules" / "tf_preflight_probe.py"
 
 # Generous margins: this machine's cores are shared with other test runs.
 MARGIN = 1.5
@@ -31,7 +39,7 @@ def serve_in_thread(peers: list[str], lifetime: float, token: str = "") -> tuple
 
     def run() -> None:
         started = time.monotonic()
-        result.update(probe.serve({sock: port}, peers, lifetime, token))
+        result.update(tf_probe_listen.serve({sock: port}, peers, lifetime, token))
         result["seconds"] = time.monotonic() - started
 
     thread = threading.Thread(target=run, daemon=True)
@@ -46,7 +54,7 @@ def hello(port: int, me: str, delay: float = 0.0, timeout: float = 20, answered:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
         time.sleep(delay)
         conn.sendall(f"hello {me}\n".encode())
-        answer = probe.read_line(conn, timeout)
+        answer = tf_probe_reach.read_line(conn, timeout)
         if answered is not None:
             answered[me] = time.monotonic()
         time.sleep(delay)
@@ -91,7 +99,7 @@ def test_a_trickling_client_does_not_keep_the_listener_past_its_lifetime(trickle
     thread.join(lifetime + MARGIN + 10)
     assert not thread.is_alive(), "the listener outlived its lifetime while a client trickled bytes"
     assert result["seconds"] < lifetime + MARGIN, result
-    assert probe.bind_error(port) == 0  # the port is free again
+    assert tf_probe_ports.bind_error(port) == 0  # the port is free again
 
 
 def test_a_trickling_client_is_cut_at_its_budget_and_delays_no_one(trickler: Any) -> None:
@@ -111,7 +119,7 @@ def test_a_trickling_client_is_cut_at_its_budget_and_delays_no_one(trickler: Any
     assert not thread.is_alive() and result["heard"] == {str(port): ["a"]}
     # The listener ended (every peer heard) and closed the trickler's connection with it.
     wait_until(lambda: "cut_after" in record, 5, "the trickler's connection cut")
-    assert record["cut_after"] < probe.CONNECTION_BUDGET + MARGIN, record
+    assert record["cut_after"] < tf_probe_listen.CONNECTION_BUDGET + MARGIN, record
 
 
 def test_silent_connections_do_not_delay_a_hello() -> None:
@@ -186,8 +194,8 @@ class SlowEndpoints:
             time.sleep(self.delay)
             with self.lock:
                 self.open -= 1
-            conn.sendall(f"{probe.probe_token('r1', host)}\n".encode())
-            probe.read_line(conn, 10)
+            conn.sendall(f"{tf_probe_listen.probe_token('r1', host)}\n".encode())
+            tf_probe_reach.read_line(conn, 10)
             conn.recv(16)
 
     def close(self) -> None:
@@ -206,7 +214,7 @@ def test_a_host_connects_to_its_peers_concurrently() -> None:
     slow = SlowEndpoints(count, delay)
     try:
         began = time.monotonic()
-        failures = probe.connect_all(slow.endpoints, "me", 10, run_id="r1")
+        failures = tf_probe_reach.connect_all(slow.endpoints, "me", 10, run_id="r1")
         elapsed = time.monotonic() - began
     finally:
         slow.close()
@@ -223,7 +231,7 @@ def test_the_connections_at_once_are_bounded_and_failures_keep_the_endpoints_ord
     endpoints = [*slow.endpoints[:6], {"index": 99, "host": "gone", "address": "127.0.0.1", "port": dead_port},
                  *slow.endpoints[6:]]
     try:
-        failures = probe.connect_all(endpoints, "me", 1, run_id="r1", parallel=4)
+        failures = tf_probe_reach.connect_all(endpoints, "me", 1, run_id="r1", parallel=4)
     finally:
         slow.close()
     assert [f["index"] for f in failures] == [99] and "refused" in failures[0]["reason"].lower()
@@ -254,8 +262,8 @@ def bind_later(port: int, delay: float) -> tuple[threading.Thread, list[socket.s
         sock.settimeout(20)
         conn, _ = sock.accept()
         with conn:
-            conn.sendall(f"{probe.probe_token('r1', 'h')}\n".encode())
-            probe.read_line(conn, 5)
+            conn.sendall(f"{tf_probe_listen.probe_token('r1', 'h')}\n".encode())
+            tf_probe_reach.read_line(conn, 5)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -267,13 +275,13 @@ def test_a_refused_endpoint_is_tried_again_for_the_settle_time_and_no_longer() -
     endpoint = {"index": 0, "host": "h", "address": "127.0.0.1", "port": port}
     # Without settle: refused until the 0.5 s timeout, a failure.
     began = time.monotonic()
-    [failure] = probe.connect_all([endpoint], "me", 0.5, run_id="r1")
+    [failure] = tf_probe_reach.connect_all([endpoint], "me", 0.5, run_id="r1")
     assert "refused" in failure["reason"].lower() and time.monotonic() - began < 0.5 * 4
     # With settle: a listener that comes up 1.5 s later is reached.
     thread, held = bind_later(port, 1.5)
     try:
         began = time.monotonic()
-        assert probe.connect_all([endpoint], "me", 0.5, run_id="r1", settle=10) == []
+        assert tf_probe_reach.connect_all([endpoint], "me", 0.5, run_id="r1", settle=10) == []
         assert 1.4 <= time.monotonic() - began < 10
     finally:
         thread.join(10)
@@ -281,7 +289,7 @@ def test_a_refused_endpoint_is_tried_again_for_the_settle_time_and_no_longer() -
             sock.close()
     # Still refused at the end of settle: a failure after settle seconds, not before.
     began = time.monotonic()
-    [failure] = probe.connect_all([endpoint], "me", 0.3, run_id="r1", settle=1.2)
+    [failure] = tf_probe_reach.connect_all([endpoint], "me", 0.3, run_id="r1", settle=1.2)
     assert "refused" in failure["reason"].lower() and 1.1 <= time.monotonic() - began < 1.2 * 4
 
 
@@ -302,7 +310,7 @@ def test_the_one_run_probe_looks_listens_connects_and_returns_once_its_listener_
 
     def host(me: str, port: int, delay: float) -> None:
         time.sleep(delay)
-        results[me] = run_module(probe.__file__, one_run_args(me, [port], endpoints, str(tmp_path)))
+        results[me] = run_module(PROBE_MODULE, one_run_args(me, [port], endpoints, str(tmp_path)))
 
     threads = [threading.Thread(target=host, args=("a", port_a, 0)), threading.Thread(target=host, args=("b", port_b, 1.5))]
     began = time.monotonic()
@@ -316,7 +324,7 @@ def test_the_one_run_probe_looks_listens_connects_and_returns_once_its_listener_
         assert result["busy_ports"] == [] and result["free_mb"] > 0 and result["run_launched"] == "", result
         assert result["listener_pid"] > 0
         assert result["failures"] == [] and result["listener_gone"] is True and result["ports_held"] == [], result
-    assert probe.bind_error(port_a) == 0 and probe.bind_error(port_b) == 0
+    assert tf_probe_ports.bind_error(port_a) == 0 and tf_probe_ports.bind_error(port_b) == 0
 
 
 def test_the_one_run_probe_names_a_peer_that_never_listens_and_does_not_wait(tmp_path: Any) -> None:
@@ -324,29 +332,29 @@ def test_the_one_run_probe_names_a_peer_that_never_listens_and_does_not_wait(tmp
     endpoints = [{"index": 0, "host": "a", "address": "127.0.0.1", "port": port_a},
                  {"index": 1, "host": "b", "address": "127.0.0.1", "port": port_b}]
     began = time.monotonic()
-    result = run_module(probe.__file__, one_run_args("a", [port_a], endpoints, str(tmp_path), settle=1, wait=30))
+    result = run_module(PROBE_MODULE, one_run_args("a", [port_a], endpoints, str(tmp_path), settle=1, wait=30))
     assert time.monotonic() - began < 15  # not the 30 s wait: the run is refused anyway
     assert [f["index"] for f in result["failures"]] == [1] and "refused" in result["failures"][0]["reason"].lower()
     assert result["listener_gone"] is False and result["ports_held"] == [port_a]
-    token = probe.probe_token("r1", "a")
-    assert probe.stop_listeners([port_a], 10, token, result["listener_pid"]) == []
+    token = tf_probe_listen.probe_token("r1", "a")
+    assert tf_probe_listen.stop_listeners([port_a], 10, token, result["listener_pid"]) == []
 
 
 def test_the_host_probe_without_endpoints_connects_to_nothing(tmp_path: Any) -> None:
     port = free_port()
     args = {"mode": "host", "me": "a", "run_id": "r1", "ports": [port], "base_dir": str(tmp_path)}
-    result = run_module(probe.__file__, args)
+    result = run_module(PROBE_MODULE, args)
     assert result["listener_pid"] == 0 and result["failures"] == [] and result["listener_gone"] is True
     # Listening without endpoints (the two-step probe): the listener is up, for the
     # connect mode's runs, and the result says so.
     args.update({"listen": True, "peers": ["a", "never-comes"], "timeout": 30})
-    result = run_module(probe.__file__, args)
+    result = run_module(PROBE_MODULE, args)
     try:
         assert result["listener_pid"] > 0 and result["failures"] == []
         assert result["listener_gone"] is False and result["ports_held"] == [port]
-        assert probe.bind_error(port) != 0
+        assert tf_probe_ports.bind_error(port) != 0
     finally:
-        assert probe.stop_listeners([port], 10, probe.probe_token("r1", "a"), result["listener_pid"]) == []
+        assert tf_probe_listen.stop_listeners([port], 10, tf_probe_listen.probe_token("r1", "a"), result["listener_pid"]) == []
 
 
 @pytest.mark.parametrize("banner", [b"", b"SSH-2.0-OpenSSH_9.6\r\n"])
@@ -374,7 +382,7 @@ def test_a_service_that_is_not_the_probe_gets_not_a_byte(banner: bytes) -> None:
     thread = threading.Thread(target=serve_once, daemon=True)
     thread.start()
     try:
-        [failure] = probe.connect_all([{"index": 1, "host": "b", "address": "127.0.0.1", "port": port}], "a", 0.5,
+        [failure] = tf_probe_reach.connect_all([{"index": 1, "host": "b", "address": "127.0.0.1", "port": port}], "a", 0.5,
                                       run_id="r1")
         thread.join(10)
     finally:
