@@ -193,8 +193,8 @@ def spare_note(spec: dict[str, Any], replaced: dict[str, str], min_workers: int,
     if not spares:
         note = "no spare host (tf_spares)"
     else:
-        note = "no spare left with enough slots" + (f" ({', '.join(replaced.values())} took a place)" if replaced
-                                                     else "")
+        took = f" ({', '.join(replaced.values())} took a place)" if replaced else ""
+        note = "no spare left with enough slots" + took
     if int(min_workers):
         note += f", and {size} workers would be fewer than tf_min_workers {int(min_workers)}"
     else:

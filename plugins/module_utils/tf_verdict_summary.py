@@ -394,7 +394,8 @@ def uncollected_row(said: dict[str, Any]) -> dict[str, Any]:
     """The timeline row of a worker that the decision's record names but whose files were
     not collected (its host was lost for good): its host and its cause, nothing timed."""
     return {
-        "index": as_int(said.get("index")), "host": said.get("host"), "log": None, "has_log": False, "launched_at": None, "joined_at": None, "joined": None, "epoch_at": {},
+        "index": as_int(said.get("index")), "host": said.get("host"), "log": None, "has_log": False,
+        "launched_at": None, "joined_at": None, "joined": None, "epoch_at": {},
         "completed_at": None, "finished_at": None, "exit_status": None,
         "exit_reason": "not collected: its host was lost", "signal": None,
         "cause": said.get("cause") if isinstance(said.get("cause"), dict) else None, "stopped": False,
