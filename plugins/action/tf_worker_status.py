@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import tarfile
 import time
@@ -170,7 +171,7 @@ def _float(value: Any, default: float) -> float:
         number = float(value)
     except (TypeError, ValueError):
         return default
-    return number if number == number else default
+    return number if math.isfinite(number) else default
 
 
 def progress_lines(host: str, result: dict[str, Any], elapsed: float | None,

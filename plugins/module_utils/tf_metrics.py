@@ -311,7 +311,8 @@ def progress_of(timed: list[tuple[float, str]]) -> dict[str, Any] | None:
     clock for every host's times): the first registered format that timed an epoch
     (``source_of``'s order), its latest epoch (``epoch``, the one whose end came last),
     ``total`` (the largest total it announced; None without), that epoch's ``metrics``
-    (at most ``PROGRESS_MAX_METRICS``, texts cut to ``PROGRESS_MAX_TEXT``), ``epochs`` (how
+    (``[name, value]`` pairs in the order printed, at most ``PROGRESS_MAX_METRICS``, texts
+    cut to ``PROGRESS_MAX_TEXT``), ``epochs`` (how
     many epochs ended), ``joined_at``, ``first_at``, ``prev_at`` (the end of the epoch
     before the latest; None with one), ``last_at`` and ``completed_at`` (the contract's
     ``training_complete``). None when no format timed an epoch."""
@@ -324,7 +325,8 @@ def progress_of(timed: list[tuple[float, str]]) -> dict[str, Any] | None:
         series = fmt.parse(lines_of("\n".join(lines)))
         last_at, epoch = ends[-1]
         metrics = series["epochs"].get(epoch) or {}
-        shown = {str(k)[:PROGRESS_MAX_TEXT]: str(v)[:PROGRESS_MAX_TEXT] for k, v in list(metrics.items())[:PROGRESS_MAX_METRICS]}
+        # Pairs, in the order the job printed them (state.json is written with sorted keys).
+        shown = [[str(k)[:PROGRESS_MAX_TEXT], str(v)[:PROGRESS_MAX_TEXT]] for k, v in list(metrics.items())[:PROGRESS_MAX_METRICS]]
         contract = CONTRACT.clock_of(timed) if not fmt.contract else clock
         return {
             "format": fmt.name,

@@ -91,11 +91,18 @@ def mean_epoch(durations: list[float]) -> float | None:
     return sum(kept) / len(kept) if kept else None
 
 
+def metric_pairs(metrics: Any) -> list[tuple[str, str]]:
+    """A record's metrics (``[name, value]`` pairs, or a mapping) as pairs, in order."""
+    if isinstance(metrics, dict):
+        return [(str(k), str(v)) for k, v in metrics.items()]
+    if isinstance(metrics, list):
+        return [(str(p[0]), str(p[1])) for p in metrics if isinstance(p, (list, tuple)) and len(p) == 2]
+    return []
+
+
 def metrics_text(metrics: Any) -> str:
     """``loss 0.6689, accuracy 0.5688`` (in the order the job printed them)."""
-    if not isinstance(metrics, dict):
-        return ""
-    return ", ".join(f"{name} {value}" for name, value in metrics.items())
+    return ", ".join(f"{name} {value}" for name, value in metric_pairs(metrics))
 
 
 def worker_progress(
@@ -177,7 +184,7 @@ def worker_progress(
     return {
         "epoch": epoch,
         "total": total,
-        "metrics": record.get("metrics") if isinstance(record.get("metrics"), dict) else {},
+        "metrics": dict(metric_pairs(record.get("metrics"))),
         "last": last,
         "mean": mean,
         "elapsed": elapsed,

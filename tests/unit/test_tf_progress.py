@@ -44,11 +44,11 @@ KERAS3_TIMED = [
 @pytest.mark.parametrize(
     ("timed", "expected"),
     [
-        (CONTRACT_TIMED, {"format": "contract", "epoch": 3, "total": 6, "metrics": {"loss": "0.5", "accuracy": "0.7"},
+        (CONTRACT_TIMED, {"format": "contract", "epoch": 3, "total": 6, "metrics": [["loss", "0.5"], ["accuracy", "0.7"]],
                           "epochs": 3, "joined_at": 100.0, "first_at": 110.0, "prev_at": 114.0, "last_at": 118.0}),
-        (KERAS_TIMED, {"format": "keras", "epoch": 2, "total": 6, "metrics": {"loss": "0.6000", "accuracy": "0.6000"},
+        (KERAS_TIMED, {"format": "keras", "epoch": 2, "total": 6, "metrics": [["loss", "0.6000"], ["accuracy", "0.6000"]],
                        "epochs": 2, "joined_at": 100.0, "first_at": 103.0, "prev_at": 103.0, "last_at": 105.0}),
-        (KERAS3_TIMED, {"format": "keras", "epoch": 5, "total": 6, "metrics": {"accuracy": "0.9000", "loss": "0.2000"},
+        (KERAS3_TIMED, {"format": "keras", "epoch": 5, "total": 6, "metrics": [["accuracy", "0.9000"], ["loss", "0.2000"]],
                         "epochs": 1, "joined_at": 50.0, "first_at": 58.0, "prev_at": None, "last_at": 58.0}),
     ],
 )
@@ -82,7 +82,7 @@ def test_progress_of_a_registered_format() -> None:
     finally:
         tf_metrics.unregister("steps")
     assert record is not None
-    assert (record["format"], record["epoch"], record["total"], record["metrics"]) == ("steps", 2, 4, {"mse": "0.2"})
+    assert (record["format"], record["epoch"], record["total"], record["metrics"]) == ("steps", 2, 4, [["mse", "0.2"]])
     assert (record["prev_at"], record["last_at"]) == (10.0, 12.5)
 
 
@@ -91,7 +91,7 @@ def test_progress_of_bounds_the_metrics_it_carries() -> None:
     record = tf_metrics.progress_of([(1.0, f"worker=0 epoch=1/2 {metrics}")])
     assert record is not None
     assert len(record["metrics"]) == tf_metrics.PROGRESS_MAX_METRICS
-    assert all(len(v) == tf_metrics.PROGRESS_MAX_TEXT for v in record["metrics"].values())
+    assert all(len(v) == tf_metrics.PROGRESS_MAX_TEXT for _k, v in record["metrics"])
 
 
 def test_progress_of_notes_training_complete() -> None:

@@ -529,7 +529,7 @@ def test_state_json_says_where_the_training_stands_while_it_runs(supervisor_path
         if run.proc.poll() is None:
             run.proc.kill()
     assert (progress["format"], progress["epoch"], progress["total"], progress["epochs"]) == ("contract", 2, 4, 2)
-    assert progress["metrics"] == {"loss": "0.7"}
+    assert progress["metrics"] == [["loss", "0.7"]]
     assert progress["joined_at"] < progress["first_at"] == progress["prev_at"] < progress["last_at"]
 
 

@@ -366,7 +366,7 @@ def test_the_collected_filter_refuses_statuses_that_are_not_a_mapping() -> None:
 
 
 def epoch_progress(epoch: int, last_at: float) -> dict[str, Any]:
-    return {"format": "keras", "epoch": epoch, "total": 6, "metrics": {"loss": "0.5"}, "epochs": epoch,
+    return {"format": "keras", "epoch": epoch, "total": 6, "metrics": [["loss", "0.5"]], "epochs": epoch,
             "joined_at": 1000.0, "first_at": 1004.0, "prev_at": last_at - 4.0, "last_at": last_at,
             "completed_at": None}  # fmt: skip
 
