@@ -71,6 +71,9 @@ def test_status_the_wait_and_the_report_show_progress_a_person_can_plan_with(tmp
 
     waited = play("playbooks/wait.yml", settings)
     assert waited.returncode == 0, waited.stdout[-6000:] + waited.stderr[-2000:]
+    # What an operator reads (pytest -s shows it; docs/operating.md quotes it).
+    print("\n".join(["status.yml:", *shown, "wait.yml:", *(line for line in waited.stdout.splitlines() if " workers 0,1: " in line
+                                                            or " worker-" in line)]))  # fmt: skip
     live = [match for line in waited.stdout.splitlines() if (match := PROGRESS.search(line))]
     assert live, waited.stdout[-6000:]
     assert max(int(m.group("epoch")) for m in live) > 2
