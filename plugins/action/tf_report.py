@@ -14,6 +14,7 @@ warning, not a failed task.
 
 from __future__ import annotations
 
+import glob
 import html
 import json
 import os
@@ -26,7 +27,22 @@ import jinja2
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_report_view import tf_report_view
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import REPORT_FILE, SUMMARY_FILE, printable
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    CONFIG_FILE,
+    EXIT_FILE,
+    JOB_END_FILE,
+    JOB_ENV_FILE,
+    LAUNCH_OUTPUT_FILE,
+    LOG_FILE,
+    REPORT_FILE,
+    RETRY_PREFIX,
+    STACKS_FILE,
+    STATE_FILE,
+    STOP_FILE,
+    SUMMARY_FILE,
+    WORKER_PREFIX,
+    printable,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 
 # The options (documented in plugins/modules/tf_report.py, the documentation-only module).
@@ -35,6 +51,9 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "summary": {"type": "path"},
     "template": {"type": "path", "required": True},
     "dest": {"type": "path"},
+    "marker": {"type": "str", "default": ""},
+    "inventory": {"type": "list", "elements": "str", "default": []},
+    "playbook": {"type": "str", "default": "train.yml"},
 }
 
 
@@ -91,6 +110,37 @@ def culprit_log_tails(summary: dict[str, Any], run_dir: str) -> dict[str, list[s
     return tails
 
 
+# What the collect brings of a worker that is the runbook's own record, not the job's
+# output (the contract's names).
+RECORD_NAMES = frozenset(
+    (STATE_FILE, EXIT_FILE, LOG_FILE, CONFIG_FILE, JOB_ENV_FILE, STOP_FILE, LAUNCH_OUTPUT_FILE, STACKS_FILE, JOB_END_FILE)
+)
+
+
+def collected_artifacts(run_dir: str, marker: str = "", limit: int = 1000) -> list[str]:
+    """What the collect brought of the job's own output (tf_collect_artifacts, and any
+    other file of tf_collect_files that is no record of the runbook's, nor the chief's
+    ``marker``), as paths under ``run_dir``: the entries of every host's worker
+    directories of every attempt (``<host>/worker-<i>/``, ``<host>/retry-<n>/worker-<i>/``:
+    a resumed run's model is under its last attempt's). At most ``limit``; a link is left
+    out."""
+    root = os.path.realpath(run_dir)
+    worker_dirs = sorted(
+        glob.glob(os.path.join(glob.escape(root), "*", f"{WORKER_PREFIX}*"))
+        + glob.glob(os.path.join(glob.escape(root), "*", f"{RETRY_PREFIX}*", f"{WORKER_PREFIX}*"))
+    )
+    found: list[str] = []
+    for worker_dir in worker_dirs:
+        if os.path.islink(worker_dir) or not os.path.isdir(worker_dir):
+            continue
+        for name in sorted(os.listdir(worker_dir)):
+            path = os.path.join(worker_dir, name)
+            if name in RECORD_NAMES or name == marker or os.path.islink(path) or len(found) >= limit:
+                continue
+            found.append(os.path.relpath(path, root))
+    return found
+
+
 def bytecode_cache() -> jinja2.BytecodeCache | None:
     """Jinja2's own cache of compiled templates, in its default place (a directory of this
     user's alone, mode 0700, under the system's temporary directory; None where there is
@@ -103,12 +153,13 @@ def bytecode_cache() -> jinja2.BytecodeCache | None:
         return None
 
 
-def render_report(summary: dict[str, Any], template_text: str, log_tails: dict[str, list[str]] | None = None) -> str:
+def render_report(summary: dict[str, Any], template_text: str, log_tails: dict[str, list[str]] | None = None,
+                  artifacts: list[str] | None = None, resume: dict[str, Any] | None = None) -> str:  # fmt: skip
     """The report page for ``summary`` (the template module's settings: trim_blocks)."""
     env = jinja2.Environment(loader=jinja2.DictLoader({"report": template_text}), bytecode_cache=bytecode_cache(),
                              trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     template = env.get_template("report")
-    return template.render(__tf_verdict_report=tf_report_view(summary, log_tails))
+    return template.render(__tf_verdict_report=tf_report_view(summary, log_tails, artifacts, resume))
 
 
 def fallback_page(summary: Any, error: str) -> str:
@@ -139,16 +190,20 @@ def fallback_page(summary: Any, error: str) -> str:
     )
 
 
-def draw(summary: dict[str, Any], template_text: str, run_dir: str) -> tuple[str, str | None]:
-    """The page and None, or the fallback page and why the report could not be drawn."""
+def draw(summary: dict[str, Any], template_text: str, run_dir: str, options: dict[str, Any] | None = None) -> tuple[str, str | None]:
+    """The page and None, or the fallback page and why the report could not be drawn.
+    ``options``: the task's ``marker``, ``inventory`` and ``playbook``."""
+    given = options or {}
     try:
-        return render_report(summary, template_text, culprit_log_tails(summary, run_dir)), None
+        artifacts = collected_artifacts(run_dir, str(given.get("marker") or ""))
+        resume = {"inventory": given.get("inventory") or [], "playbook": given.get("playbook")}
+        return render_report(summary, template_text, culprit_log_tails(summary, run_dir), artifacts, resume), None
     except Exception as exc:  # noqa: BLE001 - whatever the summary holds, the play goes on
         error = f"{type(exc).__name__}: {exc}"
         return fallback_page(summary, error), error
 
 
-def write_report(summary_path: str, template_path: str, dest: str) -> dict[str, Any]:
+def write_report(summary_path: str, template_path: str, dest: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Render and write the report atomically (0600); return its path, size, time, and
     ``error`` where only the page saying why could be written."""
     started = time.perf_counter()
@@ -161,7 +216,7 @@ def write_report(summary_path: str, template_path: str, dest: str) -> dict[str, 
         template_text = Path(template_path).read_text(encoding="utf-8")
     except OSError as exc:
         raise AnsibleActionFail(f"tf_report: cannot read the report template {template_path}: {exc}") from exc
-    page, error = draw(summary, template_text, os.path.dirname(os.path.abspath(summary_path)))
+    page, error = draw(summary, template_text, os.path.dirname(os.path.abspath(summary_path)), options)
     directory = os.path.dirname(os.path.abspath(dest))
     fd, tmp = tempfile.mkstemp(prefix=".report.", suffix=".tmp", dir=directory)
     try:
@@ -187,7 +242,7 @@ class ActionModule(ControllerAction):
         template = self._find_needle("templates", args["template"])
         if self._task.check_mode:
             return {"changed": True, "path": dest, "msg": "check mode: the report would be written"}
-        result = {**write_report(summary, template, dest), "changed": True}
+        result = {**write_report(summary, template, dest, args), "changed": True}
         if "error" in result:
             result["warnings"] = [
                 f"the report could not be drawn ({result['error']}); {dest} says so, and the verdict "

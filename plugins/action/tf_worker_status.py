@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import tarfile
 import time
@@ -69,6 +70,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_activity
     stall_detail,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import receive
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_progress import grouped, worker_progress
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     WORKER_EXITED,
     attempt_failed_flag,
@@ -79,6 +81,10 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
 )
 
 display = Display()
+
+# A wait prints a host's progress lines when they carry news (another epoch, state or
+# phase), and at least this often while they do not (the time left moves on).
+REPRINT_SECONDS = 60.0
 
 # The options only this action reads (documented in plugins/modules/tf_worker_status.py).
 ACTION_ONLY = ("controller_dir", "attempt", "rounds", "until_joined", "deadline", "stall_timeout", "show_logs", "log_workers")
@@ -140,16 +146,50 @@ def worker_state_text(worker: dict[str, Any]) -> str:
     return f"FAILED rc={rc} ({kind}{printable(worker.get('reason'))})"
 
 
-def progress_lines(host: str, result: dict[str, Any], elapsed: float | None) -> list[str]:
-    """One line per worker: state and its latest progress line (control characters
-    escaped), after ``[<elapsed>s]``, the seconds since this wait began (none for a
-    single check)."""
-    lines = []
-    clock = f"[{elapsed:5.0f}s] " if elapsed is not None else ""
+def progress_entries(result: dict[str, Any], controller_now: float) -> list[dict[str, Any]]:
+    """Each worker of a status as tf_progress.grouped takes it: its state text, where its
+    training stands (tf_progress.worker_progress over the module's ``progress``, on the
+    host's clock, the finishing time on the controller's) and its latest progress line."""
+    host_now = _float(result.get("now"), controller_now)
+    entries = []
     for worker in result.get("workers", []):
-        latest = printable(worker.get("last_line") or "(no progress line yet)")
-        lines.append(f"  {clock}{host} worker-{worker.get('index')}: {worker_state_text(worker)}  {latest}")
-    return lines
+        ended = worker.get("finished_at") if worker.get("state") == WORKER_EXITED else None
+        progress = worker_progress(worker.get("progress"), host_now, controller_now, worker.get("started_at"),
+                                   _float(ended, host_now) if ended is not None else None)  # fmt: skip
+        if progress is not None:
+            progress = {**progress, "text": printable(progress["text"])}
+        entries.append({
+            "index": worker.get("index"),
+            "state": worker_state_text(worker),
+            "progress": progress,
+            "fallback": printable(worker.get("last_line") or "(no progress line yet)"),
+        })  # fmt: skip
+    return entries
+
+
+def _float(value: Any, default: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return number if math.isfinite(number) else default
+
+
+def progress_lines(host: str, result: dict[str, Any], elapsed: float | None,
+                   controller_now: float | None = None) -> tuple[list[str], list[Any]]:
+    """The lines to print for a host's status: one per worker, or one for the host's
+    workers when they agree (tf_progress.grouped): state, then the epoch N of M, its
+    metrics, the time per epoch, the elapsed time, the time left and the finishing time
+    (UTC), or, before the first epoch ended, the latest progress line (control characters
+    escaped); after ``[<elapsed>s]``, the seconds since this wait began (none for a single
+    check). With them, the news they carry (times aside), to print only what changed."""
+    now = time.time() if controller_now is None else controller_now
+    clock = f"[{elapsed:5.0f}s] " if elapsed is not None else ""
+    lines, keys = [], []
+    for line in grouped(progress_entries(result, now)):
+        lines.append(f"  {clock}{host} {line['who']}: {line['state']}  {line['text']}")
+        keys.append((line["who"], line["key"]))
+    return lines, keys
 
 
 def log_lines(host: str, result: dict[str, Any], indices: list[int] | None) -> list[str]:
@@ -160,7 +200,9 @@ def log_lines(host: str, result: dict[str, Any], indices: list[int] | None) -> l
             continue
         prefix = f"[{worker.get('index')} {host}]"
         tail = worker.get("log_tail") or []
-        lines.append(f"{prefix} ({worker_state_text(worker)}; {len(tail)} last line(s) of its log)")
+        hidden = worker.get("log_hidden") or 0
+        quiet = f"; {hidden} TensorFlow C++ log line(s) hidden (-e tf_logs_filter=false shows them)" if hidden else ""
+        lines.append(f"{prefix} ({worker_state_text(worker)}; {len(tail)} last line(s) of its log{quiet})")
         lines.extend(f"{prefix} {printable(line)}" for line in tail)
     return lines
 
@@ -236,7 +278,8 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(
-        ACTION_ONLY + ("workers", "run_dir", "heartbeat", "collect", "wait", "progress_pattern", "progress_marks", "tail_lines")
+        ACTION_ONLY
+        + ("workers", "run_dir", "heartbeat", "collect", "wait", "progress_pattern", "progress_marks", "tail_lines", "log_filter")
     )
 
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -259,7 +302,8 @@ class ActionModule(ActionBase):
         watching = bool(flag_file and stall_dir and stall_timeout > 0)
         watch = StallWatch(stall_dir, host, stall_timeout) if watching else None
         started = time.monotonic()
-        last_shown: list[str] = []
+        last_shown: list[Any] = []
+        last_printed = time.monotonic()
         status: dict[str, Any] = {}
         # Per worker, since when (controller clock) its job is seen frozen.
         frozen: dict[str, dict[str, Any]] = {}
@@ -300,13 +344,13 @@ class ActionModule(ActionBase):
                 for line in log_lines(host, status, indices):
                     display.display(line)
             else:
-                # Print only news: the same lines with another elapsed time are not news.
-                lines = progress_lines(host, status, time.monotonic() - started if flag_file else None)
-                news = [line.split("]", 1)[-1] for line in lines]
-                if news != last_shown:
+                # Print only news: the same epoch with other times is not news, but a
+                # long epoch's times are shown again every REPRINT_SECONDS.
+                lines, news = progress_lines(host, status, time.monotonic() - started if flag_file else None, now)
+                if news != last_shown or time.monotonic() - last_printed >= REPRINT_SECONDS:
                     for line in lines:
                         display.display(line)
-                    last_shown = news
+                    last_shown, last_printed = news, time.monotonic()
             if not flag_file:
                 break
             if status.get("failed_workers"):

@@ -298,6 +298,51 @@ def is_timed(line: str) -> bool:
     return re.search(timed_pattern(), line.strip()) is not None
 
 
+# --- Progress: a worker's timed lines as where its training stands (issue 39) ---------
+
+# What a progress record keeps of the latest epoch's metrics: it travels in state.json and
+# in every status of the wait, so a job printing many or long metrics cannot swell it.
+PROGRESS_MAX_METRICS = 12
+PROGRESS_MAX_TEXT = 40
+
+
+def progress_of(timed: list[tuple[float, str]]) -> dict[str, Any] | None:
+    """Where a worker's training stands, from its timed lines (the supervisor's clock, one
+    clock for every host's times): the first registered format that timed an epoch
+    (``source_of``'s order), its latest epoch (``epoch``, the one whose end came last),
+    ``total`` (the largest total it announced; None without), that epoch's ``metrics``
+    (``[name, value]`` pairs in the order printed, at most ``PROGRESS_MAX_METRICS``, texts
+    cut to ``PROGRESS_MAX_TEXT``), ``epochs`` (how
+    many epochs ended), ``joined_at``, ``first_at``, ``prev_at`` (the end of the epoch
+    before the latest; None with one), ``last_at`` and ``completed_at`` (the contract's
+    ``training_complete``). None when no format timed an epoch."""
+    lines = [line for _at, line in timed]
+    for fmt in FORMATS:
+        clock = fmt.clock_of(timed)
+        ends = sorted(((at, int(epoch)) for epoch, at in clock["epoch_at"].items() if str(epoch).isdigit()))
+        if not ends:
+            continue
+        series = fmt.parse(lines_of("\n".join(lines)))
+        last_at, epoch = ends[-1]
+        metrics = series["epochs"].get(epoch) or {}
+        # Pairs, in the order the job printed them (state.json is written with sorted keys).
+        shown = [[str(k)[:PROGRESS_MAX_TEXT], str(v)[:PROGRESS_MAX_TEXT]] for k, v in list(metrics.items())[:PROGRESS_MAX_METRICS]]
+        contract = CONTRACT.clock_of(timed) if not fmt.contract else clock
+        return {
+            "format": fmt.name,
+            "epoch": epoch,
+            "total": max(series["totals"]) if series["totals"] else None,
+            "metrics": shown,
+            "epochs": len(ends),
+            "joined_at": clock["joined_at"] if clock["joined_at"] is not None else contract["joined_at"],
+            "first_at": ends[0][0],
+            "prev_at": ends[-2][0] if len(ends) > 1 else None,
+            "last_at": last_at,
+            "completed_at": contract["completed_at"],
+        }
+    return None
+
+
 def parse_worker(text: str) -> dict[str, Any]:
     """One worker's log read once: the contract (``parse_contract``) and the series of
     every registered format, by name."""

@@ -49,6 +49,24 @@ options:
   dest:
     description: Path of the report to write on the controller.
     type: path
+  marker:
+    description: The chief's completion marker (tf_verdict_marker), which the report does
+      not list among the collected artifacts. Those are what the collect brought into the
+      run's worker directories of every attempt (C(<host>/worker-<i>/),
+      C(<host>/retry-<n>/worker-<i>/)) apart from the runbook's own records.
+    type: str
+    default: ""
+  inventory:
+    description: The inventory sources of the playbook run (C(ansible_inventory_sources)),
+      named by the resume command a failed run's report shows.
+    type: list
+    elements: str
+    default: []
+  playbook:
+    description: The runbook's C(train.yml), named by the resume command a failed run's
+      report shows.
+    type: str
+    default: train.yml
 attributes:
   check_mode:
     support: full

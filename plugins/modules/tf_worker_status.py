@@ -122,6 +122,14 @@ options:
     description: How many of the log's last lines to return per worker.
     type: int
     default: 8
+  log_filter:
+    description:
+      - Leave TensorFlow's C++ log lines (C(I0000 00:00:1733... 12345 file.cc:123] ...),
+        C(W...), C(E...), and absl's warning that it logs to stderr before it was set up;
+        C(tf_logs.CPP_LOG_LINE)) out of C(log_tail), which then holds the last
+        O(tail_lines) other lines, and count them in C(log_hidden).
+    type: bool
+    default: false
   controller_dir:
     description:
       - Used by the action on the controller. The run's directory on the controller. With
@@ -210,9 +218,13 @@ workers:
     - One entry per worker, in the order given, with C(index), C(dir), C(pid),
       C(state) (starting, running or exited), C(returncode), C(reason), C(stopped_by),
       C(joined), C(last_line) (the latest progress line), C(progress_lines) (how many so
-      far), C(log_tail), C(cause) (why it ended, the mapping of exit.json or one told from
-      the record, null while it runs) and C(stacks) (exit.json's when its stacks were
-      captured, else null).
+      far), C(log_tail), C(log_hidden) (how many C++ log lines O(log_filter) left out of it), C(cause) (why it ended, the mapping of exit.json or one told from
+      the record, null while it runs), C(stacks) (exit.json's when its stacks were
+      captured, else null), C(started_at) (when its job started, this host's clock) and
+      C(progress) (where its training stands, C(tf_metrics.progress_of), the latest epoch,
+      its total and metrics, and when epochs ended on this host's clock; from the
+      supervisor's C(state.json) while it runs, from C(exit.json)'s timed lines once it
+      ended; null before its first epoch).
     - While its job runs (else null), C(cpu_seconds), the CPU time (user and system, with
       that of the children they waited for) every process of the job's process group used
       so far, read from C(/proc) when the call returns; C(cpu_at), this host's monotonic
@@ -323,7 +335,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import pack_run
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import cause_of
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_gpu_use import gpu_use
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import progress_pattern
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_logs import quiet_tail
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import progress_of, progress_pattern
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import PROC, group_usage, works_in
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     EXIT_FILE,
@@ -473,15 +486,38 @@ def exit_status(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict | None = None) -> dict:
+def exit_progress(exit_: dict) -> dict | None:
+    """Where an ended worker's training stood, from its exit record's timed lines (the
+    running supervisor's state.json ``progress`` stops at its last write)."""
+    timed = [
+        (float(entry[0]), str(entry[1]))
+        for entry in exit_.get("timed_lines") or []
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], (int, float)) and not isinstance(entry[0], bool)
+    ]
+    return progress_of(timed) if timed else None
+
+
+# With log_filter, how many more lines than asked for are read to find them among
+# TensorFlow's C++ log lines.
+FILTER_WINDOW_FACTOR = 4
+
+
+def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict | None = None,
+                 log_filter: bool = False) -> dict:  # fmt: skip
     """One worker's entry. ``marks`` (a worker directory's reading of its log, see
-    read_progress) is moved on in place, so that a log is read once, not at every check."""
+    read_progress) is moved on in place, so that a log is read once, not at every check.
+    With ``log_filter``, ``log_tail`` leaves TensorFlow's C++ log lines out
+    (tf_logs.quiet_tail) and ``log_hidden`` says how many it left out."""
     wdir = entry["dir"]
     marks = {} if marks is None else marks
     state = read_json(os.path.join(wdir, STATE_FILE))
     exit_ = supervisors_exit(state, read_json(os.path.join(wdir, EXIT_FILE)))
     log_path = os.path.join(wdir, LOG_FILE)
-    tail = _tail(log_path, max(tail_lines, 50))
+    hidden = 0
+    if log_filter:
+        tail, hidden = quiet_tail(_tail(log_path, FILTER_WINDOW_FACTOR * tail_lines + 200), tail_lines)
+    else:
+        tail = _tail(log_path, max(tail_lines, 50))
     marks[wdir] = read_progress(log_path, progress, marks.get(wdir))
     info = {
         "index": int(entry["index"]),
@@ -495,9 +531,12 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
         "last_line": marks[wdir]["last"],
         "progress_lines": marks[wdir]["count"],
         "log_tail": tail[-tail_lines:],
+        "log_hidden": hidden,
         "cause": None,
         "stacks": None,
         "finished_at": None,
+        "started_at": state.get("started_at") if state else None,
+        "progress": state.get("progress") if state and isinstance(state.get("progress"), dict) else None,
     }
     if exit_ is None and state is not None and not supervisor_alive(state.get("supervisor_pid"), wdir):
         # It may have written exit.json just before it ended: read it again.
@@ -522,6 +561,8 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
             joined=bool(exit_.get("joined")) or info["joined"],
             cause=cause_of(exit_),
             stacks=exit_.get("stacks") if isinstance(exit_.get("stacks"), dict) else None,
+            started_at=exit_.get("started_at", info["started_at"]),
+            progress=exit_progress(exit_) or info["progress"],
         )
     elif state is not None and state.get("pid") is None and entry.get("launch_error"):
         # Armed, and the launch's go never started it: failed now, not when it gives up.
@@ -600,8 +641,9 @@ def worth_returning(first: list[dict], current: list[dict], until_joined: bool) 
     return bool(until_joined and current and all(w["joined"] for w in current))
 
 
-def snapshot(workers: list[dict], progress: re.Pattern, tail_lines: int, marks: dict | None = None) -> list[dict]:
-    return [worker_state(entry, progress, tail_lines, marks) for entry in workers]
+def snapshot(workers: list[dict], progress: re.Pattern, tail_lines: int, marks: dict | None = None,
+             log_filter: bool = False) -> list[dict]:  # fmt: skip
+    return [worker_state(entry, progress, tail_lines, marks, log_filter) for entry in workers]
 
 
 def all_exited(current: list[dict]) -> bool:
@@ -684,6 +726,7 @@ def main() -> None:
             "progress_pattern": {"type": "str", "default": ""},
             "progress_marks": {"type": "dict", "default": {}},
             "tail_lines": {"type": "int", "default": 8},
+            "log_filter": {"type": "bool", "default": False},
             # Read by the action of the same name on the controller, never sent here.
             "controller_dir": {"type": "path"},
             "attempt": {"type": "int", "default": 0},
@@ -720,14 +763,14 @@ def main() -> None:
                 module.fail_json(msg=f"cannot renew the controller heartbeat {heartbeat}: {exc}")
 
     beat()
-    first = snapshot(workers, progress, params["tail_lines"], marks)
+    first = snapshot(workers, progress, params["tail_lines"], marks, params["log_filter"])
     current = first
     exits = exit_records(workers)
     stop_at = time.monotonic() + max(0.0, params["wait"])
     while time.monotonic() < stop_at and not all_exited(current):
         exits = wait_for_news(workers, exits, min(stop_at, time.monotonic() + POLL_SECONDS))
         beat()
-        current = snapshot(workers, progress, params["tail_lines"], marks)
+        current = snapshot(workers, progress, params["tail_lines"], marks, params["log_filter"])
         if worth_returning(first, current, params["until_joined"]):
             break
     current = with_activity(current)

@@ -9,6 +9,7 @@ name, and the page prints everything through Jinja's autoescape.
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 import time
 from typing import Any
@@ -17,6 +18,7 @@ from urllib.parse import quote
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import CAUSES
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_progress import epoch_durations, mean_epoch
 
 
 # Chart box (SVG user units); the page scales it to its column.
@@ -41,6 +43,10 @@ NESTED_MAX_WORKERS = 4
 MAX_TICKS = 12
 # Epoch numbers beyond this are not drawn (a record's epoch key is only digits).
 MAX_EPOCH = 10**9
+# At most this many epochs' times are listed per attempt (the first and the last ones).
+MAX_EPOCH_TIMES = 40
+# At most this many collected artifacts are listed.
+MAX_ARTIFACTS = 200
 # Frames of a worker's captured stack shown (innermost last).
 MAX_FRAMES = 8
 # The largest finite float: padded axis ends are clamped to it.
@@ -393,6 +399,7 @@ def timeline(
         cause = shown_cause(row.get("cause"))
         joined = since(row.get("joined_at"))
         tail = [str(line) for line in (log_tails or {}).get(str(row.get("log")), [])] if row.get("culprit") else []
+        durations = [d for _e, d in epoch_durations(times, row.get("joined_at"))]
         rows.append(
             {
                 "index": row["index"],
@@ -411,6 +418,10 @@ def timeline(
                 "join": None if joined is None else x(joined),
                 "epochs": "".join(f"M{t} {round(mid - half, 1)}V{round(mid + half, 1)}" for t in ticks),
                 "epoch_count": len(times) or len(_mapping(row.get("metrics"))),
+                # Its time per epoch: the mean (without the first, which holds the
+                # start-up, once there is a second) and the last one.
+                "per_epoch": fmt_seconds(mean_epoch(durations)) if durations else "-",
+                "last_epoch": fmt_seconds(durations[-1]) if durations else "-",
                 "exit": end if not open_end else None,
                 "status": status,
                 "culprit": bool(row.get("culprit")),
@@ -454,6 +465,11 @@ def timeline(
         }
     culprit = next((r for r in rows if r["culprit"]), None)
     failed = any(r["status"] in ("culprit", "failed", "unknown") for r in rows)
+    # Each epoch's time, as the lowest-index worker that timed its epochs saw it (in a
+    # synchronous run every worker ends an epoch within moments of the others).
+    timer = next((r for r in rows_in if epoch_times(r)), None)
+    durations = epoch_durations(epoch_times(timer), timer.get("joined_at")) if timer else []
+    shown = durations if len(durations) <= MAX_EPOCH_TIMES else durations[: MAX_EPOCH_TIMES // 2] + durations[-MAX_EPOCH_TIMES // 2:]
     return {
         "attempt": attempt["attempt"],
         "ok": bool(rows) and all(r["status"] == "ok" for r in rows),
@@ -471,6 +487,13 @@ def timeline(
         "resume_next": resume,
         "disagreements": len(attempt.get("disagreements") or []),
         "has_causes": any(r["cause"] for r in rows),
+        "epoch_times": {
+            "worker": timer["index"] if timer else None,
+            "epochs": [{"epoch": e, "seconds": fmt_seconds(d)} for e, d in shown],
+            "left_out": len(durations) - len(shown),
+            "mean": fmt_seconds(mean_epoch([d for _e, d in durations])) if durations else "-",
+            "last": fmt_seconds(durations[-1][1]) if durations else "-",
+        },
         "epochs_taken": "",
         # What the runbook decided after it (attempt-<n>.json): a restart, a spare in a lost
         # host's place, a smaller cluster, a give-up; and why, as the output said it.
@@ -518,6 +541,48 @@ def stacks_view(workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return shown
 
 
+def total_time(attempts: list[dict[str, Any]]) -> str:
+    """The run's time from its first launch to its last exit (or last timed line), over
+    every attempt and whatever lay between them (the restarts' copies, a resume later)."""
+    starts, ends = [], []
+    for attempt in attempts:
+        for row in attempt.get("workers") or []:
+            starts.extend(t for t in (_stamp(row.get("launched_at")),) if t is not None)
+            ends.extend(t for t in (_stamp(row.get("finished_at")), _stamp(row.get("completed_at")),
+                                    *(_stamp(v) for v in _mapping(row.get("epoch_at")).values())) if t is not None)
+    return fmt_seconds(max(ends) - min(starts)) if starts and ends and max(ends) >= min(starts) else "-"
+
+
+def next_steps(summary: dict[str, Any], timelines: list[dict[str, Any]], resume: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What to do after a failed run: the command that resumes it (``resume``: the
+    ``playbook`` and the ``inventory`` sources of the playbook run that judged it; placeholders
+    where not given) and the log of the last attempt's culprit. None unless the run failed."""
+    if summary.get("status") != "failed":
+        return None
+    given = resume if isinstance(resume, dict) else {}
+    inventory = [str(i) for i in given.get("inventory") or [] if i]
+    words = ["ansible-playbook", str(given.get("playbook") or "train.yml")]
+    words += [w for source in inventory for w in ("-i", source)] if inventory else ["-i", "<inventory>"]
+    words += ["-e", f"tf_run_id={summary['run_id']}", "-e", "tf_resume=true"]
+    command = " ".join(shlex.quote(w) if not w.startswith("<") else w for w in words)
+    culprit = next((t["culprit"] for t in reversed(timelines) if t.get("culprit")), None)
+    return {
+        "resume": command,
+        "culprit": {"index": culprit["index"], "host": culprit["host"], "log": culprit["log"],
+                    "log_href": culprit["log_href"], "has_log": culprit["has_log"]} if culprit else None,
+    }  # fmt: skip
+
+
+def artifacts_view(artifacts: Any) -> dict[str, Any]:
+    """The collected artifacts (paths under the run's directory, as the report action
+    found them) as links; at most ``MAX_ARTIFACTS``, and how many more there were."""
+    paths = sorted({str(p) for p in artifacts or [] if isinstance(p, str) and p})
+    return {
+        "files": [{"path": p, "href": quote(p)} for p in paths[:MAX_ARTIFACTS]],
+        "more": max(0, len(paths) - MAX_ARTIFACTS),
+    }
+
+
 def _devices(devices: dict[str, Any], index: Any) -> str:
     if not isinstance(devices, dict) or str(index) not in devices:
         return "not recorded"
@@ -527,11 +592,17 @@ def _devices(devices: dict[str, Any], index: Any) -> str:
     return f"GPU {value}" if str(value) else "none (GPUs hidden)"
 
 
-def tf_report_view(summary: dict[str, Any], log_tails: dict[str, list[str]] | None = None) -> dict[str, Any]:
+def tf_report_view(
+    summary: dict[str, Any],
+    log_tails: dict[str, list[str]] | None = None,
+    artifacts: list[str] | None = None,
+    resume: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Everything the report template prints, from the verdict's summary; ``log_tails``
     maps a culprit's log (its path under the run, as the timeline names it) to its last
-    lines. Fields that summaries written before them lack (causes, stall, stacks, epoch
-    sources) are simply not shown."""
+    lines; ``artifacts``: the collected artifacts' paths under the run; ``resume``: the
+    ``playbook`` and ``inventory`` a resume command names. Fields that summaries written
+    before them lack (causes, stall, stacks, epoch sources) are simply not shown."""
     if not isinstance(summary, dict) or "run_id" not in summary:
         raise AnsibleFilterError(f"tf_report_view: expected the verdict's summary (a dict with run_id), got {type(summary).__name__}")
     attempts = [a for a in summary.get("timeline") or [] if isinstance(a, dict)]
@@ -579,7 +650,10 @@ def tf_report_view(summary: dict[str, Any], log_tails: dict[str, list[str]] | No
             "attempts": len(attempts),
             "size": (summary.get("cluster") or {}).get("size"),
             "epochs": len(summary.get("metrics") or {}),
+            "duration": total_time(attempts),
         },
+        "next_steps": next_steps(summary, timelines, resume),
+        "artifacts": artifacts_view(artifacts),
         # ok: true, false, or null for a check the job's output did not allow.
         "checks": [
             {

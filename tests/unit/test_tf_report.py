@@ -30,6 +30,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_report_v
     nice_ticks,
     tf_report_view,
 )
+import tf_report_action as tf_report_action_module
 from tf_report_action import ActionModule, culprit_log_tails, draw, log_tail, report_paths, write_report
 from tf_verdict import summarize
 
@@ -964,3 +965,60 @@ def test_a_run_too_large_to_draw_gives_a_page_that_says_why(succeeded: dict[str,
     rows = root.find("table", id="checks")[0].find("tr", "check")
     assert [r.find("code")[0].text for r in rows] == [c["name"] for c in succeeded["checks"]]
     assert rows[1].find("td")[2].text == "<b>a detail</b>" and not root.find("b")
+
+
+# --- the operator's view (issue 39) ---------------------------------------------------------
+
+
+def test_a_run_shows_its_total_time_and_each_epochs_time(succeeded: dict[str, Any]) -> None:
+    """Joined 2 s after launch, then an epoch every 1.5 s (report_runs.write_worker)."""
+    view = tf_report_view(succeeded)
+    assert view["run"]["duration"] != "-"
+    times = view["timelines"][0]["epoch_times"]
+    assert times["worker"] == 0
+    assert [e["epoch"] for e in times["epochs"]] == [1, 2, 3]
+    assert (times["mean"], times["last"]) == ("1.5 s", "1.5 s")
+    _, root = page(succeeded)
+    assert root.find("span", id="total-time")[0].text.startswith("took ")
+    [shown] = root.find("p", "epoch-times")
+    assert "2: 1.5 s" in shown.text and "mean 1.5 s, last 1.5 s" in shown.text
+    assert [c.text for c in root.find("td", "per-epoch")] == ["1.5 s", "1.5 s"]
+    # A run that succeeded needs no next step.
+    assert view["next_steps"] is None and not root.find("div", id="next-steps")
+
+
+def test_a_failed_run_says_what_to_do_next(killed: dict[str, Any]) -> None:
+    view = tf_report_view(killed, resume={"inventory": ["/inv/hosts yml"], "playbook": "/rb/train.yml"})
+    steps = view["next_steps"]
+    assert steps["resume"] == "ansible-playbook /rb/train.yml -i '/inv/hosts yml' -e tf_run_id=killed -e tf_resume=true"
+    assert steps["culprit"]["log"] == "node1/worker-1/worker.log"
+    # Without the playbook run's inventory, a placeholder says what goes there.
+    assert tf_report_view(killed)["next_steps"]["resume"] == (
+        "ansible-playbook train.yml -i <inventory> -e tf_run_id=killed -e tf_resume=true"
+    )
+    _, root = page(killed)
+    [box] = root.find("div", id="next-steps")
+    assert box.find("a", "log")[0].attrs["href"] == "node1/worker-1/worker.log"
+    assert "tf_resume=true" in box.find("pre", id="resume-command")[0].text
+
+
+def test_collected_artifacts_are_listed_from_every_attempt(tmp_path: Path, resumed: dict[str, Any]) -> None:
+    """A resumed run's model sits under its last attempt's retry-N/ directory."""
+    run = tmp_path / "resume"
+    model = run / "node0" / "retry-1" / "worker-0" / "model"
+    model.mkdir()
+    (model / "model.keras").write_text("m")
+    (run / "node0" / "worker-0" / "tensorboard").mkdir()
+    (run / "node1" / "worker-1" / "outside").symlink_to(tmp_path)
+    # The runbook's records are not the job's output, nor is the chief's marker.
+    found = tf_report_action_module.collected_artifacts(str(run), MARKER)
+    assert found == ["node0/retry-1/worker-0/model", "node0/worker-0/tensorboard"]
+    html = tf_report_action_module.draw(resumed, TEMPLATE.read_text(encoding="utf-8"), str(run), {"marker": MARKER})[0]
+    [section] = Tree(html).root.find("section", id="artifacts")
+    assert [a.attrs["href"] for a in section.find("a")] == ["node0/retry-1/worker-0/model", "node0/worker-0/tensorboard"]
+    assert not Tree(render(resumed)).root.find("section", id="artifacts")
+
+
+def test_long_causes_wrap_instead_of_pushing_the_log_links_off_the_card() -> None:
+    css = TEMPLATE.read_text(encoding="utf-8")
+    assert re.search(r"table\.workers td[^{]*\{[^}]*overflow-wrap: anywhere", css)

@@ -507,6 +507,32 @@ def test_a_stop_requests_cause_is_recorded(supervisor_path: Path, tmp_path: Path
     assert exit_["cause"] == {"kind": "stalled", "detail": "no worker printed progress for 20 s"}
 
 
+def test_state_json_says_where_the_training_stands_while_it_runs(supervisor_path: Path, tmp_path: Path) -> None:
+    """Issue 39: status.yml and the wait read each epoch's end, timed by the supervisor,
+    from state.json's ``progress`` while the job runs (tf_metrics.progress_of)."""
+    source = (
+        "import time\nprint('worker=1 cluster_workers=2 replicas=2 epochs=4', flush=True)\n"
+        "for e in (1, 2):\n    time.sleep(0.3)\n    print(f'worker=1 epoch={e}/4 loss=0.{9 - e}', flush=True)\n"
+        "open('printed', 'w').close()\ntime.sleep(30)\n"
+    )
+    run = start(supervisor_path, tmp_path, source, "--grace", "1")
+    try:
+        wait_until(
+            lambda: ((read_json(run.worker_dir / "state.json") if (run.worker_dir / "state.json").exists() else {})
+                     .get("progress") or {}).get("epoch") == 2,
+            10, "state.json's progress at epoch 2",
+        )  # fmt: skip
+        progress = run.json("state.json")["progress"]
+        run.proc.send_signal(signal.SIGTERM)
+        run.finish(10)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert (progress["format"], progress["epoch"], progress["total"], progress["epochs"]) == ("contract", 2, 4, 2)
+    assert progress["metrics"] == [["loss", "0.7"]]
+    assert progress["joined_at"] < progress["first_at"] == progress["prev_at"] < progress["last_at"]
+
+
 # --- preemption (issue 23 point 4) --------------------------------------------------------
 
 # Saves as TensorFlow's PreemptionCheckpointHandler does on SIGTERM: notes each SIGTERM,

@@ -138,7 +138,7 @@ def test_printable(raw: Any, shown: str) -> None:
 
 
 def test_progress_lines_escape_every_field() -> None:
-    lines = progress_lines("h", {"workers": [worker(last_line="a\x1bb")]}, 1.0)
+    lines, _news = progress_lines("h", {"workers": [worker(last_line="a\x1bb")]}, 1.0)
     assert lines == ["  [    1s] h worker-0: running  a\\x1bb"]
 
 
@@ -158,7 +158,7 @@ def test_a_single_check_shows_no_elapsed_time_and_says_no_progress_line_yet(
 
 def test_a_failed_worker_shows_its_cause() -> None:
     failed = worker(state="exited", returncode=1, reason="exited 1", cause={"kind": "job-error", "detail": "x"})
-    assert progress_lines("h", {"workers": [failed]}, 3.0) == ["  [    3s] h worker-0: FAILED rc=1 (job-error, exited 1)  (no progress line yet)"]
+    assert progress_lines("h", {"workers": [failed]}, 3.0)[0] == ["  [    3s] h worker-0: FAILED rc=1 (job-error, exited 1)  (no progress line yet)"]
 
 
 def test_log_lines_prefix_escape_and_pick() -> None:
@@ -360,3 +360,56 @@ def test_only_an_ok_outcome_leaves_hosts_out_of_the_collect(outcome: Any, expect
 def test_the_collected_filter_refuses_statuses_that_are_not_a_mapping() -> None:
     with pytest.raises(AnsibleFilterError, match="statuses must map host to status, not list"):
         tf_wait.tf_wait_collected([], {"ok": True})
+
+
+# --- progress a person can plan with (issue 39) ----------------------------------------------
+
+
+def epoch_progress(epoch: int, last_at: float) -> dict[str, Any]:
+    return {"format": "keras", "epoch": epoch, "total": 6, "metrics": [["loss", "0.5"]], "epochs": epoch,
+            "joined_at": 1000.0, "first_at": 1004.0, "prev_at": last_at - 4.0, "last_at": last_at,
+            "completed_at": None}  # fmt: skip
+
+
+def test_workers_that_agree_show_one_line_with_epoch_times_and_time_left(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Times of the host's clock (its ``now``, however far from the controller's) give the
+    durations; the controller's clock gives the finishing time."""
+    def host(module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
+        workers = [worker(index=i, started_at=990.0, progress=epoch_progress(3, 1012.0)) for i in (0, 1)]
+        return {"workers": workers, "done": False, "failed_workers": [], "deadline_passed": False, "now": 1013.0}
+
+    result, shown = run_action(monkeypatch, tmp_path, host, controller_dir=None, run_dir="/r")
+    [line] = shown
+    assert line.startswith(
+        "  node1 workers 0,1: running  epoch 3 of 6 (loss 0.5); 4.0 s/epoch last, 4.0 s mean; elapsed 23 s; "
+        "about 11 s left, done by "
+    ), line
+    assert line.endswith(" UTC")
+
+
+def test_a_worker_after_its_last_epoch_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    def host(module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
+        last = {**epoch_progress(6, 1024.0), "epochs": 6}
+        return {"workers": [worker(progress=last), worker(index=1, last_line="Epoch 6/6")], "done": False,
+                "failed_workers": [], "deadline_passed": False, "now": 1036.0}  # fmt: skip
+
+    result, shown = run_action(monkeypatch, tmp_path, host, controller_dir=None, run_dir="/r")
+    assert shown[0].startswith("  node1 worker-0: running  epoch 6 of 6 done 12 s ago; saving and exiting (loss 0.5)")
+    assert shown[1] == "  node1 worker-1: running  Epoch 6/6"
+
+
+def test_the_wait_prints_a_new_epoch_at_once_and_the_same_one_again_only_after_a_while(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    epochs = iter([1, 1, 2, 2])
+
+    def host(module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
+        epoch = next(epochs)
+        return {"workers": [worker(progress=epoch_progress(epoch, 1000.0 + 4 * epoch))], "done": False,
+                "failed_workers": [], "deadline_passed": False, "now": 1000.0 + 4 * epoch + 1}  # fmt: skip
+
+    _result, shown = run_action(monkeypatch, tmp_path, host, rounds=4)
+    assert [line.split("worker-0: ")[1].split(";")[0] for line in shown] == ["running  epoch 1 of 6 (loss 0.5)",
+                                                                          "running  epoch 2 of 6 (loss 0.5)"]

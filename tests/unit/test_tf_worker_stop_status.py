@@ -208,9 +208,12 @@ def test_status_starting_without_files(tmp_path: Path) -> None:
         "last_line": None,
         "progress_lines": 0,
         "log_tail": [],
+        "log_hidden": 0,
         "cause": None,
         "stacks": None,
         "finished_at": None,
+        "started_at": None,
+        "progress": None,
     }
 
 

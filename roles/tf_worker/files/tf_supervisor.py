@@ -94,7 +94,7 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 from tf_causes import CAUSES, classify, parse_stacks, read_job_end, request_stacks, stacks_dumped  # noqa: E402
-from tf_metrics import is_timed  # noqa: E402
+from tf_metrics import is_timed, progress_of  # noqa: E402
 from tf_proc import group_members, oom_evidence, oom_kill_counts, signal_caught, signal_pending  # noqa: E402
 from tf_run import (  # noqa: E402
     ANNOUNCE_MAGIC,
@@ -129,6 +129,9 @@ POLL_SECONDS = 0.2
 SECRETS_SECONDS = 10.0
 # How often the heartbeat and the peers are checked.
 WATCH_SECONDS = 2.0
+# At most how often state.json's ``progress`` is written again (when a timed line came):
+# status.yml and the wait read each epoch's end from it, on this host's clock.
+PROGRESS_SECONDS = 1.0
 # How often a peer probe looks whether it should give up (its job ended).
 PROBE_SLICE_SECONDS = 0.05
 # gRPC's first backoff before it connects again to a port that was closed (the chief's,
@@ -1172,6 +1175,7 @@ def supervise(args: argparse.Namespace) -> int:
     stopped_at: list[float] = []
     t0 = time.monotonic()
     next_watch = t0 + WATCH_SECONDS
+    next_progress, progress_lines = t0, 0
     try:
         while child.poll() is None:
             if stop_reason:
@@ -1193,6 +1197,15 @@ def supervise(args: argparse.Namespace) -> int:
                 state["joined_at"] = time.time()
                 write_json_atomic(worker_dir / STATE_FILE, state)
                 guard.wrote(STATE_FILE)
+            if collided is None and now >= next_progress and len(clock.lines) != progress_lines:
+                # Where the training stands (tf_metrics.progress_of), for status.yml and the
+                # wait: the time each epoch ended is the supervisor's, not a reader's.
+                next_progress, progress_lines = now + PROGRESS_SECONDS, len(clock.lines)
+                progress = progress_of([(at, line) for at, line in clock.lines])
+                if progress is not None and progress != state.get("progress"):
+                    state["progress"] = progress
+                    write_json_atomic(worker_dir / STATE_FILE, state)
+                    guard.wrote(STATE_FILE)
             if collided is not None:
                 stopped_by, stop_cause = "supervisor", "job-error"
                 reason = (

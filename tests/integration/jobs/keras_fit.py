@@ -2,12 +2,17 @@
 tutorial (model.fit under MultiWorkerMirroredStrategy, the chief saves the model, the
 other workers save to a temporary directory they delete), on generated data. It prints
 nothing for the runbook: the verdict reads Keras' own verbose=2 epoch lines.
+
+KERAS_FIT_EPOCHS (default 3) and KERAS_FIT_EPOCH_SECONDS (default 0: no wait) in its
+environment make it train longer, each epoch waiting that long first, for a test that
+watches its progress (tests/integration/test_progress.py).
 """
 
 import json
 import os
 import shutil
 import tempfile
+import time
 
 # Keras 3's model.fit fails under MultiWorkerMirroredStrategy with two workers in TF 2.21;
 # tf_keras trains. The inventory hands TF_USE_LEGACY_KERAS=1 to the job (tf_worker_env):
@@ -59,10 +64,26 @@ def write_filepath(filepath: str, task_type: str | None, task_id: int | None) ->
     return os.path.join(tempfile.mkdtemp(prefix=f"workertemp_{task_id}_"), os.path.basename(filepath))
 
 
+class SlowEpochs(tf.keras.callbacks.Callback):
+    """Each epoch waits ``seconds`` after Keras printed its ``Epoch E/N`` line."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        time.sleep(self.seconds)
+
+
+epochs = int(os.environ.get("KERAS_FIT_EPOCHS", "3"))
+epoch_seconds = float(os.environ.get("KERAS_FIT_EPOCH_SECONDS", "0"))
 global_batch_size = per_worker_batch_size * num_workers
 with strategy.scope():
     multi_worker_model = build_and_compile_model()
-multi_worker_model.fit(make_dataset(global_batch_size), epochs=3, steps_per_epoch=5, verbose=2)
+multi_worker_model.fit(
+    make_dataset(global_batch_size), epochs=epochs, steps_per_epoch=5, verbose=2,
+    callbacks=[SlowEpochs(epoch_seconds)] if epoch_seconds else None,
+)
 
 task_type, task_id = strategy.cluster_resolver.task_type, strategy.cluster_resolver.task_id
 model_path = write_filepath(os.path.join("model", "model.keras"), task_type, task_id)
