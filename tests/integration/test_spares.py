@@ -86,6 +86,13 @@ def test_a_host_lost_for_good_is_replaced_by_a_spare_and_the_run_succeeds(
     wait_until(lambda: ended_on(book, 1, "spare"), 120, "node1's worker of the lost attempt ending")
     wait_until(lambda: ended_on(book, 2, "spare"), 60, "node2 answering again, with nothing of the run")
     no_process_left(book, "spare")
+    # status.yml shows the spare's worker and the recorded takeover; the spare that never
+    # took a place shows nothing and is no error.
+    status = book.play("playbooks/status.yml", extra={"tf_run_id": "spare"})
+    assert status.returncode == 0, status.stdout[-4000:]
+    assert "decided: take-spare (spare node2 did not answer; node3 takes the place of node1" in status.stdout, (
+        status.stdout[-4000:])
+    assert re.search(r"node3[^\n]*worker[- ]1", status.stdout), status.stdout[-4000:]
 
 
 def test_the_lost_chiefs_host_is_replaced_with_the_checkpoint_another_host_holds(
