@@ -96,7 +96,9 @@ def test_a_restart_over_several_hosts_is_armed_again_on_the_same_ports(
 ) -> None:
     hosts = make_ns_hosts(count=2)
 
-    settings = common(worker_python, tf_restart_attempts=1, tf_train_args=["--epochs=6", "--steps-per-epoch=200"])
+    # Killed after epoch 2 of 6: four epochs of 60 steps (seconds) are left for the kill to
+    # land in, as in test_long_runs.py; 200 steps an epoch trained a minute more.
+    settings = common(worker_python, tf_restart_attempts=1, tf_train_args=["--epochs=6", "--steps-per-epoch=60"])
     out = run_with_fault(hosts, tmp_path, "rearmed", settings, killing_worker_1(hosts, "rearmed"))
     assert out.returncode == 0, out.stdout[-4000:]
     summary = out.summary()

@@ -122,22 +122,36 @@ def test_a_job_error_is_named_and_not_restarted(
     assert not book.exists(0, f"{RUN}/joberror/retry-1"), "a refused resume started an attempt"
 
 
-def test_a_worker_killed_by_sigkill_is_restarted(
+def test_a_worker_killed_by_sigkill_is_restarted_without_copying_a_shared_checkpoint_directory(
     make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
 ) -> None:
     """SIGKILL of worker 1's job (its pid from state.json) after epoch 2: cause killed,
-    restarted, and the run succeeds."""
+    restarted, and the run succeeds. Its tf_checkpoint_dir is on a directory both namespace
+    hosts see (outside their private /home and /tmp): the restart copies nothing and says
+    so; the directory records its owner.
+
+    One run for both (they were two tests, each a full training): a copy through the
+    controller is the preemption's and the resume's test below."""
     hosts = make_ns_hosts(count=2)
-    extra = settings(worker_python, tf_restart_attempts=2,
-                     tf_train_args=["--epochs=6", "--steps-per-epoch=40"])
-    outcome = run_with_fault(hosts, tmp_path, "killed", extra, kill_worker_1_after(hosts, "killed", "epoch=2 "))
-    out = outcome.stdout
-    (tmp_path / "train.out").write_text(out)
-    assert outcome.returncode == 0, out[-5000:]
-    assert re.search(r"worker 1 on node1 failed with killed[^\n]*: restarting it, attempt 1 of at most 2", out), said(
-        out, "killed")
-    assert hosts.run(0, f"test -e {RUN}/killed/retry-1/worker-0/exit.json")[0] == 0
-    assert hosts.run(0, f"test -e {RUN}/killed/retry-2")[0] != 0
+    shared = Path("/var/tmp") / f"tf-runbook-shared-{tmp_path.name}"
+    shared.mkdir(mode=0o700)
+    shutil.chown(shared, hosts.user, hosts.user)
+    try:
+        extra = settings(worker_python, tf_restart_attempts=2, tf_checkpoint_dir=str(shared),
+                         tf_train_args=["--epochs=6", "--steps-per-epoch=40"])
+        outcome = run_with_fault(hosts, tmp_path, "killed", extra, kill_worker_1_after(hosts, "killed", "epoch=2 "))
+        out = outcome.stdout
+        (tmp_path / "train.out").write_text(out)
+        assert outcome.returncode == 0, out[-5000:]
+        assert re.search(r"worker 1 on node1 failed with killed[^\n]*: restarting it, attempt 1 of at most 2", out), said(
+            out, "killed")
+        assert hosts.run(0, f"test -e {RUN}/killed/retry-1/worker-0/exit.json")[0] == 0
+        assert hosts.run(0, f"test -e {RUN}/killed/retry-2")[0] != 0
+        assert "Every host shares the chief's checkpoint directory (node0): nothing to copy" in out, out[-5000:]
+        assert (shared / "killed" / ".tf-runbook-owner.json").is_file()
+        assert (tmp_path / "runs" / "killed" / "checkpoint-sync-1.json").is_file()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_a_host_lost_and_back_is_resumed(
@@ -354,25 +368,3 @@ def test_a_stopped_run_resumes_later_and_is_judged_whole(
     again = book.play("train.yml", extra={"tf_run_id": "later", "tf_resume": True})
     assert again.returncode != 0
     assert "run 'later' succeeded: there is nothing to resume" in again.stdout, again.stdout[-3000:]
-
-
-def test_a_checkpoint_directory_every_host_shares_is_not_copied(
-    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
-) -> None:
-    """tf_checkpoint_dir on a directory both namespace hosts see (outside their private
-    /home and /tmp): a restart copies nothing and says so; the directory records its owner."""
-    hosts = make_ns_hosts(count=2)
-    shared = Path("/var/tmp") / f"tf-runbook-shared-{tmp_path.name}"
-    shared.mkdir(mode=0o700)
-    shutil.chown(shared, hosts.user, hosts.user)
-    try:
-        extra = settings(worker_python, tf_restart_attempts=1, tf_checkpoint_dir=str(shared),
-                         tf_train_args=["--epochs=5", "--steps-per-epoch=40"])
-        outcome = run_with_fault(hosts, tmp_path, "shared", extra, kill_worker_1_after(hosts, "shared", "epoch=1 "))
-        out = outcome.stdout
-        assert outcome.returncode == 0, out[-5000:]
-        assert "Every host shares the chief's checkpoint directory (node0): nothing to copy" in out, out[-5000:]
-        assert (shared / "shared" / ".tf-runbook-owner.json").is_file()
-        assert (tmp_path / "runs" / "shared" / "checkpoint-sync-1.json").is_file()
-    finally:
-        shutil.rmtree(shared, ignore_errors=True)

@@ -65,12 +65,15 @@ def assert_trained(book: Runbook, result: subprocess.CompletedProcess[str], run_
     return summary
 
 
-def test_three_hosts_same_port_train_and_only_the_chief_writes_its_marker(
+def test_three_hosts_same_port_with_forks_one_train_and_only_the_chief_writes_its_marker(
     make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
 ) -> None:
+    """--forks 1 still starts every worker: armed one host after another, started together
+    on one go. (One run for what were two tests, each a full training; every other run on
+    several hosts, three in test_faults.py, uses the default forks.)"""
     hosts = make_ns_hosts(count=3)
     book = Runbook(hosts, tmp_path, port=2222, groupvars={"tf_worker_python": worker_python})
-    result = book.play("train.yml", extra={"tf_run_id": "three"})
+    result = book.play("train.yml", "--forks", "1", extra={"tf_run_id": "three"})
     assert_trained(book, result, "three", [("node0", 2222), ("node1", 2222), ("node2", 2222)])
     run = "~/tf-runbook/runs/three"
     assert book.exists(0, f"{run}/worker-0/multiworker-complete.txt")
@@ -99,17 +102,6 @@ def test_limit_to_two_of_three_hosts_trains_a_two_worker_cluster(
     assert summary["cluster"]["size"] == 2
     assert book.exists(2, "~/tf-runbook/runs/limited/worker-1/worker.log")
     assert not book.exists(1, "~/tf-runbook/runs/limited")
-
-
-def test_forks_one_still_starts_every_worker(
-    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
-) -> None:
-    hosts = make_ns_hosts(count=3)
-    book = Runbook(hosts, tmp_path, groupvars={"tf_worker_python": worker_python})
-    result = book.play("train.yml", "--forks", "1", extra={"tf_run_id": "forks1"})
-    assert_trained(book, result, "forks1", [("node0", 2222), ("node1", 2222), ("node2", 2222)])
-    # Armed one host after another, started together on one go.
-    assert_started_together(hosts, "~/tf-runbook/runs/forks1", {0: 0, 1: 1, 2: 2})
 
 
 def test_two_hosts_with_two_slots_each(

@@ -691,8 +691,10 @@ def test_the_firewall_keeps_worker_ports_to_the_cluster_while_it_trains(
     sudo_for(hosts.user)
     node0 = hosts.host(0)
     path = hosts.write_inventory(tmp_path / "inventory" / "hosts.yml", groupvars={"tf_worker_python": worker_python})
+    # Training long enough (about 20 s on 2 cores) for the three checks below, a few seconds
+    # once worker 0 joined, to see the rules while it trains; 4500 steps trained 90 s more.
     data = {"tf_runs_dir": str(tmp_path / "runs"), "tf_run_id": "walled", "tf_firewall_enabled": True,
-            "tf_train_args": ["--epochs=3", "--steps-per-epoch=1500"]}
+            "tf_train_args": ["--epochs=3", "--steps-per-epoch=400"]}
     # node2 is in the inventory but not in the cluster: it stands for any other machine.
     controller = start_playbook("train.yml", "--limit", "node0,node1", inventory=path, extra=data)
     try:

@@ -409,7 +409,9 @@ def uninterrupted_epochs(tmp: Path, train_args: list[str]) -> list[str]:
 def test_a_restart_resumes_from_the_last_completed_epoch(dirs: dict[str, Path], tmp_path: Path) -> None:
     """tf_restart_attempts: 1 and a worker killed during epoch 2 of 4: the run completes,
     and the resumed epochs are exactly those of an uninterrupted run."""
-    train_args = ["--epochs=4", "--steps-per-epoch=400"]
+    # An epoch of 200 steps takes seconds, which the 0.1 s poll below needs to kill the
+    # worker inside epoch 2; the reference run trains the same steps again.
+    train_args = ["--epochs=4", "--steps-per-epoch=200"]
     args = extra(dirs, tf_run_id="resume", tf_restart_attempts=1, tf_train_args=train_args)
     controller = helpers.start_playbook("train.yml", "--limit", "localhost", *args)
     first = dirs["base"] / "runs" / "resume" / "worker-1"
