@@ -499,6 +499,8 @@ def timeline(
         # host's place, a smaller cluster, a give-up; and why, as the output said it.
         "decision": attempt.get("decision"),
         "why": attempt.get("why"),
+        # Ended by an operator's stop (stop.yml), which is not a failure.
+        "stopped": any((r["cause"] or {}).get("kind") == "operator" for r in rows),
     }
 
 

@@ -215,3 +215,19 @@ def test_a_spare_that_does_not_answer_is_passed_over_and_the_output_says_so() ->
     none = tf_attempts.tf_attempts_takeover(lost(["h0"]), ["h0"], three_and_spares(), 0, 60, "r1", 1060, [])
     assert "takeover" not in none
     assert "(spare s0, s1 did not answer; no spare left with enough slots" in none["why"]
+
+
+def test_the_reports_attempt_card_says_stopped_for_an_operators_stop_and_shows_the_decision() -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils import tf_report_view
+
+    def row(index: int, kind: str, status: int) -> dict[str, Any]:
+        return {"index": index, "host": "h", "cause": {"kind": kind}, "exit_status": status, "launched_at": 1.0,
+                "finished_at": 2.0, "epoch_at": {}}
+
+    stopped = tf_report_view.timeline({"attempt": 0, "workers": [row(0, "operator", 137), row(1, "completed", 0)]},
+                                      None, {})
+    assert stopped["stopped"] is True and stopped["ok"] is False
+    failed = tf_report_view.timeline({"attempt": 0, "workers": [row(0, "killed", 137)], "decision": "take-spare",
+                                      "why": "s0 takes the place of h1"}, None, {})
+    assert failed["stopped"] is False
+    assert (failed["decision"], failed["why"]) == ("take-spare", "s0 takes the place of h1")
