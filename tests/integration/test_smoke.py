@@ -58,8 +58,9 @@ def test_smoke_run_trains_two_workers_and_proves_it(dirs: dict[str, Path]) -> No
     result = run_playbook("train.yml", *extra(dirs, tf_run_id="smoke-1"))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "run smoke-1: SUCCEEDED" in result.stdout
-    # Progress lines while waiting, not only "retrying".
-    assert "localhost worker-0:" in result.stdout
+    # Progress lines while waiting, not only "retrying": one per worker, or one for the
+    # workers of the host that agree (epoch, state, metrics).
+    assert re.search(r"localhost (worker-0|workers 0,1): (running|finished) ", result.stdout), result.stdout[-4000:]
 
     summary = json.loads((dirs["runs"] / "smoke-1" / "summary.json").read_text())
     assert summary["status"] == "succeeded"
