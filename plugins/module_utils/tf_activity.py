@@ -154,6 +154,18 @@ def seconds_without_progress(records: list[dict[str, Any]], now: float) -> float
     return max(0.0, now - max(float(r["last_progress_at"]) for r in records))
 
 
+def _peak(records: list[dict[str, Any]], key: str) -> tuple[float, str, Any] | None:
+    """The highest value of any worker under ``key`` (a mapping of worker index to a
+    number, as ``cpu_share`` and ``gpu_util`` are), with its host and index; None where
+    no record measured one."""
+    values = [
+        (float(value), str(r.get("host")), index)
+        for r in records if isinstance(r.get(key), dict)
+        for index, value in r[key].items() if _number(value) is not None
+    ]  # fmt: skip
+    return max(values) if values else None
+
+
 def stall_detail(records: list[dict[str, Any]], now: float, timeout: int) -> str:
     """What the stall watchdog saw, for the stall's reason: the seconds since any worker's
     latest progress line, and the most CPU any worker used over its latest window (which
@@ -161,23 +173,15 @@ def stall_detail(records: list[dict[str, Any]], now: float, timeout: int) -> str
     GPU use (nvidia-smi), the highest utilisation of any worker's GPUs."""
     line_times = [_number(r.get("last_line_at")) or float(r["last_progress_at"]) for r in records]
     silent = max(0.0, now - max(line_times)) if line_times else 0.0
-    peaks = [
-        (float(share), str(r.get("host")), index)
-        for r in records if isinstance(r.get("cpu_share"), dict)
-        for index, share in r["cpu_share"].items() if _number(share) is not None
-    ]  # fmt: skip
-    if peaks:
-        share, host, index = max(peaks)
+    cpu_peak = _peak(records, "cpu_share")
+    if cpu_peak:
+        share, host, index = cpu_peak
         cpu = (f"none used over {BUSY_CPU_SHARE:.0%} of a core (at most {share:.1%}, worker {index} on {host})")
     else:
         cpu = "no CPU use was measured"
-    gpu_peaks = [
-        (float(util), str(r.get("host")), index)
-        for r in records if isinstance(r.get("gpu_util"), dict)
-        for index, util in r["gpu_util"].items() if _number(util) is not None
-    ]  # fmt: skip
-    if gpu_peaks:
-        util, host, index = max(gpu_peaks)
+    gpu_peak = _peak(records, "gpu_util")
+    if gpu_peak:
+        util, host, index = gpu_peak
         cpu += f", nor over {BUSY_GPU_SHARE:.0%} of a GPU (at most {util:.0f}%, worker {index} on {host})"
     return f"no worker printed a progress line for {silent:.0f} s and {cpu} (tf_stall_timeout {timeout} s)"
 
