@@ -41,7 +41,7 @@ from ansible.plugins.callback.default import CallbackModule as DefaultCallbackMo
 # What a failed command or assertion shows beside its message, at any verbosity: the
 # rest of a result (a role check's bookkeeping, the checked hosts, a module's echo of its
 # arguments) is shown with -v.
-EVIDENCE_KEYS = ("cmd", "rc", "stdout", "stderr", "assertion", "evaluated_to")
+EVIDENCE_KEYS = ("cmd", "rc", "stdout", "stderr", "module_stdout", "module_stderr", "assertion", "evaluated_to")
 
 
 def failure_text(host_label: str, result: dict[str, Any]) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, Callable
@@ -151,9 +152,15 @@ def test_managed_virtualenv_is_built_offline_from_the_controllers_wheelhouse(
     # Second run: the virtualenv is up to date, so pip does not run again.
     again = book.play("train.yml", extra={"tf_run_id": "offline-2"})
     assert_trained(book, again, "offline-2", [("node0", 2222), ("node1", 2222)])
-    # ansible.cfg hides skipped tasks: the pip task shows only when it ran.
-    assert "Install the worker requirements into the virtualenv" in result.stdout
-    assert "Install the worker requirements into the virtualenv" not in again.stdout
+    # ansible.cfg hides skipped tasks: the pip task shows only when it ran, and says how
+    # far the install is on each host, from where it goes to pip's last step.
+    assert "Start the install of the worker requirements in the background" in result.stdout
+    for name in ("node0", "node1"):
+        assert f"{name}: installing the worker requirements into " in result.stdout, result.stdout[-3000:]
+        assert re.search(rf"^{name}: installing the worker requirements: (all \d+ packages in hand|installed; finishing)",
+                         result.stdout, re.M), result.stdout[-3000:]
+    assert "Start the install of the worker requirements in the background" not in again.stdout
+    assert "installing the worker requirements" not in again.stdout
 
 
 def test_a_launch_that_fails_on_one_host_stops_what_the_others_armed(
