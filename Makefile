@@ -12,7 +12,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: help setup smoke test docs lint unit sanity molecule integration multihost bench bench-issue26 bench-controller bench-mitogen clean
+.PHONY: help setup smoke test docs lint unit sanity molecule integration multihost integration-local integration-hosts bench bench-issue26 bench-controller bench-mitogen clean
 
 help:
 	@echo "make smoke  - set up and run the two-worker smoke training on localhost"
@@ -103,13 +103,26 @@ integration: setup
 multihost: setup
 	$(PYTEST) tests/integration -m multihost
 
+# Everything, in two parallel pairs that cannot disturb each other: the static checks
+# (lint, unit tests, sanity) side by side, each buffered until it ends; then molecule; then
+# the integration tests in two shards side by side, line by line (-v names each test): the
+# localhost tests, and the tests on network-namespace hosts, which have their own network
+# stacks, names and directories (tests/integration/nshosts.py), so no port or path of one
+# shard is the other's. test_faults runs last in its shard, as before.
 test: setup
-	$(MAKE) --no-print-directory lint
-	$(MAKE) --no-print-directory unit
-	$(MAKE) --no-print-directory sanity
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint unit sanity
 	$(MAKE) --no-print-directory molecule
-	$(PYTEST) tests/integration --ignore=tests/integration/test_faults.py
-	$(PYTEST) tests/integration/test_faults.py
+	$(MAKE) --no-print-directory -j2 --output-sync=line integration-local integration-hosts
+
+TEST_TMP := $(or $(TMPDIR),/tmp)/tf-runbook-tests
+integration-local: setup
+	$(PYTEST) tests/integration -m "not multihost" -v --basetemp=$(TEST_TMP)-local
+	@echo "== integration (localhost) passed"
+
+integration-hosts: setup
+	$(PYTEST) tests/integration -m multihost -v --basetemp=$(TEST_TMP)-hosts --ignore=tests/integration/test_faults.py
+	$(PYTEST) tests/integration/test_faults.py -v --basetemp=$(TEST_TMP)-faults
+	@echo "== integration (namespace hosts) passed"
 
 # The whole measurement of docs/BENCHMARKS.md (medians of 5; about an hour on 2 cores).
 bench: setup
