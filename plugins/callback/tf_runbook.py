@@ -46,14 +46,14 @@ EVIDENCE_KEYS = ("cmd", "rc", "stdout", "stderr", "module_stdout", "module_stder
 
 def failure_text(host_label: str, result: dict[str, Any]) -> str | None:
     """The lines of a failed result: the ``fatal:`` line with the message as written (its
-    own lines indented under it), then each evidence key that holds something; None when
+    own lines kept), then each evidence key that holds something, indented; None when
     the result has no message (the default output then shows it whole)."""
     message = result.get("msg")
     if not isinstance(message, str) or not message.strip():
         return None
-    lines = message.rstrip("\n").splitlines()
-    text = f"fatal: [{host_label}]: FAILED! => {lines[0]}"
-    text += "".join(f"\n    {line}" for line in lines[1:])
+    # The message as written, its own lines unindented: one per problem, each naming its
+    # host, ready to be read or searched.
+    text = f"fatal: [{host_label}]: FAILED! => {message.rstrip()}"
     for key in EVIDENCE_KEYS:
         value = result.get(key)
         if value in (None, "", []):

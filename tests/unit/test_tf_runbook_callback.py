@@ -17,7 +17,7 @@ REPO = helpers.REPO
 def test_the_message_is_one_fatal_line_and_its_own_lines_stay_lines() -> None:
     text = failure_text("w0", {"failed": True, "changed": False, "msg": "Refused: a\nb", "exception": "x",
                                "validate_args_context": {"name": "tf"}, "hosts": ["w0"]})
-    assert text == "fatal: [w0]: FAILED! => Refused: a\n    b"
+    assert text == "fatal: [w0]: FAILED! => Refused: a\nb"
 
 
 def test_a_commands_evidence_follows_its_message_and_the_rest_waits_for_verbose() -> None:
@@ -55,6 +55,6 @@ def test_a_refusal_is_said_once_and_verbose_brings_back_ansibles_own_lines(tmp_p
     text = _play(tmp_path)
     assert text.count("tf_a must be 1..9") == 1 and "[ERROR]" not in text
     assert "fatal: [localhost]: FAILED! => Refused: host localhost: tf_a must be 1..9, got 'x'\n" \
-           "    host localhost: tf_b is wrong" in text
+           "host localhost: tf_b is wrong\n" in text
     verbose = _play(tmp_path, "-v")
     assert "[ERROR]" in verbose and verbose.count("tf_a must be 1..9") >= 2
