@@ -350,12 +350,6 @@ def task_position(config: Any) -> int:
     raise ValueError(f"task {kind}:{index} is not in the cluster")
 
 
-def is_server(config: Any) -> bool:
-    """Whether TF_CONFIG ``config`` is a ParameterServerStrategy server's (a ps or worker
-    task of a cluster with ps tasks), which serves until the coordinator ends."""
-    return bool(config["cluster"].get("ps")) and config["task"].get("type") in ("worker", "ps")
-
-
 def killed_exit_record(reason: str, stopped_by: str, started_at: Any, finished_at: float) -> dict[str, Any]:
     """The exit record of a worker whose supervisor was gone or killed before it could
     write one: SIGKILL, with who stopped it and why."""
