@@ -267,7 +267,9 @@ def check_same_cluster(workers: list[Worker]) -> Check:
     return check("same_cluster", problems, "every worker was given the same cluster list")
 
 
-def check_cluster_seen(workers: list[Worker], size: int, contract: bool, keys: tuple[str, ...] = ("cluster_workers", "replicas")) -> Check:
+def check_cluster_seen(
+    workers: list[Worker], size: int, contract: bool, keys: tuple[str, ...] = ("cluster_workers", "replicas"), who_saw: str = "every worker"
+) -> Check:
     if not contract:
         return not_checked("cluster_seen", "the job prints no worker=I cluster_workers=N replicas=R line")
     problems = []
@@ -279,7 +281,7 @@ def check_cluster_seen(workers: list[Worker], size: int, contract: bool, keys: t
                 problems.append(f"{who(w)}: printed no {key}")
             elif value != str(size):
                 problems.append(f"{who(w)}: {key}={value}, cluster has {size}")
-    return check("cluster_seen", problems, f"every worker saw {size} workers")
+    return check("cluster_seen", problems, f"{who_saw} saw {size} workers")
 
 
 def check_metrics_agree(workers: list[Worker], label: str, keras: bool, up_to: int | None) -> tuple[Check, dict[int, dict[str, str]]]:
@@ -459,15 +461,20 @@ def check_servers_joined(servers: list[Worker]) -> Check:
     """ParameterServerStrategy: every server (ps and worker task, the runbook's
     tf_ps_server.py) joined the cluster and ended because the coordinator had ended."""
     problems = []
+    at_end = 0
     for w in servers:
         exit_ = w.get("exit")
         if not isinstance(exit_, dict):
             continue  # exit_status names it
+        stopped_at_end = is_zero(exit_.get("returncode")) and SERVER_STOPPED in (w.get("log") or "").split()
+        at_end += stopped_at_end
         if exit_.get("joined") is not True:
             problems.append(f"{who(w)}: its server never joined the cluster")
-        elif is_zero(exit_.get("returncode")) and f" {SERVER_STOPPED} " not in f" {w.get('log') or ''} ":
+        elif is_zero(exit_.get("returncode")) and not stopped_at_end:
             problems.append(f"{who(w)}: exited 0 without the coordinator having ended")
-    return check("servers_joined", problems, f"{len(servers)} server(s) joined, each stopped once the chief (coordinator) ended")
+    ended = (", each stopped once the chief (coordinator) ended" if at_end == len(servers)
+             else f"; {at_end} stopped once the chief (coordinator) ended, the others did not (exit_status)")  # fmt: skip
+    return check("servers_joined", problems, f"{len(servers)} server(s) joined{ended}")
 
 
 NO_EPOCHS = "the job prints no epoch lines (worker=I epoch=E name=value, or Keras model.fit verbose=2)"
@@ -508,7 +515,7 @@ def judge_run(attempts: list[dict[str, Any]], size: int, marker_name: str) -> di
         check_worker_index(everyone, contract),
         check_worker_set(everyone, size),
         check_same_cluster(everyone),
-        check_cluster_seen(workers, seen_size, contract, seen_keys),
+        check_cluster_seen(workers, seen_size, contract, seen_keys, "the chief (coordinator)" if servers else "every worker"),
     ]
     if servers:
         checks.append(check_servers_joined(servers))
