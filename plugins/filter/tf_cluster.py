@@ -124,6 +124,12 @@ def shape_problems(counts: dict[str, list[tuple[str, int]]]) -> list[str]:
             problems.append("tf_ps is not empty but tf_workers is: ParameterServerStrategy needs workers")
     if counts.get(EVALUATOR) and not (counts.get("chief") or counts.get("worker")):
         problems.append("tf_evaluator is not empty but nothing trains: add a chief or workers")
+    if counts.get(EVALUATOR):
+        problems.append(
+            f"tf_evaluator holds {', '.join(h for h, _ in counts[EVALUATOR])}: the runbook does not run a sidecar "
+            "evaluator yet (the chief's checkpoints cannot reach its host during the training); remove the host from "
+            "tf_evaluator and evaluate the chief's collected model after the run"
+        )
     return problems
 
 

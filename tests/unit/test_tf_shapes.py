@@ -53,14 +53,12 @@ def test_an_explicit_chief_comes_first_whatever_the_inventory_order() -> None:
         {"type": "chief", "index": 0}, {"type": "worker", "index": 0}, {"type": "worker", "index": 1}]  # fmt: skip
 
 
-def test_parameter_servers_make_the_ps_shape_and_the_evaluator_stays_out_of_the_cluster() -> None:
-    spec = tf_cluster_spec([host("c", "chief"), host("w1"), host("p0", "ps"), host("e", "evaluator")])
+def test_parameter_servers_make_the_ps_shape() -> None:
+    spec = tf_cluster_spec([host("c", "chief"), host("w1"), host("p0", "ps")])
     assert spec["shape"] == "ps"
     assert spec["cluster"] == {"chief": ["c.example:2222"], "worker": ["w1.example:2222"], "ps": ["p0.example:2222"]}
-    assert [(w["host"], w["type"]) for w in spec["workers"]] == [("c", "chief"), ("w1", "worker"), ("p0", "ps"),
-                                                                  ("e", "evaluator")]  # fmt: skip
-    evaluator = tf_worker_config.tf_config(spec, 3)
-    assert evaluator == {"cluster": spec["cluster"], "task": {"type": "evaluator", "index": 0}}
+    assert [(w["host"], w["type"]) for w in spec["workers"]] == [("c", "chief"), ("w1", "worker"), ("p0", "ps")]
+    assert tf_worker_config.tf_config(spec, 2) == {"cluster": spec["cluster"], "task": {"type": "ps", "index": 0}}
     assert spec["checksum"] == tf_cluster.cluster_checksum(spec["cluster"])
 
 
@@ -73,6 +71,7 @@ def test_parameter_servers_make_the_ps_shape_and_the_evaluator_stays_out_of_the_
         ([host("c", "chief"), host("p", "ps")], r"tf_ps is not empty but tf_workers is"),
         ([host("e", "evaluator")], r"nothing trains"),
         ([host("w"), host("e1", "evaluator"), host("e2", "evaluator")], r"at most one evaluator"),
+        ([host("w"), host("e", "evaluator")], r"tf_evaluator holds e: the runbook does not run a sidecar evaluator yet"),
         ([host("w", "coordinator")], r"host w: task type 'coordinator' is not one of chief, worker, ps, evaluator"),
     ],
 )
@@ -222,3 +221,22 @@ def test_an_explicit_chief_of_mirrored_strategy_is_judged_as_today_and_writes_th
     workers[1]["marker"] = True
     assert checks_of(judge(workers, 2, "multiworker-complete.txt"))["chief_marker"]["detail"] == (
         "worker 1 (node1, worker:0) is not the chief but wrote multiworker-complete.txt")
+
+
+def test_the_summary_and_its_table_show_each_task_where_the_inventory_gave_types(tmp_path: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import summarize_run, table
+
+    for i in range(4):
+        worker = ps_worker(i)
+        wdir = tmp_path / f"node{i}" / f"worker-{i}"
+        wdir.mkdir(parents=True)
+        (wdir / "worker.log").write_text(worker["log"])
+        (wdir / "exit.json").write_text(json.dumps(worker["exit"]))
+        (wdir / "tf_config.json").write_text(json.dumps(worker["config"]))
+        if i == 0:
+            (wdir / "multiworker-complete.txt").write_text("done\n")
+    summary = summarize_run("r", str(tmp_path), "multiworker-complete.txt", 4, {}, {})
+    assert summary["status"] == "succeeded", summary["checks"]
+    assert [w["task"] for w in summary["workers"]] == ["chief:0", "worker:0", "worker:1", "ps:0"]
+    rows = [line for line in table(summary) if line.lstrip().startswith(("0 ", "3 "))]
+    assert rows[0].endswith("completed        0  chief:0") and rows[1].endswith("completed        0  ps:0"), rows
