@@ -198,8 +198,10 @@ def failure_reason(
         where = stuck_in(stacks_of(exit_))
         stuck = f"; stuck in {where}" if where else ""
         tail = " | ".join(log_tail(first.get("log")))
+        # Its task where the inventory gave types: "worker 3 (ps:0) on host node3".
+        task = " ({}:{})".format(*task_of(first)) if typed_cluster([first]) else ""
         return (
-            f"worker {first['index']} on host {first['host']} failed first: "
+            f"worker {first['index']}{task} on host {first['host']} failed first: "
             f"{with_status(found['cause'], exit_.get('returncode'), exit_.get('reason'), exit_.get('signal'))}{stuck}; last log lines: {tail}"
         )
     if found and found["entry"] is not None:

@@ -137,8 +137,8 @@ def test_parameter_server_strategy_trains_stops_its_servers_and_names_a_killed_p
     assert status != 0, out[-3000:]
     summary = book.summary("ps-killed")
     assert summary["status"] == "failed"
-    assert re.search(r"worker 3 on host node3 failed first: killed \(", out), out[-4000:]
-    assert summary["reason"].startswith("worker 3 on host node3"), summary["reason"]
+    assert re.search(r"worker 3 \(ps:0\) on host node3 failed first: killed \(", out), out[-4000:]
+    assert summary["reason"].startswith("worker 3 (ps:0) on host node3 failed first: killed"), summary["reason"]
     checks = checks_of(summary)
     assert "worker 3 (node3, ps:0): exit status 137" in checks["exit_status"]["detail"]
     assert "the others did not" in checks["servers_joined"]["detail"]

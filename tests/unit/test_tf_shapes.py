@@ -223,20 +223,39 @@ def test_an_explicit_chief_of_mirrored_strategy_is_judged_as_today_and_writes_th
         "worker 1 (node1, worker:0) is not the chief but wrote multiworker-complete.txt")
 
 
-def test_the_summary_and_its_table_show_each_task_where_the_inventory_gave_types(tmp_path: Path) -> None:
-    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import summarize_run, table
-
-    for i in range(4):
-        worker = ps_worker(i)
-        wdir = tmp_path / f"node{i}" / f"worker-{i}"
+def write_run(run_dir: Path, workers: list[dict[str, Any]]) -> None:
+    for worker in workers:
+        i = worker["index"]
+        wdir = run_dir / f"node{i}" / f"worker-{i}"
         wdir.mkdir(parents=True)
         (wdir / "worker.log").write_text(worker["log"])
         (wdir / "exit.json").write_text(json.dumps(worker["exit"]))
         (wdir / "tf_config.json").write_text(json.dumps(worker["config"]))
-        if i == 0:
+        if worker["marker"]:
             (wdir / "multiworker-complete.txt").write_text("done\n")
+
+
+def test_the_summary_and_its_table_show_each_task_where_the_inventory_gave_types(tmp_path: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import summarize_run, table
+
+    write_run(tmp_path, [ps_worker(i) for i in range(4)])
     summary = summarize_run("r", str(tmp_path), "multiworker-complete.txt", 4, {}, {})
     assert summary["status"] == "succeeded", summary["checks"]
     assert [w["task"] for w in summary["workers"]] == ["chief:0", "worker:0", "worker:1", "ps:0"]
     rows = [line for line in table(summary) if line.lstrip().startswith(("0 ", "3 "))]
     assert rows[0].endswith("completed        0  chief:0") and rows[1].endswith("completed        0  ps:0"), rows
+
+
+def test_a_killed_ps_is_named_with_its_task_as_the_runs_reason(tmp_path: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import summarize_run
+
+    stopped = {"returncode": 143, "signal": "SIGTERM", "reason": "stopped by the supervisor: worker 3 failed",
+               "stopped_by": "peer", "joined": True, "finished_at": 20.0}
+    killed = {"returncode": 137, "signal": "SIGKILL", "reason": "exited", "stopped_by": None, "joined": True,
+              "finished_at": 10.0}
+    workers = [ps_worker(0, exit=stopped, marker=False), ps_worker(1, exit=stopped), ps_worker(2, exit=stopped),
+               ps_worker(3, exit=killed, log="worker=3 task=ps:0 server_started\n")]
+    write_run(tmp_path, workers)
+    summary = summarize_run("r", str(tmp_path), "multiworker-complete.txt", 4, {}, {})
+    assert summary["status"] == "failed"
+    assert summary["reason"].startswith("worker 3 (ps:0) on host node3 failed first: "), summary["reason"]
