@@ -259,3 +259,21 @@ def test_a_killed_ps_is_named_with_its_task_as_the_runs_reason(tmp_path: Path) -
     summary = summarize_run("r", str(tmp_path), "multiworker-complete.txt", 4, {}, {})
     assert summary["status"] == "failed"
     assert summary["reason"].startswith("worker 3 (ps:0) on host node3 failed first: "), summary["reason"]
+
+
+def test_every_play_of_the_workers_takes_every_task_type() -> None:
+    """A play on the workers that left out tf_chief or tf_ps would launch, wait for, stop
+    or collect part of a typed cluster."""
+    import yaml
+
+    playbooks = Path(__file__).resolve().parents[2] / "playbooks"
+    seen = 0
+    for path in sorted(playbooks.glob("*.yml")):
+        for play in yaml.safe_load(path.read_text(encoding="utf-8")) or []:
+            hosts = str(play.get("hosts", "")) if isinstance(play, dict) else ""
+            if "tf_workers_group" not in hosts:
+                continue
+            seen += 1
+            for group in ("tf_chief_group", "tf_ps_group", "tf_evaluator_group"):
+                assert group in hosts, f"{path.name}: play {play.get('name')!r} leaves out {group}"
+    assert seen >= 9
