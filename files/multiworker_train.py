@@ -63,6 +63,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--model-dir", default="", help="the chief saves the trained model here (model.keras)")
     parser.add_argument("--tensorboard-dir", default="", help="the chief writes TensorBoard logs here")
+    parser.add_argument(
+        "--strategy",
+        choices=("mirrored", "ps"),
+        default="mirrored",
+        help="mirrored: MultiWorkerMirroredStrategy (every task trains); ps: ParameterServerStrategy, run as the "
+        "chief (the coordinator) while the runbook's servers serve the ps and worker tasks",
+    )
     args = parser.parse_args(argv)
     for name in ("epochs", "steps_per_epoch", "per_worker_batch"):
         if getattr(args, name) < 1:
@@ -210,16 +217,28 @@ def agree_on_resume_epoch(strategy: tf.distribute.Strategy, local_latest: int) -
     return int(tf.reduce_min(gather_latest()).numpy())
 
 
+def runbook_task(tf_config: dict) -> tuple[int, list[str], bool]:
+    """This process's number as the runbook counts it (the cluster's chief first, then its
+    workers: what ``worker=I`` prints), the training tasks' endpoints, and whether it is the
+    chief: the ``chief`` task when the cluster has one, else worker 0."""
+    cluster, task = tf_config["cluster"], tf_config["task"]
+    chiefs = list(cluster.get("chief") or [])
+    workers = chiefs + list(cluster.get("worker") or [])
+    index = int(task["index"]) + (len(chiefs) if task["type"] == "worker" else 0)
+    return index, workers, index == 0 and task["type"] in ("chief", "worker")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.strategy == "ps":
+        return parameter_server_main(args)
     tf.get_logger().setLevel("ERROR")
     # Same seed, same run: a resumed run can be compared with an uninterrupted one.
     tf.keras.utils.set_random_seed(args.seed)
 
     tf_config = json.loads(os.environ["TF_CONFIG"])
     task = tf_config["task"]
-    workers = tf_config["cluster"]["worker"]
-    index = task["index"]
+    index, workers, is_chief = runbook_task(tf_config)
     global_batch = args.per_worker_batch * len(workers)
     features, labels = make_data()
 
@@ -295,7 +314,6 @@ def main(argv: list[str] | None = None) -> int:
         per_replica_losses = strategy.run(step_fn, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
 
-    is_chief = task["type"] == "worker" and index == 0
     tensorboard_dir = write_dir(args.tensorboard_dir, is_chief) if args.tensorboard_dir else ""
     writer = tf.summary.create_file_writer(tensorboard_dir) if tensorboard_dir else None
 
@@ -337,6 +355,68 @@ def main(argv: list[str] | None = None) -> int:
     if is_chief:
         Path(MARKER_NAME).write_text("chief worker completed training\n", encoding="utf-8")
     print(f"worker={index} training_complete", flush=True)
+    return 0
+
+
+def parameter_server_main(args: argparse.Namespace) -> int:
+    """``--strategy ps``: the chief's part of ParameterServerStrategy, the coordinator. The
+    ps and worker tasks only serve (the runbook runs its own server entry for them,
+    tf_ps_server.py); this process owns the variables' placement, schedules each step on
+    whichever worker is free (ClusterCoordinator) and prints the metrics contract alone,
+    as ``worker=0``. Plain TensorFlow variables and a custom loop: Keras 3's model.fit does
+    not run under ParameterServerStrategy. No backups: ``--backup-dir`` is not used here."""
+    tf.get_logger().setLevel("ERROR")
+    tf.random.set_seed(args.seed)
+    tf_config = json.loads(os.environ["TF_CONFIG"])
+    if tf_config["task"]["type"] != "chief":
+        raise SystemExit("--strategy ps runs as the chief (the coordinator); the ps and worker tasks run a server")
+    workers = tf_config["cluster"].get("worker") or []
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    global_batch = args.per_worker_batch
+    print(
+        f"worker=0 cluster_workers={len(workers)} replicas={strategy.num_replicas_in_sync} "
+        f"global_batch={global_batch} epochs={args.epochs}",
+        flush=True,
+    )
+    features, labels = make_data()
+    with strategy.scope():
+        initial = tf.random.stateless_normal([8, 1], seed=[args.seed, 0], stddev=0.1)
+        weights = tf.Variable(initial, name="weights")
+        bias = tf.Variable(0.0, name="bias")
+
+    def dataset_fn() -> tf.data.Dataset:
+        dataset = tf.data.Dataset.from_tensor_slices((features, labels)).shuffle(128, seed=7)
+        return dataset.repeat().batch(global_batch)
+
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+
+    @tf.function
+    def train_step(batches):  # type: ignore[no-untyped-def]
+        def step_fn(batch_features, batch_labels):  # type: ignore[no-untyped-def]
+            with tf.GradientTape() as tape:
+                logits = tf.matmul(batch_features, weights) + bias
+                loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(batch_labels, logits))
+            grad_w, grad_b = tape.gradient(loss, [weights, bias])
+            weights.assign_sub(0.3 * grad_w)
+            bias.assign_sub(0.3 * grad_b)
+            accuracy = tf.reduce_mean(tf.cast(tf.equal(logits > 0, batch_labels > 0.5), tf.float32))
+            return loss, accuracy
+
+        batch_features, batch_labels = next(batches)
+        return strategy.run(step_fn, args=(batch_features, batch_labels))
+
+    for epoch in range(1, args.epochs + 1):
+        results = [coordinator.schedule(train_step, args=(iterator,)) for _ in range(args.steps_per_epoch)]
+        coordinator.join()
+        fetched = [result.fetch() for result in results]
+        epoch_loss = float(np.mean([loss for loss, _ in fetched]))
+        epoch_accuracy = float(np.mean([accuracy for _, accuracy in fetched]))
+        print(f"worker=0 epoch={epoch} loss={epoch_loss:.4f} binary_accuracy={epoch_accuracy:.4f}", flush=True)
+
+    Path(MARKER_NAME).write_text("chief (coordinator) completed training\n", encoding="utf-8")
+    print("worker=0 training_complete", flush=True)
     return 0
 
 

@@ -14,7 +14,12 @@ import socket
 from typing import Any, Callable
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import cluster_checksum
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    CLUSTER_TASK_TYPES,
+    EVALUATOR,
+    TASK_TYPES,
+    cluster_checksum,
+)
 
 
 MAX_PORT = 65535
@@ -81,6 +86,53 @@ def format_endpoint(address: str, port: int) -> str:
     return f"{address}:{port}"
 
 
+# The inventory group of each task type, for messages.
+TYPE_GROUPS = {"chief": "tf_chief", "worker": "tf_workers", "ps": "tf_ps", EVALUATOR: "tf_evaluator"}
+
+
+def task_type_of(entry: dict[str, Any]) -> str:
+    """An entry's task type (``worker`` when it names none); refuses one TF does not know."""
+    kind = str(entry.get("type") or "worker")
+    if kind not in TASK_TYPES:
+        raise AnsibleFilterError(
+            f"host {entry.get('host')}: task type {kind!r} is not one of {', '.join(TASK_TYPES)}"
+        )
+    return kind
+
+
+def shape_problems(counts: dict[str, list[tuple[str, int]]]) -> list[str]:
+    """Why the hosts of each type (type -> [(host, slots)]) do not make a cluster
+    TensorFlow runs: at most one chief and one evaluator, each with one slot; ps tasks
+    need a chief (the coordinator) and workers; an evaluator needs a training."""
+    problems = []
+    for kind in ("chief", EVALUATOR):
+        hosts = counts.get(kind, [])
+        if len(hosts) > 1:
+            problems.append(
+                f"{TYPE_GROUPS[kind]} holds {len(hosts)} hosts ({', '.join(name for name, _slots in hosts)}): at most one {kind}"
+            )
+        problems += [
+            f"host {h}: a {kind} runs one task, tf_worker_slots must be 1 (got {slots})" for h, slots in hosts if slots != 1
+        ]
+    if counts.get("ps"):
+        if not counts.get("chief"):
+            problems.append(
+                "tf_ps is not empty but tf_chief is: ParameterServerStrategy needs a chief, the coordinator "
+                "that runs the training program"
+            )
+        if not counts.get("worker"):
+            problems.append("tf_ps is not empty but tf_workers is: ParameterServerStrategy needs workers")
+    if counts.get(EVALUATOR) and not (counts.get("chief") or counts.get("worker")):
+        problems.append("tf_evaluator is not empty but nothing trains: add a chief or workers")
+    if counts.get(EVALUATOR):
+        problems.append(
+            f"tf_evaluator holds {', '.join(name for name, _slots in counts[EVALUATOR])}: the runbook does not run a sidecar "
+            "evaluator yet (the chief's checkpoints cannot reach its host during the training); remove the host from "
+            "tf_evaluator and evaluate the chief's collected model after the run"
+        )
+    return problems
+
+
 def tf_cluster_spec(
     hosts: list[dict[str, Any]], resolve: bool = False, resolver: Callable[[str], list[str]] | None = None
 ) -> dict[str, Any]:
@@ -103,6 +155,14 @@ def tf_cluster_spec(
     spares: list[dict[str, Any]] = []
     owners: dict[str, tuple[str, str]] = {}
     seen_hosts: set[str] = set()
+    counts: dict[str, list[tuple[str, int]]] = {}
+    # The processes are numbered by type (chief, worker, ps, evaluator), each type in
+    # inventory order; the spares follow. Without types every entry is a worker and
+    # keeps its place.
+    order = {kind: n for n, kind in enumerate(TASK_TYPES)}
+    hosts = sorted(
+        hosts, key=lambda e: (1, 0) if isinstance(e, dict) and e.get("spare") else (0, order.get(task_type_of(e), 0))
+    )
     for entry in hosts:
         host = str(entry.get("host", "")).strip()
         if not host:
@@ -125,6 +185,9 @@ def tf_cluster_spec(
                 f"host {host}: tf_worker_port {port} with {slots} slot(s) needs ports "
                 f"{port}..{port + slots - 1}, outside 1..{MAX_PORT}"
             )
+        kind = task_type_of(entry)
+        if not entry.get("spare"):
+            counts.setdefault(kind, []).append((host, slots))
         for slot in range(slots):
             endpoint = format_endpoint(address, port + slot)
             for ident in sorted(identities[address]):
@@ -151,9 +214,18 @@ def tf_cluster_spec(
                     "address": address,
                     "port": port + slot,
                     "endpoint": endpoint,
+                    "type": kind,
+                    "task_index": sum(1 for w in workers if w["type"] == kind),
                 }
             )
-    cluster = {"worker": [w["endpoint"] for w in workers]}
+    problems = shape_problems(counts)
+    if problems:
+        raise AnsibleFilterError("the inventory's task types do not make a cluster: " + "; ".join(problems))
+    # TF_CONFIG's cluster: every type that has tasks (the evaluator is never in it).
+    cluster = {
+        kind: [w["endpoint"] for w in workers if w["type"] == kind]
+        for kind in CLUSTER_TASK_TYPES if any(w["type"] == kind for w in workers)
+    }
     return {
         "workers": workers,
         "cluster": cluster,
@@ -161,6 +233,7 @@ def tf_cluster_spec(
         "chief": workers[0]["host"],
         "checksum": cluster_checksum(cluster),
         "spares": spares,
+        "shape": "ps" if "ps" in cluster else "mirrored",
     }
 
 
@@ -170,7 +243,8 @@ def cluster_hosts(spec: dict[str, Any]) -> list[dict[str, Any]]:
     hosts: list[dict[str, Any]] = []
     for worker in spec["workers"]:
         if not hosts or hosts[-1]["host"] != worker["host"]:
-            hosts.append({"host": worker["host"], "address": worker["address"], "port": worker["port"], "slots": 0})
+            hosts.append({"host": worker["host"], "address": worker["address"], "port": worker["port"], "slots": 0,
+                          "type": worker.get("type", "worker")})
         hosts[-1]["slots"] += 1
     return hosts
 
@@ -203,7 +277,7 @@ def tf_cluster_takeover(
                 f"{entry['host']}, which ran {entry['slots']} workers"
             )
         entries.append({"host": spare, "address": known[spare]["address"], "port": known[spare]["port"],
-                        "slots": entry["slots"]})
+                        "slots": entry["slots"], "type": entry["type"]})
     used = set(replaced.values())
     entries.extend(dict(s, spare=True) for s in spec.get("spares", []) if s["host"] not in used)
     return tf_cluster_spec(entries, resolver is not None, resolver)

@@ -62,6 +62,17 @@ def tf_launch_go_timeout(timeout: int | str, forks: int | str, hosts: int | str)
     return 60 + 10 * (batches - 1)
 
 
+def tf_launch_entry(spec: dict[str, Any], host: str, script: str, job_args: list[str], pattern: str) -> dict[str, Any]:
+    """What ``host``'s supervisors start: the user's ``script`` with ``job_args`` and the
+    startup ``pattern``, or, for the servers of a ParameterServerStrategy cluster (the ps
+    and worker tasks where the inventory has tf_ps), the runbook's own server entry
+    (tf_run.SERVER_ENTRY) without arguments, joined once it prints SERVER_STARTED."""
+    kinds = {w.get("type", "worker") for w in spec["workers"] if w["host"] == host}
+    if spec.get("shape") == "ps" and kinds and kinds <= {"ps", "worker"}:
+        return {"script": tf_run.SERVER_ENTRY, "job_args": [], "startup_pattern": tf_run.SERVER_STARTED}
+    return {"script": script, "job_args": list(job_args), "startup_pattern": pattern}
+
+
 def tf_launch_refusals(results: dict[str, Any], spec: dict[str, Any]) -> dict[str, list[str]]:
     """Why an armed launch must get no go: ``reasons``, each naming its host, first every
     host whose launch failed (its module run started nothing there, or it could not be
@@ -96,7 +107,8 @@ def tf_supervisor_files(_value: Any = None) -> list[dict[str, str]]:
     """What the deploy writes into a run's job directory besides the job: the supervisor,
     the job's wrapper and the shared modules they import (tf_run's SUPERVISOR_FILE,
     JOB_WRAPPER and SHARED_MODULES), as ``{name, content}``, read on the controller."""
-    files = [(HOST_FILES_DIR, tf_run.SUPERVISOR_FILE), (HOST_FILES_DIR, tf_run.JOB_WRAPPER)]
+    files = [(HOST_FILES_DIR, tf_run.SUPERVISOR_FILE), (HOST_FILES_DIR, tf_run.JOB_WRAPPER),
+             (HOST_FILES_DIR, tf_run.SERVER_ENTRY)]
     files += [(SHARED_DIR, name) for name in tf_run.SHARED_MODULES]
     try:
         return [{"name": name, "content": (where / name).read_text(encoding="utf-8")} for where, name in files]
@@ -116,4 +128,5 @@ class FilterModule:
             "tf_launch_go_timeout": tf_launch_go_timeout,
             "tf_launch_refusals": tf_launch_refusals,
             "tf_supervisor_files": tf_supervisor_files,
+            "tf_launch_entry": tf_launch_entry,
         }

@@ -11,11 +11,15 @@ from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_config_r
 
 
 def tf_config(spec: dict[str, Any], index: Any) -> dict[str, Any]:
-    """The TF_CONFIG of worker ``index``."""
+    """The TF_CONFIG of the runbook's process ``index``: the cluster (chief, worker and ps
+    tasks, never the evaluator, as TensorFlow requires) and its own task's type and index
+    within its type."""
     index = int(index)
     if not 0 <= index < int(spec["size"]):
         raise AnsibleFilterError(f"worker index {index} is outside 0..{int(spec['size']) - 1}")
-    return {"cluster": spec["cluster"], "task": {"type": "worker", "index": index}}
+    process = spec["workers"][index] if "workers" in spec else {}
+    task = {"type": process.get("type", "worker"), "index": int(process.get("task_index", index))}
+    return {"cluster": spec["cluster"], "task": task}
 
 
 def tf_config_files(local_workers: list[dict[str, Any]], spec: dict[str, Any]) -> list[dict[str, Any]]:

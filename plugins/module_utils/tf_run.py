@@ -307,6 +307,49 @@ def cluster_checksum(cluster: Any) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+# --- Task types (the inventory's tf_chief, tf_workers, tf_ps and tf_evaluator) -----------
+# TensorFlow's task types in the order the runbook lists them in TF_CONFIG's cluster and
+# numbers its own processes: the runbook's index of a process (its worker-<i> directory)
+# is its place in the cluster read in this order; the evaluator, never in the cluster,
+# comes after them all. A cluster of ``worker`` tasks alone is the runbook's first shape:
+# there the runbook's index is the task's own index.
+CLUSTER_TASK_TYPES = ("chief", "worker", "ps")
+EVALUATOR = "evaluator"
+TASK_TYPES = CLUSTER_TASK_TYPES + (EVALUATOR,)
+# The runbook's own ParameterServerStrategy server (a ps or worker task that only serves),
+# shipped next to the supervisor; the line it prints once its server listens (the startup
+# pattern of a server), and the line it prints when it ends because the coordinator did.
+SERVER_ENTRY = "tf_ps_server.py"
+SERVER_STARTED = "server_started"
+SERVER_STOPPED = "server_stopped"
+
+
+def cluster_tasks(cluster: Any) -> list[tuple[str, int, str]]:
+    """Every task of a TF_CONFIG cluster as (type, index, endpoint), in the runbook's
+    order (CLUSTER_TASK_TYPES; a type the runbook does not know is refused)."""
+    if not isinstance(cluster, dict):
+        raise ValueError(f"cluster is {type(cluster).__name__}, not a mapping")
+    unknown = sorted(str(name) for name in cluster if name not in CLUSTER_TASK_TYPES)
+    if unknown:
+        raise ValueError(f"cluster has task type(s) {', '.join(unknown)}; the runbook knows {', '.join(CLUSTER_TASK_TYPES)}")
+    return [(kind, n, str(endpoint)) for kind in CLUSTER_TASK_TYPES for n, endpoint in enumerate(cluster.get(kind) or [])]
+
+
+def task_position(config: Any) -> int:
+    """The runbook's index of the process whose TF_CONFIG is ``config``: its task's place
+    in ``cluster_tasks``, or after them all for the evaluator. Raises ValueError for a
+    task that is not in its cluster."""
+    task = config["task"]
+    kind, index = str(task.get("type", "worker")), int(task["index"])
+    tasks = cluster_tasks(config["cluster"])
+    if kind == EVALUATOR:
+        return len(tasks) + index
+    for position, (other, number, _endpoint) in enumerate(tasks):
+        if (other, number) == (kind, index):
+            return position
+    raise ValueError(f"task {kind}:{index} is not in the cluster")
+
+
 def killed_exit_record(reason: str, stopped_by: str, started_at: Any, finished_at: float) -> dict[str, Any]:
     """The exit record of a worker whose supervisor was gone or killed before it could
     write one: SIGKILL, with who stopped it and why."""

@@ -28,9 +28,11 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     RUNS_DIR,
     attempt_dir_of,
     cluster_checksum,
+    cluster_tasks,
     read_json,
     run_dir_of,
     run_id_is_safe,
+    task_position,
     worker_dir_name,
     write_json_atomic,
 )
@@ -517,9 +519,11 @@ def read_back_problems(read_back: list[dict[str, Any]], cluster: list[str]) -> l
         where = worker_dir_name(int(item["index"]))
         try:
             data = json.loads(item["content"])
-            workers = [str(w) for w in data["cluster"]["worker"]]
-            index = int(data["task"]["index"])
-        except (ValueError, KeyError, TypeError) as exc:
+            # Every task's endpoint in the runbook's order (chief, worker, ps): a cluster
+            # of workers alone is its worker list, and the task's place its index.
+            workers = [endpoint for _kind, _n, endpoint in cluster_tasks(data["cluster"])]
+            index = task_position(data)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.append(f"{where}: TF_CONFIG is not valid ({exc})")
             continue
         if workers != [str(w) for w in cluster]:

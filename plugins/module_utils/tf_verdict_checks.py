@@ -16,9 +16,14 @@ import math
 from typing import Any
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import cause_of
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import SERVER_STOPPED, task_position
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import (
     as_dict,
+    cluster_list,
     cluster_of,
+    is_server_worker,
+    task_of,
+    typed_cluster,
     marker_inside,
     parse_attempt,
 )
@@ -47,6 +52,9 @@ def finite(value: str) -> bool:
 def who(worker: Worker | int) -> str:
     if isinstance(worker, int):
         return f"worker {worker}"
+    if typed_cluster([worker]):
+        kind, number = task_of(worker)
+        return f"worker {worker['index']} ({worker['host']}, {kind}:{number})"
     return f"worker {worker['index']} ({worker['host']})"
 
 
@@ -199,12 +207,27 @@ def check_exit_status(workers: list[Worker]) -> Check:
     return check("exit_status", problems, "every worker exited 0 by itself")
 
 
+def runbook_index_of(worker: Worker, typed: bool) -> Any:
+    """The runbook's index the worker's TF_CONFIG gives it: its task's index, or in a
+    cluster of several task types its task's place (tf_run.task_position)."""
+    config = as_dict(worker.get("config"))
+    if not typed:
+        return as_dict(config.get("task")).get("index")
+    try:
+        return task_position(config)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def check_worker_index(workers: list[Worker], contract: bool) -> Check:
     problems = []
+    typed = typed_cluster(workers)
     for w in workers:
-        index = as_dict(as_dict(w.get("config")).get("task")).get("index")
+        index = runbook_index_of(w, typed)
         if index != w["index"]:
-            problems.append(f"{who(w)}: TF_CONFIG task.index is {index}")
+            kind, number = task_of(w)
+            given = f"task {kind}:{number}" if typed else f"task.index is {index}"
+            problems.append(f"{who(w)}: TF_CONFIG {given}")
         printed = w["parsed"]["contract"]["indices"]
         if printed and printed != {w["index"]}:
             problems.append(f"{who(w)}: log reports worker={sorted(printed)}")
@@ -236,26 +259,29 @@ def check_worker_set(workers: list[Worker], size: int) -> Check:
 def check_same_cluster(workers: list[Worker]) -> Check:
     reference = cluster_of(workers)
     problems = []
+    typed = typed_cluster(workers)
     for w in workers:
-        cluster = as_dict(as_dict(w.get("config")).get("cluster")).get("worker")
+        cluster = cluster_list(w) if typed else as_dict(as_dict(w.get("config")).get("cluster")).get("worker")
         if cluster != reference:
             problems.append(f"{who(w)}: cluster list {cluster} differs from {reference}")
     return check("same_cluster", problems, "every worker was given the same cluster list")
 
 
-def check_cluster_seen(workers: list[Worker], size: int, contract: bool) -> Check:
+def check_cluster_seen(
+    workers: list[Worker], size: int, contract: bool, keys: tuple[str, ...] = ("cluster_workers", "replicas"), who_saw: str = "every worker"
+) -> Check:
     if not contract:
         return not_checked("cluster_seen", "the job prints no worker=I cluster_workers=N replicas=R line")
     problems = []
     for w in workers:
         header = w["parsed"]["contract"]["header"]
-        for key in ("cluster_workers", "replicas"):
+        for key in keys:
             value = header.get(key)
             if value is None:
                 problems.append(f"{who(w)}: printed no {key}")
             elif value != str(size):
                 problems.append(f"{who(w)}: {key}={value}, cluster has {size}")
-    return check("cluster_seen", problems, f"every worker saw {size} workers")
+    return check("cluster_seen", problems, f"{who_saw} saw {size} workers")
 
 
 def check_metrics_agree(workers: list[Worker], label: str, keras: bool, up_to: int | None) -> tuple[Check, dict[int, dict[str, str]]]:
@@ -431,6 +457,26 @@ def check_chief_marker(workers: list[Worker], marker_name: str, contract: bool) 
     return check("chief_marker", problems, f"only the chief wrote {marker_name}")
 
 
+def check_servers_joined(servers: list[Worker]) -> Check:
+    """ParameterServerStrategy: every server (ps and worker task, the runbook's
+    tf_ps_server.py) joined the cluster and ended because the coordinator had ended."""
+    problems = []
+    at_end = 0
+    for w in servers:
+        exit_ = w.get("exit")
+        if not isinstance(exit_, dict):
+            continue  # exit_status names it
+        stopped_at_end = is_zero(exit_.get("returncode")) and SERVER_STOPPED in (w.get("log") or "").split()
+        at_end += stopped_at_end
+        if exit_.get("joined") is not True:
+            problems.append(f"{who(w)}: its server never joined the cluster")
+        elif is_zero(exit_.get("returncode")) and not stopped_at_end:
+            problems.append(f"{who(w)}: exited 0 without the coordinator having ended")
+    ended = (", each stopped once the chief (coordinator) ended" if at_end == len(servers)
+             else f"; {at_end} stopped once the chief (coordinator) ended, the others did not (exit_status)")  # fmt: skip
+    return check("servers_joined", problems, f"{len(servers)} server(s) joined{ended}")
+
+
 NO_EPOCHS = "the job prints no epoch lines (worker=I epoch=E name=value, or Keras model.fit verbose=2)"
 
 
@@ -442,10 +488,21 @@ def judge_run(attempts: list[dict[str, Any]], size: int, marker_name: str) -> di
     epoch from the attempt it comes from), ``epoch_sources`` ({"<epoch>": attempt}),
     ``job_output`` and ``stopped`` (None, or where an operator stopped the run).
     """
+    everyone = attempts[-1]["workers"]
+    # ParameterServerStrategy: only the chief (the coordinator) trains and prints metrics;
+    # the servers are judged on their own (servers_joined). The metrics checks read the
+    # attempts without them.
+    servers = [w for w in everyone if is_server_worker(w)]
+    seen_keys: tuple[str, ...] = ("cluster_workers", "replicas")
+    seen_size = size
+    if servers:
+        attempts = [{**a, "workers": [w for w in a["workers"] if not is_server_worker(w)]} for a in attempts]
+        seen_keys = ("cluster_workers",)
+        seen_size = sum(1 for w in servers if task_of(w)[0] == "worker")
     final = attempts[-1]
     workers = final["workers"]
     contract = final["contract"]
-    before = completed_before(attempts, size)
+    before = completed_before(attempts, len(workers) if servers else size)
     done = before[-1]
     stopped = None
     if stopped_by_operator(workers):
@@ -453,13 +510,15 @@ def judge_run(attempts: list[dict[str, Any]], size: int, marker_name: str) -> di
         stopped = {"by": "operator", "epoch": last_common_epoch(workers), "of": max(totals) if totals else None}
 
     checks = [
-        check_logs_collected(workers, size),
-        check_exit_status(workers),
-        check_worker_index(workers, contract),
-        check_worker_set(workers, size),
-        check_same_cluster(workers),
-        check_cluster_seen(workers, size, contract),
+        check_logs_collected(everyone, size),
+        check_exit_status(everyone),
+        check_worker_index(everyone, contract),
+        check_worker_set(everyone, size),
+        check_same_cluster(everyone),
+        check_cluster_seen(workers, seen_size, contract, seen_keys, "the chief (coordinator)" if servers else "every worker"),
     ]
+    if servers:
+        checks.append(check_servers_joined(servers))
     epochs: dict[int, dict[str, str]] = {}
     sources: dict[int, int] = {}
     if final["source"] is None and done and final["attempt"]:
@@ -498,7 +557,7 @@ def judge_run(attempts: list[dict[str, Any]], size: int, marker_name: str) -> di
         checks += [agree, check_metrics_finite(workers), once, check_restore_agree(attempts),
                    check_epochs_complete(workers, stopped, final["attempt"])]  # fmt: skip
     checks.append(check_training_complete(workers, contract))
-    checks.append(check_chief_marker(workers, marker_name, contract))
+    checks.append(check_chief_marker(everyone, marker_name, contract))
     return {
         "checks": checks,
         "metrics": {str(e): m for e, m in sorted(epochs.items())},
@@ -516,4 +575,5 @@ def judge(workers: list[Worker], size: int, marker_name: str, attempt: int = 0) 
 CHECK_NAMES: tuple[str, ...] = (
     "logs_collected", "exit_status", "worker_index", "worker_set", "same_cluster", "cluster_seen", "metrics_agree",
     "metrics_finite", "epochs_once", "restore_agree", "epochs_complete", "training_complete", "chief_marker",
+    "servers_joined",
 )  # fmt: skip

@@ -30,6 +30,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     WORKER_PREFIX,
     attempt_dir_of,
     attempt_record_file,
+    cluster_tasks,
     read_json,
 )
 
@@ -163,10 +164,35 @@ def taken_over(record: Any, gone: set[str] | None = None) -> dict[str, Any]:
 
 
 def cluster_list(worker: dict[str, Any]) -> list[str] | None:
-    cluster = as_dict(as_dict(worker.get("config")).get("cluster")).get("worker")
-    if isinstance(cluster, list) and cluster and all(isinstance(e, str) for e in cluster):
-        return cluster
+    """Every task's endpoint of the worker's TF_CONFIG cluster in the runbook's order
+    (chief, worker, ps): its worker list where it has only workers."""
+    cluster = as_dict(as_dict(worker.get("config")).get("cluster"))
+    try:
+        endpoints = [endpoint for _kind, _n, endpoint in cluster_tasks(cluster)]
+    except ValueError:
+        return None
+    if endpoints and all(isinstance(e, str) for e in cluster.get("worker") or []):
+        return endpoints
     return None
+
+
+def task_of(worker: dict[str, Any]) -> tuple[str, int | None]:
+    """The task type and index of the worker's TF_CONFIG (``worker`` when it names none)."""
+    task = as_dict(as_dict(worker.get("config")).get("task"))
+    index = task.get("index")
+    return str(task.get("type") or "worker"), index if isinstance(index, int) and not isinstance(index, bool) else None
+
+
+def typed_cluster(workers: list[dict[str, Any]]) -> bool:
+    """Whether the attempt's TF_CONFIGs name task types other than ``worker``."""
+    return any(set(as_dict(as_dict(w.get("config")).get("cluster"))) - {"worker"} or task_of(w)[0] != "worker"
+               for w in workers)  # fmt: skip
+
+
+def is_server_worker(worker: dict[str, Any]) -> bool:
+    """A ParameterServerStrategy server: a ps or worker task of a cluster with ps tasks."""
+    cluster = as_dict(as_dict(worker.get("config")).get("cluster"))
+    return bool(cluster.get("ps")) and task_of(worker)[0] in ("ps", "worker")
 
 
 def cluster_of(workers: list[dict[str, Any]]) -> list[str]:

@@ -51,6 +51,8 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_
     port_of,
     stacks_of,
     stuck_in,
+    task_of,
+    typed_cluster,
 )
 
 # The inputs recorded in summary.json's context, under these keys (the report reads them).
@@ -196,8 +198,10 @@ def failure_reason(
         where = stuck_in(stacks_of(exit_))
         stuck = f"; stuck in {where}" if where else ""
         tail = " | ".join(log_tail(first.get("log")))
+        # Its task where the inventory gave types: "worker 3 (ps:0) on host node3".
+        task = " ({}:{})".format(*task_of(first)) if typed_cluster([first]) else ""
         return (
-            f"worker {first['index']} on host {first['host']} failed first: "
+            f"worker {first['index']}{task} on host {first['host']} failed first: "
             f"{with_status(found['cause'], exit_.get('returncode'), exit_.get('reason'), exit_.get('signal'))}{stuck}; last log lines: {tail}"
         )
     if found and found["entry"] is not None:
@@ -333,6 +337,7 @@ def summarize_run(run_id: str, run_dir: str, marker_name: str, expected_size: in
     final = attempts[-1]
     workers = final["workers"]
     cluster = cluster_of(workers)
+    typed = typed_cluster(workers)
     size = expected_size or len(cluster) or len(workers)
     verdict = judge_run(attempts, size, marker_name)
     verdict["checks"] = moot_after_stop(verdict["checks"], verdict["stopped"])
@@ -358,6 +363,8 @@ def summarize_run(run_id: str, run_dir: str, marker_name: str, expected_size: in
                 "cause": judged_cause(w.get("exit"), w["index"] in mismatched),
                 "stacks": stacks_of(w.get("exit")),
                 "log": os.path.join(w["dir"], LOG_FILE),
+                # The task type and index, where the inventory gave types (tf_chief, tf_ps).
+                **({"task": "{}:{}".format(*task_of(w))} if typed else {}),
             }
             for w in workers
         ],
@@ -628,7 +635,8 @@ def table(summary: dict[str, Any]) -> list[str]:
     lines.append(f"{'worker':>6}  {'host':<20} {'endpoint':<24} {'cause':<16} exit")
     for w in summary["workers"]:
         kind = as_dict(w.get("cause")).get("kind") or "-"
-        lines.append(f"{w['index']:>6}  {w['host']:<20} {str(w['endpoint']):<24} {kind:<16} {w['exit_status']}")
+        task = f"  {w['task']}" if w.get("task") else ""
+        lines.append(f"{w['index']:>6}  {w['host']:<20} {str(w['endpoint']):<24} {kind:<16} {w['exit_status']}{task}")
     lines += epoch_lines(summary)
     for entry in summary["checks"]:
         result = entry.get("result") or (OK if entry["ok"] else FAILED)

@@ -9,7 +9,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import cluster_checksum
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import cluster_checksum, task_position
 
 
 def config_readbacks(by_host: dict[str, Any]) -> list[dict[str, Any]]:
@@ -32,16 +32,25 @@ def config_problems(readbacks: list[dict[str, Any]], spec: dict[str, Any]) -> li
         where = f"host {item['host']} worker-{item['index']}"
         try:
             data = json.loads(item["content"])
-            index = int(data["task"]["index"])
             got = cluster_checksum(data["cluster"])
-        except (ValueError, KeyError, TypeError) as exc:
+            typed = data["task"].get("type", "worker") != "worker" or set(data["cluster"]) != {"worker"}
+            # The runbook's index of the task (its place in the cluster read chief, worker,
+            # ps; the task's own index in a cluster of workers alone).
+            index = task_position(data) if typed else int(data["task"]["index"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.append(f"{where}: TF_CONFIG is not valid ({exc})")
             continue
         if got != expected:
             problems.append(
                 f"{where}: cluster list {data['cluster']} differs from the spec {spec['cluster']}"
             )
-        if index != int(item["index"]):
+        want = spec["workers"][int(item["index"])] if 0 <= int(item["index"]) < len(spec.get("workers") or []) else None
+        task = data["task"]
+        if want is not None and typed and (task.get("type"), task.get("index")) != (want.get("type"), want.get("task_index")):
+            problems.append(
+                f"{where}: task is {task.get('type')}:{task.get('index')}, expected {want.get('type')}:{want.get('task_index')}"
+            )
+        elif index != int(item["index"]):
             problems.append(f"{where}: task.index is {index}, expected {item['index']}")
         if index in seen:
             problems.append(f"{where}: task.index {index} is also used by {seen[index]}")

@@ -69,9 +69,10 @@ def test_the_deploy_ships_the_supervisor_with_what_it_imports() -> None:
     from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_launch import FilterModule
 
     shipped = FilterModule().filters()["tf_supervisor_files"]("")
-    assert [entry["name"] for entry in shipped] == [tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER, *tf_run.SHARED_MODULES]
+    own_files = (tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER, tf_run.SERVER_ENTRY)
+    assert [entry["name"] for entry in shipped] == [*own_files, *tf_run.SHARED_MODULES]
     for entry in shipped:
-        own = entry["name"] in (tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER)
+        own = entry["name"] in own_files
         assert entry["content"] == ((HOST_FILES if own else MODULE_UTILS) / entry["name"]).read_text(encoding="utf-8")
 
 

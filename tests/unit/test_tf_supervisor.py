@@ -652,7 +652,8 @@ def test_a_startup_pattern_that_looks_like_an_option_is_passed_whole() -> None:
 
 def test_the_launch_passes_the_startup_pattern_glued_to_its_option() -> None:
     tasks = (Path(__file__).resolve().parents[2] / "roles" / "tf_launch" / "tasks" / "main.yml").read_text(encoding="utf-8")
-    assert "'--startup-pattern=' ~ tf_startup_pattern," in tasks
+    # The pattern is tf_startup_pattern, or a ParameterServerStrategy server's (tf_launch_entry).
+    assert "'--startup-pattern=' ~ __tf_launch_entry.startup_pattern," in tasks
     assert "'--startup-pattern', " not in tasks
 
 

@@ -116,10 +116,12 @@ from tf_run import (  # noqa: E402
     STATE_FILE,
     STOP_FILE,
     STOPPED_BY,
+    cluster_tasks,
     parse_secrets_line,
     read_json,
     signal_name,
     stacks_signal,
+    task_position,
     write_json_atomic,
 )
 
@@ -355,9 +357,14 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
 
 
 def cluster_peers(config: dict[str, Any]) -> tuple[int, list[tuple[int, str, int]]]:
-    """This worker's port and every other worker's (index, host, port), from TF_CONFIG."""
-    workers = config["cluster"]["worker"]
-    index = int(config["task"]["index"])
+    """This worker's port and every other worker's (index, host, port), from TF_CONFIG:
+    every task of the cluster (chief, worker, ps: tf_run.cluster_tasks), by the runbook's
+    index of each."""
+    workers = [endpoint for _kind, _n, endpoint in cluster_tasks(config["cluster"])]
+    if set(config["cluster"]) == {"worker"} and config["task"].get("type", "worker") == "worker":
+        index = int(config["task"]["index"])
+    else:
+        index = task_position(config)
     if not 0 <= index < len(workers):
         raise ValueError(f"task index {index} is not in the cluster of {len(workers)} worker(s)")
     peers = [(i, *parse_endpoint(str(ep))) for i, ep in enumerate(workers) if i != index]

@@ -1,0 +1,279 @@
+"""Task types from the inventory (issue 41): the typed cluster spec, each process's
+TF_CONFIG, the read-back, the launch's entry for a ParameterServerStrategy server, the
+supervisor's peers and the verdict's rules for each shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tf_cluster
+import tf_launch
+import tf_worker_config
+from conftest import load_module
+from tf_cluster import AnsibleFilterError, tf_cluster_spec
+from tf_verdict import judge
+
+from test_tf_verdict import METRICS, checks_of, worker_log
+
+COLLECTION = "ansible_collections.tf_runbook.multiworker.plugins"
+
+
+def host(name: str, kind: str | None = None, slots: int = 1, port: int = 2222) -> dict[str, Any]:
+    entry = {"host": name, "address": f"{name}.example", "port": port, "slots": slots}
+    if kind is not None:
+        entry["type"] = kind
+    return entry
+
+
+def ps_spec() -> dict[str, Any]:
+    # In the order the role gives them (chief, workers, ps), and shuffled: the same spec.
+    return tf_cluster_spec([host("w1"), host("p0", "ps"), host("c", "chief"), host("w2", slots=2)])
+
+
+def test_without_types_the_spec_is_the_first_shape() -> None:
+    spec = tf_cluster_spec([host("a"), host("b", slots=2)])
+    assert spec["cluster"] == {"worker": ["a.example:2222", "b.example:2222", "b.example:2223"]}
+    assert [(w["type"], w["task_index"], w["index"]) for w in spec["workers"]] == [
+        ("worker", 0, 0), ("worker", 1, 1), ("worker", 2, 2)]  # fmt: skip
+    assert spec["shape"] == "mirrored" and spec["chief"] == "a"
+    assert tf_worker_config.tf_config(spec, 2) == {"cluster": spec["cluster"], "task": {"type": "worker", "index": 2}}
+
+
+def test_an_explicit_chief_comes_first_whatever_the_inventory_order() -> None:
+    spec = tf_cluster_spec([host("w1"), host("c", "chief"), host("w2")])
+    assert spec["cluster"] == {"chief": ["c.example:2222"], "worker": ["w1.example:2222", "w2.example:2222"]}
+    assert [(w["index"], w["host"], w["type"], w["task_index"]) for w in spec["workers"]] == [
+        (0, "c", "chief", 0), (1, "w1", "worker", 0), (2, "w2", "worker", 1)]  # fmt: skip
+    assert spec["chief"] == "c" and spec["shape"] == "mirrored" and spec["size"] == 3
+    assert [tf_worker_config.tf_config(spec, i)["task"] for i in range(3)] == [
+        {"type": "chief", "index": 0}, {"type": "worker", "index": 0}, {"type": "worker", "index": 1}]  # fmt: skip
+
+
+def test_parameter_servers_make_the_ps_shape() -> None:
+    spec = tf_cluster_spec([host("c", "chief"), host("w1"), host("p0", "ps")])
+    assert spec["shape"] == "ps"
+    assert spec["cluster"] == {"chief": ["c.example:2222"], "worker": ["w1.example:2222"], "ps": ["p0.example:2222"]}
+    assert [(w["host"], w["type"]) for w in spec["workers"]] == [("c", "chief"), ("w1", "worker"), ("p0", "ps")]
+    assert tf_worker_config.tf_config(spec, 2) == {"cluster": spec["cluster"], "task": {"type": "ps", "index": 0}}
+    assert spec["checksum"] == tf_cluster.cluster_checksum(spec["cluster"])
+
+
+@pytest.mark.parametrize(
+    ("hosts", "message"),
+    [
+        ([host("c1", "chief"), host("c2", "chief"), host("w")], r"tf_chief holds 2 hosts \(c1, c2\): at most one chief"),
+        ([host("c", "chief", slots=2), host("w")], r"host c: a chief runs one task, tf_worker_slots must be 1"),
+        ([host("w"), host("p", "ps")], r"ParameterServerStrategy needs a chief"),
+        ([host("c", "chief"), host("p", "ps")], r"tf_ps is not empty but tf_workers is"),
+        ([host("e", "evaluator")], r"nothing trains"),
+        ([host("w"), host("e1", "evaluator"), host("e2", "evaluator")], r"at most one evaluator"),
+        ([host("w"), host("e", "evaluator")], r"tf_evaluator holds e: the runbook does not run a sidecar evaluator yet"),
+        ([host("w", "coordinator")], r"host w: task type 'coordinator' is not one of chief, worker, ps, evaluator"),
+    ],
+)
+def test_shapes_tensorflow_cannot_run_are_refused(hosts: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(AnsibleFilterError, match=message):
+        tf_cluster_spec(hosts)
+
+
+def test_a_spare_takes_the_type_of_the_host_it_replaces() -> None:
+    spare = {**host("s"), "spare": True}
+    spec = tf_cluster_spec([host("c", "chief"), host("w1"), host("p0", "ps"), spare])
+    taken = tf_cluster.tf_cluster_takeover(spec, {"p0": "s"})
+    assert [(w["host"], w["type"], w["task_index"]) for w in taken["workers"]] == [
+        ("c", "chief", 0), ("w1", "worker", 0), ("s", "ps", 0)]  # fmt: skip
+
+
+def readbacks(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"host": w["host"], "index": w["index"], "content": json.dumps(tf_worker_config.tf_config(spec, w["index"]))}
+            for w in spec["workers"]]  # fmt: skip
+
+
+def test_the_read_back_checks_each_process_type_and_index() -> None:
+    spec = ps_spec()
+    assert tf_worker_config.tf_config_problems(readbacks(spec), spec) == []
+    swapped = readbacks(spec)
+    # worker-1 and worker-2 given each other's task: the same cluster, the wrong task.
+    swapped[1]["content"], swapped[2]["content"] = swapped[2]["content"], swapped[1]["content"]
+    problems = tf_worker_config.tf_config_problems(swapped, spec)
+    assert problems == ["host w1 worker-1: task is worker:1, expected worker:0",
+                        "host w2 worker-2: task is worker:0, expected worker:1"]  # fmt: skip
+
+
+def test_the_hosts_own_read_back_check_knows_the_types() -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import read_back_problems
+
+    spec = ps_spec()
+    endpoints = [w["endpoint"] for w in spec["workers"]]
+    items = readbacks(spec)
+    assert read_back_problems(items, endpoints) == []
+    assert read_back_problems([{**items[3], "index": 2}], endpoints) == ["worker-2: task.index is 3, expected 2"]
+
+
+def test_the_servers_of_the_ps_shape_start_the_runbooks_own_entry() -> None:
+    spec = ps_spec()
+    user = tf_launch.tf_launch_entry(spec, "c", "train.py", ["--strategy=ps"], "cluster_workers=")
+    assert user == {"script": "train.py", "job_args": ["--strategy=ps"], "startup_pattern": "cluster_workers="}
+    for name in ("w1", "w2", "p0"):
+        assert tf_launch.tf_launch_entry(spec, name, "train.py", ["--strategy=ps"], "cluster_workers=") == {
+            "script": "tf_ps_server.py", "job_args": [], "startup_pattern": "server_started"}  # fmt: skip
+    mirrored = tf_cluster_spec([host("c", "chief"), host("w1")])
+    assert tf_launch.tf_launch_entry(mirrored, "w1", "train.py", [], "x")["script"] == "train.py"
+    assert any(f["name"] == "tf_ps_server.py" for f in tf_launch.tf_supervisor_files())
+
+
+def test_the_supervisor_watches_every_task_by_the_runbooks_index(supervisor_path: Path) -> None:
+    supervisor = load_module("tf_supervisor", supervisor_path)
+    spec = ps_spec()
+    own, peers = supervisor.cluster_peers(tf_worker_config.tf_config(spec, 3))
+    assert own == 2223
+    assert peers == [(0, "c.example", 2222), (1, "w1.example", 2222), (2, "w2.example", 2222), (4, "p0.example", 2222)]
+
+
+def test_the_server_entry_ends_once_the_coordinator_it_saw_is_gone(supervisor_path: Path) -> None:
+    server = load_module("tf_ps_server", supervisor_path.parent / "tf_ps_server.py")
+    watch = server.CoordinatorWatch(gone=3)
+    # Not up yet: no end, however long.
+    assert [watch.ended(False, t) for t in (0, 10, 20)] == [False, False, False]
+    assert watch.ended(True, 21) is False
+    # A shut port for less than 3 s, then open again: still training.
+    assert [watch.ended(False, 22), watch.ended(True, 24)] == [False, False]
+    assert [watch.ended(False, 25), watch.ended(False, 27), watch.ended(False, 28)] == [False, False, True]
+
+
+# --- the verdict ---------------------------------------------------------------------------
+
+PS_CLUSTER = {"chief": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222", "10.0.0.3:2222"], "ps": ["10.0.0.4:2222"]}
+PS_TASKS = [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]
+
+
+def ps_worker(index: int, **changes: Any) -> dict[str, Any]:
+    kind, number = PS_TASKS[index]
+    if kind == "chief":
+        log = worker_log(0, cluster_workers=2, replicas=1)
+    else:
+        log = f"worker={index} task={kind}:{number} server_started target=grpc://x\n" \
+              f"worker={index} task={kind}:{number} server_stopped coordinator=ended\n"
+    entry: dict[str, Any] = {
+        "index": index,
+        "host": f"node{index}",
+        "dir": f"/runs/r/node{index}/worker-{index}",
+        "log": log,
+        "exit": {"returncode": 0, "signal": None, "reason": "exited", "stopped_by": None, "joined": True},
+        "config": {"cluster": PS_CLUSTER, "task": {"type": kind, "index": number}},
+        "marker": index == 0,
+    }
+    entry.update(changes)
+    return entry
+
+
+def test_the_ps_shape_judges_the_chiefs_metrics_and_that_every_server_joined() -> None:
+    verdict = judge([ps_worker(i) for i in range(4)], 4, "multiworker-complete.txt")
+    checks = checks_of(verdict)
+    assert all(c["ok"] is not False for c in checks.values()), {n: c["detail"] for n, c in checks.items()}
+    assert checks["servers_joined"]["detail"] == "3 server(s) joined, each stopped once the chief (coordinator) ended"
+    assert checks["cluster_seen"]["detail"] == "the chief (coordinator) saw 2 workers"
+    assert verdict["metrics"] == {str(e): m for e, m in METRICS.items()}
+
+
+@pytest.mark.parametrize(
+    ("index", "changes", "failing", "detail"),
+    [
+        (3, {"exit": {"returncode": 0, "reason": "exited", "stopped_by": None, "joined": False}}, "servers_joined",
+         "worker 3 (node3, ps:0): its server never joined the cluster"),
+        (2, {"log": "worker=2 task=worker:1 server_started\n"}, "servers_joined",
+         "worker 2 (node2, worker:1): exited 0 without the coordinator having ended"),
+        (3, {"exit": {"returncode": 137, "signal": "SIGKILL", "reason": "exited", "stopped_by": None, "joined": True},
+             "log": "worker=3 task=ps:0 server_started\n"},
+         "exit_status", "worker 3 (node3, ps:0): exit status 137 (exited)"),
+        (1, {"config": {"cluster": PS_CLUSTER, "task": {"type": "worker", "index": 1}}}, "worker_index",
+         "worker 1 (node1, worker:1): TF_CONFIG task worker:1"),
+    ],
+)
+def test_a_server_that_did_not_join_stop_at_the_end_or_run_as_itself_fails_the_run(
+    index: int, changes: dict[str, Any], failing: str, detail: str
+) -> None:
+    workers = [ps_worker(i, **(changes if i == index else {})) for i in range(4)]
+    checks = checks_of(judge(workers, 4, "multiworker-complete.txt"))
+    assert [n for n, c in checks.items() if c["ok"] is False] == [failing], {n: c["detail"] for n, c in checks.items()}
+    assert detail in checks[failing]["detail"]
+    if failing == "exit_status":
+        # A server that died is not said to have stopped at the end.
+        assert checks["servers_joined"]["detail"] == (
+            "3 server(s) joined; 2 stopped once the chief (coordinator) ended, the others did not (exit_status)")
+
+
+def test_an_explicit_chief_of_mirrored_strategy_is_judged_as_today_and_writes_the_marker() -> None:
+    cluster = {"chief": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222"]}
+    workers = [
+        {"index": i, "host": f"node{i}", "dir": f"/r/node{i}/worker-{i}", "log": worker_log(i),
+         "exit": {"returncode": 0, "signal": None, "reason": "exited"}, "marker": i == 0,
+         "config": {"cluster": cluster, "task": {"type": kind, "index": 0}}}
+        for i, kind in enumerate(("chief", "worker"))
+    ]  # fmt: skip
+    checks = checks_of(judge(workers, 2, "multiworker-complete.txt"))
+    assert all(c["ok"] is True for c in checks.values()), {n: c["detail"] for n, c in checks.items()}
+    assert "servers_joined" not in checks
+    workers[1]["marker"] = True
+    assert checks_of(judge(workers, 2, "multiworker-complete.txt"))["chief_marker"]["detail"] == (
+        "worker 1 (node1, worker:0) is not the chief but wrote multiworker-complete.txt")
+
+
+def write_run(run_dir: Path, workers: list[dict[str, Any]]) -> None:
+    for worker in workers:
+        i = worker["index"]
+        wdir = run_dir / f"node{i}" / f"worker-{i}"
+        wdir.mkdir(parents=True)
+        (wdir / "worker.log").write_text(worker["log"])
+        (wdir / "exit.json").write_text(json.dumps(worker["exit"]))
+        (wdir / "tf_config.json").write_text(json.dumps(worker["config"]))
+        if worker["marker"]:
+            (wdir / "multiworker-complete.txt").write_text("done\n")
+
+
+def test_the_summary_and_its_table_show_each_task_where_the_inventory_gave_types(tmp_path: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import summarize_run, table
+
+    write_run(tmp_path, [ps_worker(i) for i in range(4)])
+    summary = summarize_run("r", str(tmp_path), "multiworker-complete.txt", 4, {}, {})
+    assert summary["status"] == "succeeded", summary["checks"]
+    assert [w["task"] for w in summary["workers"]] == ["chief:0", "worker:0", "worker:1", "ps:0"]
+    rows = [line for line in table(summary) if line.lstrip().startswith(("0 ", "3 "))]
+    assert rows[0].endswith("completed        0  chief:0") and rows[1].endswith("completed        0  ps:0"), rows
+
+
+def test_a_killed_ps_is_named_with_its_task_as_the_runs_reason(tmp_path: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import summarize_run
+
+    stopped = {"returncode": 143, "signal": "SIGTERM", "reason": "stopped by the supervisor: worker 3 failed",
+               "stopped_by": "peer", "joined": True, "finished_at": 20.0}
+    killed = {"returncode": 137, "signal": "SIGKILL", "reason": "exited", "stopped_by": None, "joined": True,
+              "finished_at": 10.0}
+    workers = [ps_worker(0, exit=stopped, marker=False), ps_worker(1, exit=stopped), ps_worker(2, exit=stopped),
+               ps_worker(3, exit=killed, log="worker=3 task=ps:0 server_started\n")]
+    write_run(tmp_path, workers)
+    summary = summarize_run("r", str(tmp_path), "multiworker-complete.txt", 4, {}, {})
+    assert summary["status"] == "failed"
+    assert summary["reason"].startswith("worker 3 (ps:0) on host node3 failed first: "), summary["reason"]
+
+
+def test_every_play_of_the_workers_takes_every_task_type() -> None:
+    """A play on the workers that left out tf_chief or tf_ps would launch, wait for, stop
+    or collect part of a typed cluster."""
+    import yaml
+
+    playbooks = Path(__file__).resolve().parents[2] / "playbooks"
+    seen = 0
+    for path in sorted(playbooks.glob("*.yml")):
+        for play in yaml.safe_load(path.read_text(encoding="utf-8")) or []:
+            hosts = str(play.get("hosts", "")) if isinstance(play, dict) else ""
+            if "tf_workers_group" not in hosts:
+                continue
+            seen += 1
+            for group in ("tf_chief_group", "tf_ps_group", "tf_evaluator_group"):
+                assert group in hosts, f"{path.name}: play {play.get('name')!r} leaves out {group}"
+    assert seen >= 9
