@@ -46,7 +46,7 @@ options:
       - tf_runbook.multiworker.tf_preflight_probe
       - tf_runbook.multiworker.tf_worker_launch
       - tf_runbook.multiworker.tf_worker_go
-      - tf_runbook.multiworker.tf_worker_status
+      - tf_runbook.multiworker.tf_worker_wait
     env:
       - name: TF_RUNBOOK_PAYLOAD_MODULES
     ini:

@@ -4,7 +4,9 @@
 
 ``tf_runbook.multiworker.run_dir`` gives them as a module's own options (``tf_run_dir``);
 ``tf_runbook.multiworker.run_dir.deploy`` gives the same text as the suboptions of
-``tf_worker_launch``'s ``deploy``, which does what ``tf_run_dir`` does in the same module run.
+``tf_worker_launch``'s ``deploy``, which does what ``tf_run_dir`` does in the same module run;
+``tf_runbook.multiworker.run_dir.run`` only where a run lives (``base_dir``, ``run_id``), for
+``tf_run_resume``.
 Both modules' argument specs come from ``module_utils/tf_run_files.py``'s one spec.
 """
 
@@ -16,6 +18,17 @@ def _as_deploy_suboptions(documentation: str) -> str:
     options = documentation.split("options:\n", 1)[1]
     indented = "".join("    " + line if line.strip() else line for line in options.splitlines(keepends=True))
     return DEPLOY_HEAD + indented
+
+
+def _only_options(documentation: str, names: tuple[str, ...]) -> str:
+    """``documentation``'s options ``names`` alone, each with its whole entry."""
+    kept, keep = [], False
+    for line in documentation.split("options:\n", 1)[1].splitlines(keepends=True):
+        if line.startswith("  ") and not line.startswith("   "):
+            keep = line.strip().rstrip(":") in names
+        if keep:
+            kept.append(line)
+    return "\noptions:\n" + "".join(kept)
 
 
 DEPLOY_HEAD = r"""
@@ -102,3 +115,6 @@ options:
     # An annotated assignment, as ansible-test's yamllint reads each plain one of this class
     # as a YAML string constant; Ansible reads the attribute like any other fragment.
     DEPLOY: str = _as_deploy_suboptions(DOCUMENTATION)
+    # Where a run lives on a host (base_dir, run_id), for a module that reads a run rather
+    # than writes one (tf_run_resume).
+    RUN: str = _only_options(DOCUMENTATION, ("base_dir", "run_id"))

@@ -23,15 +23,8 @@ description:
     resume whose C(tf_checkpoint_dir) would start the job over in an empty directory.
 extends_documentation_fragment:
   - tf_runbook.multiworker.attributes
+  - tf_runbook.multiworker.run_dir.run
 options:
-  base_dir:
-    description: Where this host keeps its runs (C(tf_worker_base_dir)).
-    type: path
-    required: true
-  run_id:
-    description: The run id; one path component.
-    type: str
-    required: true
   checkpoint_root:
     description: Where this host keeps checkpoints (C(tf_checkpoint_dir)); empty, under the run's directory
       (C(<run>/checkpoints)), else C(<checkpoint_root>/<run_id>). C(~) is the remote user's home. A relative

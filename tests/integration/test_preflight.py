@@ -317,13 +317,19 @@ def test_inputs_that_would_fail_late_are_refused_at_once_naming_host_and_value(
 def test_later_phases_inputs_of_the_wrong_type_are_refused_before_launch(cluster: LocalCluster) -> None:
     """The stop's, the collect's and the verdict's inputs were checked only when their phase
     ran: after the training (the collect, the verdict) or only after a failure (the stop).
-    The preflight's one check now names them, each host's, in its role's part."""
+    The preflight's one check now names them, each host's, in its role's part. The
+    collect's options are the run's contract (role tf), shared with the wait that also
+    collects: refused by the contract check, the first task of the preflight."""
+    output = cluster.assert_refused(
+        cluster.play(tf_collect_files={"logs": "*.log"}),
+        "Validation of arguments failed for role tf, entry point contract:\nhost w0: argument 'tf_collect_files' "
+        "is of type dict and we were unable to convert to list: dict cannot be converted to a list",
+    )  # fmt: skip
+    assert "Look at this host's worker ports" not in output
     cluster.hosts["w1"]["tf_stop_capture_stacks"] = "maybe"
     cluster.hosts["w1"]["tf_verdict_marker"] = "../model.keras"
     output = cluster.assert_refused(
-        cluster.play(tf_collect_files={"logs": "*.log"}),
-        "Validation of arguments failed for role tf_collect, entry point collect:\nhost w0: argument 'tf_collect_files' "
-        "is of type dict and we were unable to convert to list: dict cannot be converted to a list",
+        cluster.play(),
         "Validation of arguments failed for role tf_stop, entry point stop:\nhost w1: argument 'tf_stop_capture_stacks' "
         "is of type str and we were unable to convert to bool",
         'host w1: tf_verdict_marker "../model.keras" must be a relative path inside the worker directory',

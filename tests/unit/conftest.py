@@ -46,6 +46,7 @@ MODULES: dict[str, Path] = {
     "tf_report_action": PLUGINS / "action" / "tf_report.py",
     "tf_worker_stop": PLUGINS / "modules" / "tf_worker_stop.py",
     "tf_worker_status": PLUGINS / "modules" / "tf_worker_status.py",
+    "tf_worker_wait": PLUGINS / "modules" / "tf_worker_wait.py",
     "tf_worker_launch": PLUGINS / "modules" / "tf_worker_launch.py",
     "tf_worker_go": PLUGINS / "modules" / "tf_worker_go.py",
     "tf_supervisor": SUPERVISOR,
@@ -58,6 +59,7 @@ MODULES: dict[str, Path] = {
     "tf_job_archive": PLUGINS / "modules" / "tf_job_archive.py",
     "tf_worker_job": PLUGINS / "filter" / "tf_worker_job.py",
     "tf_worker_status_action": PLUGINS / "action" / "tf_worker_status.py",
+    "tf_worker_wait_action": PLUGINS / "action" / "tf_worker_wait.py",
     "tf_role_inputs_action": PLUGINS / "action" / "tf_role_inputs.py",
     "tf_run_claim_action": PLUGINS / "action" / "tf_run_claim.py",
 }

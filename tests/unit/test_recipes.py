@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-import tf_worker_status
 import yaml
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_causes, tf_metrics, tf_probe_host
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_causes, tf_metrics, tf_probe_host, tf_worker_records
 from conftest import PLUGINS, REPO
 
 ARCHITECTURE = REPO / "docs" / "architecture.md"
@@ -71,13 +70,13 @@ def fake_format() -> Iterator[tf_metrics.Format]:
 
 
 def format_seen_by(line: str) -> dict[str, bool]:
-    """Who sees a format's line: the progress pattern of the wait (``tf_worker_status``,
+    """Who sees a format's line: the progress pattern of the wait (``tf_worker_records``,
     whose progress lines feed the stall watchdog), with and without a ``tf_stall_pattern``,
     the supervisor's timed lines and the verdict's parser."""
     parsed = tf_metrics.parse_worker(line + "\n")
     return {
         "progress_pattern": re.search(tf_metrics.progress_pattern(), line) is not None,
-        "wait": tf_worker_status.progress_regex("").search(line) is not None,
+        "wait": tf_worker_records.progress_regex("").search(line) is not None,
         "progress_pattern_with_stall_pattern": re.search(tf_metrics.progress_pattern("^never$"), line) is not None,
         "timed": tf_metrics.is_timed(line),
         "verdict": tf_metrics.source_of([parsed]) == FAKE.name,

@@ -337,7 +337,7 @@ def test_the_collect_and_the_wait_pack_the_same_bundle_and_receive_unpacks_it(tm
     options = {"patterns": PATTERNS, "artifacts": ["model.bin"], "max_mb": 1}
     collected = run_module(module.__file__, {"base_dir": str(tmp_path), "run_id": "r1", "dest": "/unused", **options})
     waited = run_module(
-        Path(module.__file__).with_name("tf_worker_status.py"),
+        Path(module.__file__).with_name("tf_worker_wait.py"),
         {"workers": [{"index": 0, "dir": str(run / "worker-0")}], "run_dir": str(run), "collect": options},
     )["bundle"]
     assert waited == {name: collected[name] for name in ("run_dir", "files", "left_out", "truncated", "bundle")}

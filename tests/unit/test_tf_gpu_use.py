@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-import tf_worker_status
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_activity, tf_gpu_use
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_activity, tf_gpu_use, tf_worker_records
 
 GPUS = "0, GPU-aaaa1111, 87\n1, GPU-bbbb2222, 0\n2, GPU-cccc3333, [N/A]\n"
 
@@ -85,7 +84,7 @@ def test_a_hanging_nvidia_smi_is_killed_at_its_timeout(tmp_path: Path) -> None:
 
 
 def test_the_host_module_reads_each_running_jobs_gpu(tmp_path: Path) -> None:
-    """tf_worker_status.with_activity: a running job pinned to GPU 0 through its
+    """tf_worker_records.with_activity: a running job pinned to GPU 0 through its
     job_env.json gets GPU 0's utilisation; an exited worker gets none."""
     root = tmp_path / "proc"
     rest = " ".join(["0"] * 36)
@@ -98,11 +97,11 @@ def test_the_host_module_reads_each_running_jobs_gpu(tmp_path: Path) -> None:
         (wdir / "state.json").write_text(json.dumps({"pid": 300, "pgid": 300}))
         (wdir / "job_env.json").write_text(json.dumps({"CUDA_VISIBLE_DEVICES": "0", "SECRET": "s"}))
         workers.append({"index": index, "dir": str(wdir), "state": state})
-    current = tf_worker_status.with_activity(workers, str(root), fake_smi(tmp_path))
+    current = tf_worker_records.with_activity(workers, str(root), fake_smi(tmp_path))
     assert [w["gpu_util"] for w in current] == [87.0, None]
     assert "SECRET" not in json.dumps(current)
     # Not asked at all when told so (smi="").
-    assert tf_worker_status.with_activity(workers, str(root), "")[0]["gpu_util"] is None
+    assert tf_worker_records.with_activity(workers, str(root), "")[0]["gpu_util"] is None
 
 
 def _worker(index: int, lines: int, gpu: float | None) -> dict[str, Any]:

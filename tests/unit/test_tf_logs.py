@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import tf_worker_status_action as action
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_status_lines
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_logs import is_cpp_log, quiet_tail
-from tf_worker_status import worker_state
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_records import worker_state
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_the_module_filters_the_tail_it_returns(tmp_path: Path, monkeypatch: pyt
 
 def test_the_header_says_how_many_lines_it_hid() -> None:
     result = {"workers": [{"index": 1, "state": "running", "log_tail": ["a"], "log_hidden": 12}]}
-    assert action.log_lines("h", result, None) == [
+    assert tf_status_lines.log_lines("h", result, None) == [
         "[1 h] (running; 1 last line(s) of its log; 12 TensorFlow C++ log line(s) hidden (-e tf_logs_filter=false shows them))",
         "[1 h] a",
     ]

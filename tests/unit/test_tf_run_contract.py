@@ -262,7 +262,7 @@ def test_plugins_that_touch_a_runs_files_import_the_contract() -> None:
     # The preflight probe looks for an earlier launch through tf_probe_host, which imports it.
     assert "module_utils.tf_run import" in (REPO / "plugins" / "module_utils" / "tf_probe_host.py").read_text(encoding="utf-8")
     assert {
-        "tf_run_dir.py", "tf_worker_launch.py", "tf_worker_status.py", "tf_worker_stop.py",
+        "tf_run_dir.py", "tf_worker_launch.py", "tf_worker_wait.py", "tf_worker_stop.py",
         "tf_collect_bundle.py", "tf_cluster.py", "tf_worker_config.py",
     } <= names  # fmt: skip
 

@@ -1,7 +1,7 @@
 """The stall watchdog of the wait (issue 23, point 1), the host clock of a reattach (issue
 24, point 4) and the private flag files (issue 24, point 14).
 
-The action tf_worker_status is driven with a stand-in for the host module and a fake
+The action tf_worker_wait (tf_worker_status for the reattach's finder) is driven with a stand-in for the host module and a fake
 controller clock, so that half an hour without a progress line takes no time.
 """
 
@@ -19,9 +19,9 @@ from ansible.errors import AnsibleFilterError
 from ansible.plugins.action import ActionBase
 
 import tf_wait
-import tf_worker_status
-import tf_worker_status_action as action
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_activity, tf_proc
+import tf_worker_status_action
+import tf_worker_wait_action as action
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_activity, tf_proc, tf_wait_control, tf_worker_records
 
 T0 = 1_800_000_000.0
 
@@ -89,14 +89,16 @@ class Host:
 
 
 def run_action(
-    monkeypatch: pytest.MonkeyPatch, clock: Clock, execute: Any, host: str = "node1", **args: Any
+    monkeypatch: pytest.MonkeyPatch, clock: Clock, execute: Any, host: str = "node1", plugin_of: Any = action, **args: Any
 ) -> tuple[dict[str, Any], list[str]]:
+    """The wait's action (or, with ``plugin_of``, the status's), with ``execute`` for the
+    host's module and ``clock`` for the controller's."""
     shown: list[str] = []
     monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
-    monkeypatch.setattr(action.display, "display", lambda msg, *a, **k: shown.append(msg))
-    monkeypatch.setattr(action.time, "time", clock.time)
-    plugin = object.__new__(action.ActionModule)
-    plugin._task = SimpleNamespace(args={"workers": [], "wait": 0, **args})
+    monkeypatch.setattr(plugin_of.display, "display", lambda msg, *a, **k: shown.append(msg))
+    monkeypatch.setattr(plugin_of.time, "time", clock.time)
+    plugin = object.__new__(plugin_of.ActionModule)
+    plugin._task = SimpleNamespace(args={"workers": [], "wait": 0, **args} if plugin_of is action else args)
     plugin._execute_module = execute
     return plugin.run(task_vars={"inventory_hostname": host}), shown
 
@@ -276,7 +278,7 @@ def test_progress_on_another_host_keeps_a_silent_host_going(
             # The other host's wait records progress on every check.
             path = stall_dir / "node2.json"
             previous = json.loads(path.read_text()) if path.exists() else None
-            action.write_private_json(str(path), node2(previous, len(self.calls), self.clock.now))
+            tf_wait_control.write_private_json(str(path), node2(previous, len(self.calls), self.clock.now))
             return status
 
     host = Busy(clock, [[3]], rounds_to_done=10)
@@ -308,7 +310,7 @@ def test_a_reattached_wait_goes_on_from_the_hosts_record(monkeypatch: pytest.Mon
     clock = Clock(step=10)
     args = stall_args(tmp_path, timeout=1800)
     record = {"host": "node1", "progress_lines": {"0": 7}, "last_progress_at": T0 - 3600}
-    action.write_private_json(str(Path(stall_dir_of(args)) / "node1.json"), record)
+    tf_wait_control.write_private_json(str(Path(stall_dir_of(args)) / "node1.json"), record)
     host = Host(clock, [[7]])
     result, _ = run_action(monkeypatch, clock, host, **args)
     assert len(host.calls) == 1
@@ -316,7 +318,7 @@ def test_a_reattached_wait_goes_on_from_the_hosts_record(monkeypatch: pytest.Mon
     # Counts that moved meanwhile are progress, now.
     clock2 = Clock(step=10)
     args2 = stall_args(tmp_path / "other", timeout=1800)
-    action.write_private_json(str(Path(stall_dir_of(args2)) / "node1.json"), record)
+    tf_wait_control.write_private_json(str(Path(stall_dir_of(args2)) / "node1.json"), record)
     host2 = Host(clock2, [[9]], rounds_to_done=3)
     result2, _ = run_action(monkeypatch, clock2, host2, **args2)
     assert len(host2.calls) == 3 and "stalled" not in result2
@@ -336,7 +338,7 @@ def test_a_reattached_wait_goes_on_from_the_hosts_record(monkeypatch: pytest.Mon
 )
 def test_progress_record(previous: Any, counts: list[int], expected_at: float) -> None:
     workers = [{"index": i, "progress_lines": n} for i, n in enumerate(counts)]
-    record = action.progress_record(previous, "h", workers, 500.0)
+    record = tf_activity.progress_record(previous, "h", workers, 500.0)
     assert record == {"host": "h", "progress_lines": {str(i): n for i, n in enumerate(counts)}, "last_line_at": expected_at,
                       "busy_at": None, "cpu": {}, "cpu_share": {}, "last_progress_at": expected_at}  # fmt: skip
 
@@ -357,12 +359,12 @@ def test_progress_record_counts_a_busy_window(share: float, busy_at: float | Non
 
 def test_seconds_without_progress_takes_the_latest_host(tmp_path: Path) -> None:
     for host, at in (("a", 100.0), ("b", 250.0)):
-        action.write_private_json(str(tmp_path / f"{host}.json"), {"host": host, "last_progress_at": at})
+        tf_wait_control.write_private_json(str(tmp_path / f"{host}.json"), {"host": host, "last_progress_at": at})
     (tmp_path / "broken.json").write_text("{")
-    records = action.read_records(str(tmp_path))
+    records = tf_wait_control.read_records(str(tmp_path))
     assert sorted(r["host"] for r in records) == ["a", "b"]
-    assert action.seconds_without_progress(records, 300.0) == 50.0
-    assert action.seconds_without_progress([], 300.0) is None
+    assert tf_activity.seconds_without_progress(records, 300.0) == 50.0
+    assert tf_activity.seconds_without_progress([], 300.0) is None
 
 
 # --- the outcome --------------------------------------------------------------------------
@@ -414,7 +416,7 @@ def test_outcome_carries_each_failed_workers_cause_and_the_kinds() -> None:
     ],
 )
 def test_to_controller_clock(host_time: Any, host_now: Any, controller_now: float, expected: float) -> None:
-    assert action.to_controller_clock(host_time, host_now, controller_now) == pytest.approx(expected)
+    assert tf_wait_control.to_controller_clock(host_time, host_now, controller_now) == pytest.approx(expected)
 
 
 def test_a_reattach_to_a_host_10_minutes_behind_keeps_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -431,10 +433,10 @@ def test_a_reattach_to_a_host_10_minutes_behind_keeps_the_deadline(monkeypatch: 
         status["now"] = host_now
         return status
 
-    result, _ = run_action(monkeypatch, clock, execute, run_dir="/runs/r1")
+    result, _ = run_action(monkeypatch, clock, execute, plugin_of=tf_worker_status_action, run_dir="/runs/r1")
     assert result["launch"]["deadline_at_controller"] == pytest.approx(T0 + 300)
     assert result["clock_offset"] == pytest.approx(600)
-    assert not action.deadline_passed(result["launch"]["deadline_at_controller"], T0 + 1)
+    assert not tf_wait_control.deadline_passed(result["launch"]["deadline_at_controller"], T0 + 1)
 
 
 # --- private files (issue 24, point 14) -----------------------------------------------------
@@ -462,11 +464,11 @@ def test_an_existing_directory_keeps_its_mode(tmp_path: Path) -> None:
     shared = tmp_path / "runs"
     shared.mkdir()
     shared.chmod(0o755)
-    assert action.write_flag(str(shared / "r1" / ".attempt-0.failed"), {"host": "h"}) is True
+    assert tf_wait_control.write_flag(str(shared / "r1" / ".attempt-0.failed"), {"host": "h"}) is True
     assert stat.S_IMODE(shared.stat().st_mode) == 0o755
     assert stat.S_IMODE((shared / "r1").stat().st_mode) == 0o700
     # The first failure wins.
-    assert action.write_flag(str(shared / "r1" / ".attempt-0.failed"), {"host": "other"}) is False
+    assert tf_wait_control.write_flag(str(shared / "r1" / ".attempt-0.failed"), {"host": "other"}) is False
     assert json.loads((shared / "r1" / ".attempt-0.failed").read_text()) == {"host": "h"}
 
 
@@ -582,7 +584,7 @@ def test_outcome_lists_the_workers_alive_and_frozen_at_the_end() -> None:
 
 
 def test_the_host_module_reads_each_running_jobs_cpu_and_state(tmp_path: Path) -> None:
-    """tf_worker_status.with_activity: the group and the pid of each running worker's
+    """tf_worker_records.with_activity: the group and the pid of each running worker's
     state.json, read in one pass over a /proc tree; a worker whose job does not run (or
     whose pid is no longer in its group) has none."""
     root = tmp_path / "proc"
@@ -596,7 +598,7 @@ def test_the_host_module_reads_each_running_jobs_cpu_and_state(tmp_path: Path) -
         wdir.mkdir()
         (wdir / "state.json").write_text(json.dumps(record))
         workers.append({"index": index, "dir": str(wdir), "state": "exited" if index == 2 else "running"})
-    current = tf_worker_status.with_activity(workers, str(root))
+    current = tf_worker_records.with_activity(workers, str(root))
     ticks = tf_proc.clock_ticks()
     assert (current[0]["cpu_seconds"], current[0]["process_state"]) == (round(300 / ticks, 2), "T")
     assert isinstance(current[0]["cpu_at"], float)

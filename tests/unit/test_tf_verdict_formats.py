@@ -141,7 +141,7 @@ def test_a_keras_jobs_join_and_epochs_are_timed(tmp_path: Path) -> None:
 
 def test_a_registered_format_is_seen_by_the_wait_and_the_stall_watchdog(toy: tf_metrics.Format) -> None:
     """Issue 40, point 5: the wait's progress pattern comes from the registry."""
-    from tf_worker_status import progress_regex
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_records import progress_regex
 
     assert progress_regex("").search("step=3 loss=0.2")
     assert progress_regex("").search("worker=0 epoch=2 loss=0.5") and progress_regex("^iter ").search("iter 3")

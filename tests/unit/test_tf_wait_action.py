@@ -1,4 +1,4 @@
-"""The controller side of the wait (action tf_worker_status): deadlines and what reaches
+"""The controller side of the wait (action tf_worker_wait) and of the status (action tf_worker_status): deadlines and what reaches
 the operator's terminal.
 
 The action is driven with a stand-in for the host module, so that a host whose clock is
@@ -20,9 +20,12 @@ from ansible.errors import AnsibleError, AnsibleFilterError
 from ansible.plugins.action import ActionBase
 
 import tf_wait
-import tf_worker_status_action as action
+import tf_worker_status_action
+import tf_worker_wait_action as action
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_bundle
-from tf_worker_status_action import deadline_passed, printable, progress_lines
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import printable
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_status_lines import log_lines, progress_lines
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_wait_control import deadline_passed
 
 
 def worker(**fields: Any) -> dict[str, Any]:
@@ -51,12 +54,15 @@ class FastHost:
         }
 
 
-def run_action(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, execute: Any, **args: Any) -> tuple[dict[str, Any], list[str]]:
+def run_action(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, execute: Any, plugin_of: Any = action,
+               **args: Any) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+    """The wait's action (or, with plugin_of, the status's) with execute for the host's module."""
     shown: list[str] = []
     monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
-    monkeypatch.setattr(action.display, "display", lambda msg, *a, **k: shown.append(msg))
-    plugin = object.__new__(action.ActionModule)
-    plugin._task = SimpleNamespace(args={"controller_dir": str(tmp_path), "attempt": 0, "workers": [], "wait": 0, **args})
+    monkeypatch.setattr(plugin_of.display, "display", lambda msg, *a, **k: shown.append(msg))
+    plugin = object.__new__(plugin_of.ActionModule)
+    wait_args = {"controller_dir": str(tmp_path), "attempt": 0, "workers": [], "wait": 0}
+    plugin._task = SimpleNamespace(args={**wait_args, **args} if plugin_of is action else args)
     plugin._execute_module = execute
     return plugin.run(task_vars={"inventory_hostname": "node1"}), shown
 
@@ -152,8 +158,9 @@ def test_a_single_check_shows_no_elapsed_time_and_says_no_progress_line_yet(
         return {"workers": [worker(), worker(index=1, last_line="Epoch 31/400")], "done": False, "failed_workers": [],
                 "deadline_passed": False}  # fmt: skip
 
-    result, shown = run_action(monkeypatch, tmp_path, host, controller_dir=None, run_dir="/r")
-    assert shown == ["  node1 worker-0: running  (no progress line yet)", "  node1 worker-1: running  Epoch 31/400"]
+    for plugin_of, args in ((action, {"controller_dir": None}), (tf_worker_status_action, {})):
+        result, shown = run_action(monkeypatch, tmp_path, host, plugin_of=plugin_of, run_dir="/r", **args)
+        assert shown == ["  node1 worker-0: running  (no progress line yet)", "  node1 worker-1: running  Epoch 31/400"]
 
 
 def test_a_failed_worker_shows_its_cause() -> None:
@@ -168,15 +175,15 @@ def test_log_lines_prefix_escape_and_pick() -> None:
             worker(index=2, state="exited", returncode=0, log_tail=["done"]),
         ]
     }
-    assert action.log_lines("h1", result, None) == [
+    assert log_lines("h1", result, None) == [
         "[0 h1] (running; 2 last line(s) of its log)",
         "[0 h1] a",
         "[0 h1] b\\x1b[2J",
         "[2 h1] (finished; 1 last line(s) of its log)",
         "[2 h1] done",
     ]
-    assert action.log_lines("h1", result, [2]) == ["[2 h1] (finished; 1 last line(s) of its log)", "[2 h1] done"]
-    assert action.log_lines("h1", result, [5]) == []
+    assert log_lines("h1", result, [2]) == ["[2 h1] (finished; 1 last line(s) of its log)", "[2 h1] done"]
+    assert log_lines("h1", result, [5]) == []
 
 
 def test_the_logs_check_prints_the_logs_once_and_changes_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
@@ -186,13 +193,12 @@ def test_the_logs_check_prints_the_logs_once_and_changes_nothing(monkeypatch: py
         calls.append(dict(module_args))
         return {"workers": [worker(index=1, log_tail=["x"])], "done": False, "failed_workers": [], "deadline_passed": False}
 
-    _, shown = run_action(
-        monkeypatch, tmp_path, host, controller_dir=None, run_dir="/r", show_logs=True, log_workers=[1], tail_lines=5
-    )
+    logs = {"lines": 5, "filter": False, "workers": [1]}
+    _, shown = run_action(monkeypatch, tmp_path, host, plugin_of=tf_worker_status_action, run_dir="/r", logs=logs)
     assert shown == ["[1 node1] (running; 1 last line(s) of its log)", "[1 node1] x"]
     assert len(calls) == 1
     # Only the module's own options reach the host: no heartbeat, nothing to write.
-    assert calls[0] == {"workers": [], "wait": 0, "run_dir": "/r", "tail_lines": 5}
+    assert calls[0] == {"run_dir": "/r", "logs": logs}
     assert list(tmp_path.iterdir()) == []
 
 

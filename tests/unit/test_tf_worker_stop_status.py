@@ -1,4 +1,5 @@
-"""tf_worker_stop (finding and stopping a run's processes) and tf_worker_status."""
+"""tf_worker_stop (finding and stopping a run's processes), and the reading of a worker's records
+(module_utils/tf_worker_records.py) and the wait's window (tf_worker_watch.py, module tf_worker_wait)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import helpers
 import pytest
 from conftest import PLUGINS
 
-import tf_worker_status
-from tf_worker_status import find_workers, worker_state
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_worker_watch
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_records import find_workers, worker_state
 from tf_worker_stop import group_belongs, run_processes, stop_worker
 
 TF_CONFIG = {"cluster": {"worker": ["127.0.0.1:2222"]}, "task": {"type": "worker", "index": 0}}
@@ -175,7 +176,7 @@ def test_stop_worker_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
     assert stop_worker(str(tmp_path), 0.1) == []
 
 
-# --- tf_worker_status.worker_state ----------------------------------------------------
+# --- tf_worker_records.worker_state ----------------------------------------------------
 
 
 def entry(path: Path, index: int = 0, supervisor_pid: int | None = None, **extra: Any) -> dict[str, Any]:
@@ -289,7 +290,7 @@ def test_the_module_reports_a_launch_that_ended_as_a_failed_worker(tmp_path: Pat
     wdir = tmp_path / "worker-0"
     wdir.mkdir()
     result = helpers.run_module(
-        PLUGINS / "modules" / "tf_worker_status.py", {"workers": [entry(wdir, supervisor_pid=dead.pid)]}
+        PLUGINS / "modules" / "tf_worker_wait.py", {"workers": [entry(wdir, supervisor_pid=dead.pid)], "run_dir": str(tmp_path)}
     )
     assert result["workers"][0]["reason"].startswith(f"the worker could not be launched: its supervisor (pid {dead.pid})")
     assert result["failed_workers"] == [0] and result["done"] is True
@@ -356,54 +357,49 @@ def _w(index: int, state: str = "running", line: str = "", joined: bool = False,
 
 
 def test_progress_alone_does_not_end_a_wait_early() -> None:
-    import tf_worker_status
 
     first = [_w(0, line="epoch=1"), _w(1, state="starting")]
     later = [_w(0, line="epoch=2", joined=True), _w(1, joined=True)]
-    assert tf_worker_status.worth_returning(first, later, until_joined=False) is False
+    assert tf_worker_watch.worth_returning(first, later, until_joined=False) is False
 
 
 def test_a_worker_that_fails_ends_a_wait_at_once() -> None:
-    import tf_worker_status
 
     first = [_w(0), _w(1)]
     for code in (1, 137, -1):
         later = [_w(0), _w(1, state="exited", returncode=code)]
-        assert tf_worker_status.worth_returning(first, later, until_joined=False) is True
+        assert tf_worker_watch.worth_returning(first, later, until_joined=False) is True
 
 
 def test_a_worker_that_ends_well_waits_for_the_others_of_its_host() -> None:
     # Its peers of a healthy run end with it: returning now would cost a module run more.
-    import tf_worker_status
 
     first = [_w(0), _w(1)]
-    assert tf_worker_status.worth_returning(first, [_w(0), _w(1, state="exited", returncode=0)], False) is False
+    assert tf_worker_watch.worth_returning(first, [_w(0), _w(1, state="exited", returncode=0)], False) is False
     # ... but one of them failing afterwards is news again.
     later = [_w(0, state="exited", returncode=2), _w(1, state="exited", returncode=0)]
-    assert tf_worker_status.worth_returning(first, later, until_joined=False) is True
+    assert tf_worker_watch.worth_returning(first, later, until_joined=False) is True
 
 
 def test_a_worker_that_had_exited_before_does_not_end_it_again() -> None:
-    import tf_worker_status
 
     first = [_w(0, state="exited", returncode=1), _w(1)]
     later = [_w(0, state="exited", returncode=1), _w(1, line="epoch=3")]
-    assert tf_worker_status.worth_returning(first, later, False) is False
+    assert tf_worker_watch.worth_returning(first, later, False) is False
 
 
 def test_a_detached_wait_ends_once_every_worker_joined() -> None:
-    import tf_worker_status
 
     first = [_w(0), _w(1)]
-    assert tf_worker_status.worth_returning(first, [_w(0, joined=True), _w(1)], until_joined=True) is False
-    assert tf_worker_status.worth_returning(first, [_w(0, joined=True), _w(1, joined=True)], until_joined=True) is True
-    assert tf_worker_status.worth_returning(first, [_w(0, joined=True), _w(1, joined=True)], until_joined=False) is False
+    assert tf_worker_watch.worth_returning(first, [_w(0, joined=True), _w(1)], until_joined=True) is False
+    assert tf_worker_watch.worth_returning(first, [_w(0, joined=True), _w(1, joined=True)], until_joined=True) is True
+    assert tf_worker_watch.worth_returning(first, [_w(0, joined=True), _w(1, joined=True)], until_joined=False) is False
 
 
 # --- progress of every format, causes (issues 23 and 25) -----------------------------------
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_causes  # noqa: E402
-from tf_worker_status import progress_regex, read_progress  # noqa: E402
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_records import progress_regex, read_progress  # noqa: E402
 
 PROGRESS = progress_regex("")
 
@@ -536,7 +532,7 @@ def test_the_module_returns_the_hosts_clock_and_the_marks(tmp_path: Path) -> Non
     (wdir / "worker.log").write_text("Epoch 1/2\nEpoch 2/2\n")
     (wdir / "exit.json").write_text(json.dumps({"returncode": 0, "reason": "exited"}))
     before = time.time()
-    result = helpers.run_module(PLUGINS / "modules" / "tf_worker_status.py", {"workers": [entry(wdir)]})
+    result = helpers.run_module(PLUGINS / "modules" / "tf_worker_wait.py", {"workers": [entry(wdir)], "run_dir": str(tmp_path)})
     assert before <= result["now"] <= time.time()
     assert result["workers"][0]["progress_lines"] == 2
     marks = result["progress_marks"]
@@ -545,16 +541,17 @@ def test_the_module_returns_the_hosts_clock_and_the_marks(tmp_path: Path) -> Non
     with (wdir / "worker.log").open("a") as handle:
         handle.write("step=7\n")
     again = helpers.run_module(
-        PLUGINS / "modules" / "tf_worker_status.py",
-        {"workers": [entry(wdir)], "progress_marks": marks, "progress_pattern": r"^step=\d"},
+        PLUGINS / "modules" / "tf_worker_wait.py",
+        {"workers": [entry(wdir)], "run_dir": str(tmp_path), "progress_marks": marks, "progress_pattern": r"^step=\d"},
     )
     assert again["workers"][0]["progress_lines"] == 3
     assert again["workers"][0]["last_line"] == "step=7"
 
 
-def test_the_module_refuses_a_bad_pattern(tmp_path: Path) -> None:
+@pytest.mark.parametrize("module, args", [("tf_worker_wait", {"workers": []}), ("tf_worker_status", {})])
+def test_the_modules_refuse_a_bad_pattern(tmp_path: Path, module: str, args: dict[str, Any]) -> None:
     result = helpers.run_module(
-        PLUGINS / "modules" / "tf_worker_status.py", {"workers": [], "progress_pattern": "step=("}
+        PLUGINS / "modules" / f"{module}.py", {**args, "run_dir": str(tmp_path), "progress_pattern": "step=("}
     )
     assert result["failed"] and result["msg"].startswith("progress_pattern 'step=(' is not a regular expression")
 
@@ -582,8 +579,8 @@ def finished_run(tmp_path: Path, returncodes: tuple[int, ...] = (0, 0)) -> tuple
 def test_the_last_call_of_a_healthy_host_packs_the_bundle_with_the_collects_rules(tmp_path: Path) -> None:
     run, workers = finished_run(tmp_path)
     result = helpers.run_module(
-        PLUGINS / "modules" / "tf_worker_status.py",
-        {"workers": workers, "run_dir": str(run), "heartbeat": True, "collect": COLLECT},
+        PLUGINS / "modules" / "tf_worker_wait.py",
+        {"workers": workers, "run_dir": str(run), "collect": COLLECT},
     )
     assert result["done"] and result["failed_workers"] == []
     packed = result["bundle"]
@@ -604,21 +601,21 @@ def test_the_last_call_of_a_healthy_host_packs_the_bundle_with_the_collects_rule
 def test_no_bundle_while_a_worker_failed_or_runs_nor_in_check_mode(tmp_path: Path, check_mode: bool) -> None:
     run, workers = finished_run(tmp_path, (0, 3))
     failed = helpers.run_module(
-        PLUGINS / "modules" / "tf_worker_status.py",
+        PLUGINS / "modules" / "tf_worker_wait.py",
         {"workers": workers, "run_dir": str(run), "collect": COLLECT}, check_mode=check_mode,
     )
     assert failed["failed_workers"] == [1] and "bundle" not in failed
     (run / "worker-1" / "exit.json").write_text(json.dumps({"returncode": 0, "reason": "exited"}))
     (run / "worker-2").mkdir()
     starting = helpers.run_module(
-        PLUGINS / "modules" / "tf_worker_status.py",
+        PLUGINS / "modules" / "tf_worker_wait.py",
         {"workers": [*workers, entry(run / "worker-2", 2)], "run_dir": str(run), "collect": COLLECT},
         check_mode=check_mode,
     )
     assert not starting["done"] and "bundle" not in starting
     healthy = helpers.run_module(
-        PLUGINS / "modules" / "tf_worker_status.py",
-        {"workers": workers, "run_dir": str(run), "heartbeat": True, "collect": COLLECT}, check_mode=check_mode,
+        PLUGINS / "modules" / "tf_worker_wait.py",
+        {"workers": workers, "run_dir": str(run), "collect": COLLECT}, check_mode=check_mode,
     )
     assert ("bundle" in healthy) is not check_mode
     # A dry run renews no heartbeat and packs nothing.
@@ -626,10 +623,10 @@ def test_no_bundle_while_a_worker_failed_or_runs_nor_in_check_mode(tmp_path: Pat
     assert (run / ".collect.tar.gz").exists() is not check_mode
 
 
-def test_the_collect_and_the_heartbeat_need_the_run_directory(tmp_path: Path) -> None:
+def test_the_wait_needs_the_run_directory_for_its_heartbeat_and_collect(tmp_path: Path) -> None:
     _run, workers = finished_run(tmp_path)
-    for args in ({"collect": COLLECT}, {"heartbeat": True}):
-        result = helpers.run_module(PLUGINS / "modules" / "tf_worker_status.py", {"workers": workers, **args})
+    for args in ({"collect": COLLECT}, {}):
+        result = helpers.run_module(PLUGINS / "modules" / "tf_worker_wait.py", {"workers": workers, **args})
         assert result["failed"] and "run_dir" in result["msg"], result
 
 
@@ -637,7 +634,7 @@ def test_a_bundle_that_cannot_be_packed_is_reported_not_fatal(tmp_path: Path) ->
     run, workers = finished_run(tmp_path)
     (run / ".collect.tar.gz.part").mkdir()  # the packing's temporary file cannot be written
     result = helpers.run_module(
-        PLUGINS / "modules" / "tf_worker_status.py", {"workers": workers, "run_dir": str(run), "collect": COLLECT}
+        PLUGINS / "modules" / "tf_worker_wait.py", {"workers": workers, "run_dir": str(run), "collect": COLLECT}
     )
     assert result["done"] and "bundle" not in result
     assert result["bundle_error"].startswith(f"cannot pack the collect bundle in {run}: ")
@@ -646,20 +643,20 @@ def test_a_bundle_that_cannot_be_packed_is_reported_not_fatal(tmp_path: Path) ->
 def test_a_new_exit_record_ends_the_wait_for_news_at_once(tmp_path: Path) -> None:
     run, workers = finished_run(tmp_path)
     (run / "worker-1" / "exit.json").unlink()
-    seen = tf_worker_status.exit_records(workers)
+    seen = tf_worker_watch.exit_records(workers)
     assert seen == frozenset({str(run / "worker-0")})
     start = time.monotonic()
-    assert tf_worker_status.wait_for_news(workers, seen, start + 0.2) == seen
+    assert tf_worker_watch.wait_for_news(workers, seen, start + 0.2) == seen
     assert time.monotonic() - start >= 0.2
     writer = threading.Timer(0.1, lambda: (run / "worker-1" / "exit.json").write_text("{}"))
     writer.start()
     start = time.monotonic()
     try:
-        news = tf_worker_status.wait_for_news(workers, seen, start + 5)
+        news = tf_worker_watch.wait_for_news(workers, seen, start + 5)
     finally:
         writer.cancel()
     assert news == frozenset({str(run / "worker-0"), str(run / "worker-1")})
-    assert time.monotonic() - start < 0.1 + 2 * tf_worker_status.EXIT_POLL_SECONDS + 0.2
+    assert time.monotonic() - start < 0.1 + 2 * tf_worker_watch.EXIT_POLL_SECONDS + 0.2
 
 
 def test_an_exit_record_without_the_supervisors_nonce_is_no_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

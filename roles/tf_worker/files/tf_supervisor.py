@@ -65,6 +65,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import hmac
 import json
@@ -995,15 +996,97 @@ def exit_record(
     }
 
 
-def supervise(args: argparse.Namespace) -> int:
-    # Before anything else: the launch's secrets wait on a pipe.
+class Refused(Exception):
+    """A step of the supervision ended it before, or instead of, a job: its exit status (the
+    step wrote exit.json, or nothing for a worker already launched)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+@dataclasses.dataclass
+class Plan:
+    """What the supervisor checked and prepared before anything starts: its worker, the
+    cluster seen from it, the launch's secrets, the job's environment and command line, and
+    the state record it writes (armed, then started)."""
+
+    args: argparse.Namespace
+    worker_dir: Path
+    started: float
+    launched_mono: float
+    own_port: int
+    peers: list[tuple[int, str, int]]
+    go_token: bytes
+    announce_key: bytes
+    env: dict[str, str]
+    job_argv: list[str]
+    has_wrapper: bool
+    stacks_path: Path
+    job_dir: str
+    nonce: str
+    record: dict[str, Any]
+
+
+@dataclasses.dataclass
+class Job:
+    """The job this supervisor started: its process (the leader of its own group), the
+    keeper of the group and the pipe that keeps it, its state record and the guard of the
+    worker's records."""
+
+    child: subprocess.Popen
+    keeper: int | None
+    keeper_write: int
+    state: dict[str, Any]
+    guard: RecordGuard
+    log_path: Path
+    oom_before: Any
+    started: float
+
+    @property
+    def pgid(self) -> int:
+        return self.child.pid
+
+
+@dataclasses.dataclass
+class Ending:
+    """Why and when the supervisor stopped the job (``reason`` stays "exited" when it
+    ended by itself), and why no stacks could be taken before a deadline stop."""
+
+    reason: str = "exited"
+    stopped_by: str | None = None
+    stop_cause: str | None = None
+    stopped_at: list[float] = dataclasses.field(default_factory=list)
+    stacks_missing: list[str] = dataclasses.field(default_factory=list)
+
+    def stop(self, stopped_by: str, reason: str, cause: str | None = None) -> None:
+        self.stopped_by, self.reason, self.stop_cause = stopped_by, reason, cause
+
+
+def job_env(args: argparse.Namespace, worker_dir: Path, config_text: str) -> dict[str, str]:
+    """The job's environment: job_env.json over the supervisor's, TF_CONFIG, unbuffered
+    output, gRPC's keepalive and the runbook's side of the resume contract (which attempt
+    this is, and a directory that outlives attempts). Never the launch's secrets."""
+    env = job_environment(worker_dir, dict(os.environ))
+    env["TF_CONFIG"] = config_text.strip()
+    env["PYTHONUNBUFFERED"] = "1"
+    env["TF_GRPC_DEFAULT_OPTIONS"] = grpc_default_options(env.get("TF_GRPC_DEFAULT_OPTIONS", ""))
+    env["TF_RUNBOOK_ATTEMPT"] = str(args.attempt)
+    if args.checkpoint_dir:
+        env["TF_RUNBOOK_CHECKPOINT_DIR"] = args.checkpoint_dir
+    return env
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    """Read the launch's secrets (before anything else: they wait on a pipe), refuse a
+    worker already launched or any argument that is wrong, and prepare the job."""
     secrets_, secrets_problem = take_secrets(args)
     worker_dir: Path = args.worker_dir.resolve()
     if (worker_dir / STATE_FILE).exists() or (worker_dir / EXIT_FILE).exists():
         # Never run twice in one worker directory: that would overwrite an earlier
         # attempt's records.
         print(f"{worker_dir}: this worker was already launched", file=sys.stderr)
-        return 97
+        raise Refused(97)
     started = time.time()
     try:
         config_text: str | None = (worker_dir / CONFIG_FILE).read_text(encoding="utf-8")
@@ -1014,51 +1097,12 @@ def supervise(args: argparse.Namespace) -> int:
         reason = "refused to start: " + "; ".join(problems)
         print(f"{worker_dir}: {reason}", file=sys.stderr)
         finish(worker_dir, exit_record(2, reason, None, started, False), cause="startup")
-        return 2
+        raise Refused(2)
     assert config_text is not None
     own_port, peers = cluster_peers(json.loads(config_text))
-    # The secrets of the launch: never in any environment, the job's included.
-    go_token = secrets_.get(SECRET_GO_TOKEN, "").encode("utf-8")
-    announce_key = secrets_.get(SECRET_ANNOUNCE_KEY, "").encode("utf-8")
-    env = job_environment(worker_dir, dict(os.environ))
-    env["TF_CONFIG"] = config_text.strip()
-    env["PYTHONUNBUFFERED"] = "1"
-    env["TF_GRPC_DEFAULT_OPTIONS"] = grpc_default_options(env.get("TF_GRPC_DEFAULT_OPTIONS", ""))
-    # The runbook's side of the resume contract: which attempt this is, and a directory
-    # that outlives attempts, for jobs that back up and restore their training state.
-    env["TF_RUNBOOK_ATTEMPT"] = str(args.attempt)
-    if args.checkpoint_dir:
-        env["TF_RUNBOOK_CHECKPOINT_DIR"] = args.checkpoint_dir
-
-    stop_reason: list[tuple[str, str, str | None]] = []
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stop_reason.append(
-            stop_request(worker_dir) or ("signal", f"stopped by signal {signal_name(signum)}", None)
-        )
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
-
-    # The job deadline counts from the launch (this process's start): time spent armed,
-    # waiting for the go, comes out of it, as it would have for a job started at once.
-    launched_mono = time.monotonic()
-    deadline_at = started + args.job_timeout if args.job_timeout else None
-    launch = {
-        "python": args.python,
-        "script": str(args.script),
-        "job_args": list(args.job_args),
-        "attempt": args.attempt,
-        "checkpoint_dir": args.checkpoint_dir,
-        "controller_timeout": args.controller_timeout,
-        "heartbeat_file": args.heartbeat_file,
-        "peer_timeout": args.peer_timeout,
-        "deadline_at": deadline_at,
-    }
-    argv = [args.python, str(args.script), *args.job_args]
     # The job runs under the wrapper shipped next to this file, which dumps its stacks on
     # the stacks signal; without the wrapper (an older deploy), as it is.
+    argv = [args.python, str(args.script), *args.job_args]
     wrapper = os.path.join(_HERE, JOB_WRAPPER)
     has_wrapper = os.path.isfile(wrapper)
     stacks_path = worker_dir / STACKS_FILE
@@ -1068,55 +1112,105 @@ def supervise(args: argparse.Namespace) -> int:
         if has_wrapper
         else argv
     )
-    job_dir = job_dir_of(args.script)
+    deadline_at = started + args.job_timeout if args.job_timeout else None
+    launch = {
+        "python": args.python, "script": str(args.script), "job_args": list(args.job_args), "attempt": args.attempt,
+        "checkpoint_dir": args.checkpoint_dir, "controller_timeout": args.controller_timeout,
+        "heartbeat_file": args.heartbeat_file, "peer_timeout": args.peer_timeout, "deadline_at": deadline_at,
+    }  # fmt: skip
     # state.json: armed (no job yet) and then started, with the same launch.
-    # Only this supervisor's exit.json carries it: the wait ignores one the job wrote.
+    # Only this supervisor's exit.json carries its nonce: the wait ignores one the job wrote.
     nonce = secrets.token_hex(16)
     record: dict[str, Any] = {
         "nonce": nonce, "supervisor_pid": os.getpid(), "pid": None, "pgid": None, "keeper_pid": None, "started_at": None,
         "armed_at": None, "go_port": None, "argv": argv, "launch": launch, "joined_at": None,
         "stacks_signal": stacks_signal() if has_wrapper else None,
     }  # fmt: skip
-    go_conn = None
-    if args.go_timeout:
-        try:
-            listener = hold_port(own_port)
-        except OSError as exc:
-            reason = f"refused to start: port {own_port} (its TensorFlow port) is not free: {exc}"
-            print(f"{worker_dir}: {reason}", file=sys.stderr)
-            finish(worker_dir, exit_record(2, reason, None, started, False), cause="startup", nonce=nonce)
-            return 2
-        armed_at = time.time()
-        record.update(armed_at=armed_at, go_port=own_port)
-        write_json_atomic(worker_dir / STATE_FILE, record)
-        with listener:
-            go_conn, outcome = await_go(listener, go_token, args.go_timeout, lambda: bool(stop_reason))
-        if go_conn is None:
-            if outcome == "stopped":
-                stopped_by, reason, cause = stop_reason[0]
-                result = exit_record(-signal.SIGTERM, f"{reason} (before the job started)", stopped_by, armed_at, False)
-            else:
-                reason = (
-                    f"no go from the launch within {args.go_timeout:g} s (tf_launch_go_timeout): the launch did "
-                    "not finish on every host, so the job was never started"
-                )
-                result, cause = exit_record(124, reason, "startup-deadline", armed_at, False), None
-            finish(worker_dir, result, cause=cause, nonce=nonce)
-            return int(result["returncode"])
-        started = time.time()
-    spent = time.monotonic() - launched_mono
-    job_timeout = max(args.job_timeout - spent, min(args.job_timeout, 1.0)) if args.job_timeout else 0.0
+    return Plan(
+        args=args, worker_dir=worker_dir, started=started,
+        # The job deadline counts from the launch (this process's start): time spent
+        # armed, waiting for the go, comes out of it, as it would have for a job started
+        # at once.
+        launched_mono=time.monotonic(),
+        own_port=own_port, peers=peers,
+        # The secrets of the launch: never in any environment, the job's included.
+        go_token=secrets_.get(SECRET_GO_TOKEN, "").encode("utf-8"),
+        announce_key=secrets_.get(SECRET_ANNOUNCE_KEY, "").encode("utf-8"),
+        env=job_env(args, worker_dir, config_text), job_argv=job_argv, has_wrapper=has_wrapper,
+        stacks_path=stacks_path, job_dir=job_dir_of(args.script), nonce=nonce, record=record,
+    )  # fmt: skip
 
-    # The keeper's pipe: the supervisor holds the write end for as long as it lives.
+
+def catch_stop_signals(worker_dir: Path) -> list[tuple[str, str, str | None]]:
+    """The stops asked of this supervisor (SIGTERM, SIGINT, SIGHUP), each as who asked
+    (tf_worker_stop's request, or "signal"), why, and the cause it names; filled by the
+    signal handlers, read by every step that waits."""
+    stop_reason: list[tuple[str, str, str | None]] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop_reason.append(stop_request(worker_dir) or ("signal", f"stopped by signal {signal_name(signum)}", None))
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
+    return stop_reason
+
+
+def arm(run: Plan, stop_reason: list[tuple[str, str, str | None]]) -> tuple[socket.socket | None, float]:
+    """With ``--go-timeout``: hold the worker's TensorFlow port, record an armed state and
+    wait for the launch's go; the go's connection (answered once the job started) and when
+    the job starts. Without it, no go and the launch's time."""
+    args, worker_dir = run.args, run.worker_dir
+    if not args.go_timeout:
+        return None, run.started
+    try:
+        listener = hold_port(run.own_port)
+    except OSError as exc:
+        reason = f"refused to start: port {run.own_port} (its TensorFlow port) is not free: {exc}"
+        print(f"{worker_dir}: {reason}", file=sys.stderr)
+        finish(worker_dir, exit_record(2, reason, None, run.started, False), cause="startup", nonce=run.nonce)
+        raise Refused(2)
+    armed_at = time.time()
+    run.record.update(armed_at=armed_at, go_port=run.own_port)
+    write_json_atomic(worker_dir / STATE_FILE, run.record)
+    with listener:
+        go_conn, outcome = await_go(listener, run.go_token, args.go_timeout, lambda: bool(stop_reason))
+    if go_conn is None:
+        if outcome == "stopped":
+            stopped_by, reason, cause = stop_reason[0]
+            result = exit_record(-signal.SIGTERM, f"{reason} (before the job started)", stopped_by, armed_at, False)
+        else:
+            reason = (
+                f"no go from the launch within {args.go_timeout:g} s (tf_launch_go_timeout): the launch did "
+                "not finish on every host, so the job was never started"
+            )
+            result, cause = exit_record(124, reason, "startup-deadline", armed_at, False), None
+        finish(worker_dir, result, cause=cause, nonce=run.nonce)
+        raise Refused(int(result["returncode"]))
+    return go_conn, time.time()
+
+
+def job_time_left(run: Plan) -> float:
+    """The job deadline's seconds left once armed (0 for none): the time spent waiting for
+    the go comes out of it, but never all of it."""
+    args = run.args
+    spent = time.monotonic() - run.launched_mono
+    return max(args.job_timeout - spent, min(args.job_timeout, 1.0)) if args.job_timeout else 0.0
+
+
+def start_job(run: Plan, started: float, go_conn: socket.socket | None) -> Job:
+    """Start the job in its own session and process group, output to its log, kept by the
+    keeper (whose pipe the supervisor holds for as long as it lives); record its state and
+    answer the go."""
+    args, worker_dir = run.args, run.worker_dir
     keeper_read, keeper_write = os.pipe()
     log_path = worker_dir / LOG_FILE
     oom_before = oom_kill_counts()
     with open(log_path, "ab", buffering=0) as log:
         try:
             child = subprocess.Popen(
-                job_argv,
+                run.job_argv,
                 cwd=worker_dir,
-                env=env,
+                env=run.env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -1124,170 +1218,223 @@ def supervise(args: argparse.Namespace) -> int:
             )
         except OSError as exc:
             log.write(f"supervisor: cannot start {args.python}: {exc}\n".encode())
-            finish(worker_dir, exit_record(127, f"cannot start the job: {exc}", None, started, False), cause="startup", nonce=nonce)
+            finish(worker_dir, exit_record(127, f"cannot start the job: {exc}", None, started, False), cause="startup", nonce=run.nonce)
             if go_conn is not None:
                 answer_go(go_conn, GO_FAILED + f"cannot start the job: {exc}".encode("utf-8", "replace"))
-            return 127
+            raise Refused(127) from exc
     os.close(keeper_read)
-    pgid = child.pid
     state: dict[str, Any] = {
-        **record,
+        **run.record,
         "pid": child.pid,
-        "pgid": pgid,
-        "keeper_pid": next((p for p in group_members(pgid) if p != child.pid), None),
+        "pgid": child.pid,
+        "keeper_pid": next((p for p in group_members(child.pid) if p != child.pid), None),
         "started_at": started,
     }
-    keeper = state["keeper_pid"]
     write_json_atomic(worker_dir / STATE_FILE, state)
     guard = RecordGuard(worker_dir)
     guard.wrote(STATE_FILE)
     if go_conn is not None:
         answer_go(go_conn, GO_STARTED + str(child.pid).encode())
+    return Job(child, state["keeper_pid"], keeper_write, state, guard, log_path, oom_before, started)
 
-    stacks_missing: list[str] = []
 
-    def take_stacks() -> None:
-        """The job's stacks, before it is stopped for a deadline (exit.json's stacks). The
-        stacks signal ends a process that does not catch it: a job that re-executed itself
-        (``os.execv``) dropped the wrapper, and is not sent it."""
-        if not has_wrapper or child.poll() is not None:
+def take_stacks(run: Plan, job: Job, ending: Ending) -> None:
+    """The job's stacks, before it is stopped for a deadline (exit.json's stacks). The
+    stacks signal ends a process that does not catch it: a job that re-executed itself
+    (``os.execv``) dropped the wrapper, and is not sent it."""
+    if not run.has_wrapper or job.child.poll() is not None:
+        return
+    if signal_caught(job.child.pid, stacks_signal()) is False:
+        ending.stacks_missing.append(
+            "no stacks: the job runs without the wrapper (it does not catch the stacks signal; "
+            "a job that re-executes itself drops it)"
+        )
+        return
+    request_stacks(job.child.pid, str(run.stacks_path), STACKS_SECONDS)
+
+
+def stop_from_outside(run: Plan, job: Job) -> None:
+    """A SIGTERM from outside the runbook (a preemption, a host's shutdown): the job gets
+    its grace to save. The group gets one SIGTERM: forwarded only when it did not get it
+    too (then pending on the keeper, which blocks it)."""
+    end = time.monotonic() + FORWARD_CHECK_SECONDS
+    got_it = False
+    while job.keeper and not got_it and time.monotonic() < end and job.child.poll() is None:
+        got_it = bool(signal_pending(job.keeper, signal.SIGTERM))
+        time.sleep(0.05)
+    stop_group(job.pgid, job.child, run.args.grace, terminate=not got_it and job.child.poll() is None, keeper=job.keeper)
+
+
+class JobWatch:
+    """What the supervisor watches while the job runs: the log (the startup line, the timed
+    lines), the job's own writes into the worker's records, the deadlines, the controller's
+    heartbeat and the peers. One ``check`` per poll."""
+
+    def __init__(self, run: Plan, job: Job, job_timeout: float, stop_reason: list[tuple[str, str, str | None]]) -> None:
+        args = run.args
+        self.run, self.job, self.job_timeout, self.stop_reason = run, job, job_timeout, stop_reason
+        self.watcher = LogWatcher(job.log_path, args.startup_pattern)
+        self.peer_watch = PeerWatch(run.peers, args.peer_timeout) if args.peer_timeout and run.peers else None
+        self.clock = LineClock(job.log_path)
+        self.t0 = time.monotonic()
+        self.next_watch = self.t0 + WATCH_SECONDS
+        self.next_progress, self.progress_lines = self.t0, 0
+
+    def record(self, now: float, joined: bool) -> None:
+        """state.json's news: when the worker joined, and where its training stands
+        (tf_metrics.progress_of), for status.yml and the wait: the time each epoch ended
+        is the supervisor's, not a reader's."""
+        state, guard, path = self.job.state, self.job.guard, self.run.worker_dir / STATE_FILE
+        if joined and state["joined_at"] is None:
+            state["joined_at"] = time.time()
+            write_json_atomic(path, state)
+            guard.wrote(STATE_FILE)
+        if now >= self.next_progress and len(self.clock.lines) != self.progress_lines:
+            self.next_progress, self.progress_lines = now + PROGRESS_SECONDS, len(self.clock.lines)
+            progress = progress_of([(at, line) for at, line in self.clock.lines])
+            if progress is not None and progress != state.get("progress"):
+                state["progress"] = progress
+                write_json_atomic(path, state)
+                guard.wrote(STATE_FILE)
+
+    def check(self, ending: Ending) -> None:
+        """One look at the job; sets ``ending`` when it must be stopped."""
+        args, run, job = self.run.args, self.run, self.job
+        now = time.monotonic()
+        elapsed = now - self.t0
+        joined = self.watcher.poll()
+        self.clock.poll()
+        # Looked at before the supervisor writes a record again: a rewrite would hide a
+        # record the job wrote in between.
+        collided = job.guard.foreign(now, bool(self.stop_reason))
+        if collided is not None:
+            ending.stop("supervisor", (
+                f"the job wrote {collided} into its working directory, where the runbook keeps this "
+                f"worker's records: write it under another name or in a subdirectory"
+            ), "job-error")  # fmt: skip
             return
-        if signal_caught(child.pid, stacks_signal()) is False:
-            stacks_missing.append(
-                "no stacks: the job runs without the wrapper (it does not catch the stacks signal; "
-                "a job that re-executes itself drops it)"
+        self.record(now, joined)
+        if args.startup_timeout and not joined and elapsed > args.startup_timeout:
+            ending.stop("startup-deadline", f"startup deadline of {args.startup_timeout:g} s passed before the worker joined the cluster")
+        elif self.job_timeout and elapsed > self.job_timeout:
+            ending.stop("job-deadline", f"job deadline of {args.job_timeout:g} s passed")
+            take_stacks(run, job, ending)
+        elif now >= self.next_watch:
+            self.next_watch = now + WATCH_SECONDS
+            self.watch_others(ending)
+
+    def watch_others(self, ending: Ending) -> None:
+        """Every WATCH_SECONDS: the controller's heartbeat, then the peers."""
+        args, run, job = self.run.args, self.run, self.job
+        if args.controller_timeout:
+            age = heartbeat_age(args.heartbeat_file, job.started)
+            if age > args.controller_timeout:
+                ending.stop("controller", (
+                    f"lost the controller: its heartbeat was not renewed for {age:.0f} s "
+                    f"(tf_controller_timeout {args.controller_timeout:g} s)"
+                ))  # fmt: skip
+        if ending.stopped_by is None and self.peer_watch is not None:
+            # Given up once the job ended or a stop came: either is handled at once.
+            probes = probe_peers(
+                run.peers, 1.0, run.announce_key, args.run_id, lambda: job.child.poll() is not None or bool(self.stop_reason)
             )
-            return
-        request_stacks(child.pid, str(stacks_path), STACKS_SECONDS)
+            found = self.peer_watch.verdict(probes, time.monotonic())
+            if found:
+                ending.stop("peer", found)
 
-    def stop_from_outside() -> None:
-        """A SIGTERM from outside the runbook (a preemption, a host's shutdown): the job gets
-        its grace to save. The group gets one SIGTERM: forwarded only when it did not get
-        it too (then pending on the keeper, which blocks it)."""
-        end = time.monotonic() + FORWARD_CHECK_SECONDS
-        got_it = False
-        while keeper and not got_it and time.monotonic() < end and child.poll() is None:
-            got_it = bool(signal_pending(keeper, signal.SIGTERM))
-            time.sleep(0.05)
-        stop_group(pgid, child, args.grace, terminate=not got_it and child.poll() is None, keeper=keeper)
 
-    watcher = LogWatcher(log_path, args.startup_pattern)
-    peer_watch = PeerWatch(peers, args.peer_timeout) if args.peer_timeout and peers else None
-    clock = LineClock(log_path)
-    reason = "exited"
-    stopped_by: str | None = None
-    stop_cause: str | None = None
-    # When the supervisor began to stop the job (the verdict tells a job that had finished
-    # by itself before a stop reached it from one the stop ended).
-    stopped_at: list[float] = []
-    t0 = time.monotonic()
-    next_watch = t0 + WATCH_SECONDS
-    next_progress, progress_lines = t0, 0
+def watch_job(run: Plan, job: Job, watch: JobWatch, stop_reason: list[tuple[str, str, str | None]]) -> Ending:
+    """Watch the job until it ends, or stop it: asked to (a signal, tf_worker_stop), or for
+    a reason of its own (``JobWatch.check``); an error of the supervisor stops it too, as
+    the job must not outlive a broken supervisor."""
+    ending = Ending()
+    child, grace = job.child, run.args.grace
     try:
         while child.poll() is None:
             if stop_reason:
-                stopped_by, reason, stop_cause = stop_reason[0]
-                stopped_at.append(time.time())
-                if stopped_by == "signal":
-                    stop_from_outside()
+                ending.stop(*stop_reason[0])
+                ending.stopped_at.append(time.time())
+                if ending.stopped_by == "signal":
+                    stop_from_outside(run, job)
                 else:
-                    stop_group(pgid, child, args.grace, keeper=keeper)
+                    stop_group(job.pgid, child, grace, keeper=job.keeper)
                 break
-            now = time.monotonic()
-            elapsed = now - t0
-            joined = watcher.poll()
-            clock.poll()
-            # Looked at before the supervisor writes a record again: a rewrite would hide
-            # a record the job wrote in between.
-            collided = guard.foreign(now, bool(stop_reason))
-            if joined and state["joined_at"] is None and collided is None:
-                state["joined_at"] = time.time()
-                write_json_atomic(worker_dir / STATE_FILE, state)
-                guard.wrote(STATE_FILE)
-            if collided is None and now >= next_progress and len(clock.lines) != progress_lines:
-                # Where the training stands (tf_metrics.progress_of), for status.yml and the
-                # wait: the time each epoch ended is the supervisor's, not a reader's.
-                next_progress, progress_lines = now + PROGRESS_SECONDS, len(clock.lines)
-                progress = progress_of([(at, line) for at, line in clock.lines])
-                if progress is not None and progress != state.get("progress"):
-                    state["progress"] = progress
-                    write_json_atomic(worker_dir / STATE_FILE, state)
-                    guard.wrote(STATE_FILE)
-            if collided is not None:
-                stopped_by, stop_cause = "supervisor", "job-error"
-                reason = (
-                    f"the job wrote {collided} into its working directory, where the runbook keeps this "
-                    f"worker's records: write it under another name or in a subdirectory"
-                )
-            elif args.startup_timeout and not joined and elapsed > args.startup_timeout:
-                stopped_by = "startup-deadline"
-                reason = f"startup deadline of {args.startup_timeout:g} s passed before the worker joined the cluster"
-            elif job_timeout and elapsed > job_timeout:
-                stopped_by, reason = "job-deadline", f"job deadline of {args.job_timeout:g} s passed"
-                take_stacks()
-            elif now >= next_watch:
-                next_watch = now + WATCH_SECONDS
-                if args.controller_timeout:
-                    age = heartbeat_age(args.heartbeat_file, started)
-                    if age > args.controller_timeout:
-                        stopped_by = "controller"
-                        reason = (
-                            f"lost the controller: its heartbeat was not renewed for {age:.0f} s "
-                            f"(tf_controller_timeout {args.controller_timeout:g} s)"
-                        )
-                if stopped_by is None and peer_watch is not None:
-                    # Given up once the job ended or a stop came: either is handled at once.
-                    probes = probe_peers(
-                        peers, 1.0, announce_key, args.run_id, lambda: child.poll() is not None or bool(stop_reason)
-                    )
-                    found = peer_watch.verdict(probes, time.monotonic())
-                    if found:
-                        stopped_by, reason = "peer", found
-            if stopped_by is not None:
-                stopped_at.append(time.time())
-                stop_group(pgid, child, args.grace, keeper=keeper)
+            watch.check(ending)
+            if ending.stopped_by is not None:
+                ending.stopped_at.append(time.time())
+                stop_group(job.pgid, child, grace, keeper=job.keeper)
                 break
             # Returns as soon as the job ends (Popen polls every few ms while it waits), so
             # that its exit is recorded at once rather than up to a poll later.
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(POLL_SECONDS)
     except Exception as exc:  # noqa: BLE001 - the job must not outlive a broken supervisor
-        stopped_by, reason = "supervisor", f"supervisor error: {type(exc).__name__}: {exc}"
-        stopped_at.append(time.time())
-        stop_group(pgid, child, args.grace, keeper=keeper)
-    returncode = child.wait()
-    clock.poll(final=True)
-    if reason == "exited" and stop_reason:
+        ending.stopped_by, ending.reason = "supervisor", f"supervisor error: {type(exc).__name__}: {exc}"
+        ending.stopped_at.append(time.time())
+        stop_group(job.pgid, child, grace, keeper=job.keeper)
+    return ending
+
+
+def record_exit(run: Plan, job: Job, watch: JobWatch, ending: Ending, stop_reason: list[tuple[str, str, str | None]]) -> dict[str, Any]:
+    """Once the job ended: no process of its group left, and exit.json written (with its
+    cause, timed lines, OOM evidence and stacks), whatever happens."""
+    returncode = job.child.wait()
+    watch.clock.poll(final=True)
+    if ending.reason == "exited" and stop_reason:
         # The job ended on the same signal the supervisor got, before the loop saw it.
-        stopped_by, reason, stop_cause = stop_reason[0]
+        ending.stop(*stop_reason[0])
     # The job may have left children of its own in the group: none may outlive the run.
-    if group_alive(pgid, keeper):
-        stop_group(pgid, child, min(args.grace, 2.0), keeper=keeper)
-    os.close(keeper_write)
-    result = exit_record(returncode, reason, stopped_by, started, watcher.poll())
-    if stopped_at:
-        result["stopped_at"] = stopped_at[0]
+    if group_alive(job.pgid, job.keeper):
+        stop_group(job.pgid, job.child, min(run.args.grace, 2.0), keeper=job.keeper)
+    os.close(job.keeper_write)
+    result = exit_record(returncode, ending.reason, ending.stopped_by, job.started, watch.watcher.poll())
+    if ending.stopped_at:
+        result["stopped_at"] = ending.stopped_at[0]
+    worker_dir = run.worker_dir
     try:
-        result["timed_lines"] = clock.lines
-        oom_kills, oom_source = oom_evidence(child.pid, oom_before, oom_kill_counts())
-        stacks = read_stacks(worker_dir, job_dir)
-        missing = stacks_missing[0] if stacks_missing else (read_json(worker_dir / STOP_FILE) or {}).get("stacks_missing")
+        result["timed_lines"] = watch.clock.lines
+        oom_kills, oom_source = oom_evidence(job.child.pid, job.oom_before, oom_kill_counts())
+        stacks = read_stacks(worker_dir, run.job_dir)
+        missing = ending.stacks_missing[0] if ending.stacks_missing else (read_json(worker_dir / STOP_FILE) or {}).get("stacks_missing")
         if stacks is None and isinstance(missing, str) and missing:
             # Why no stacks were taken (at the deadline here, at a stall by tf_worker_stop).
             stacks = {"file": None, "where": "unknown", "frames": [], "missing": missing[:300]}
-        finish(worker_dir, result, stop_cause, log_tail(log_path), oom_kills, stacks, nonce, oom_source)
+        finish(worker_dir, result, ending.stop_cause, log_tail(job.log_path), oom_kills, stacks, run.nonce, oom_source)
     except Exception as exc:  # noqa: BLE001 - an exit.json whatever happens
         result.pop("timed_lines", None)
         result["supervisor_error"] = f"{type(exc).__name__}: {exc}"
-        finish(worker_dir, result, stop_cause, [], None, None, nonce)
+        finish(worker_dir, result, ending.stop_cause, [], None, None, run.nonce)
+    return result
+
+
+def tell_peers(run: Plan, result: dict[str, Any], ending: Ending, stop_reason: list[tuple[str, str, str | None]]) -> None:
+    """A job that failed on its own: tell the peers, which would otherwise wait for it (a
+    preemption's save ends every worker by itself: nothing to tell)."""
+    args = run.args
     preempted = result["cause"]["kind"] == "preempted"
-    if peers and args.peer_timeout and result["returncode"] != 0 and stopped_by is None and not preempted:
-        # The job failed on its own: tell the peers, which would otherwise wait for it (a
-        # preemption's save ends every worker by itself: nothing to tell).
-        message = announcement(announce_key, args.run_id, f"worker exit status {result['returncode']}")
+    if run.peers and args.peer_timeout and result["returncode"] != 0 and ending.stopped_by is None and not preempted:
+        message = announcement(run.announce_key, args.run_id, f"worker exit status {result['returncode']}")
         announce_failure(
-            own_port, peers, message, ANNOUNCE_SECONDS, lambda: bool(stop_reason), announce_key, args.run_id
+            run.own_port, run.peers, message, ANNOUNCE_SECONDS, lambda: bool(stop_reason), run.announce_key, args.run_id
         )
+
+
+def supervise(args: argparse.Namespace) -> int:
+    """Supervise one worker: check everything, arm (or not), start the job, watch it until
+    it ends or must stop, record its exit, and tell the peers of a failure. A step that
+    ends the supervision early has already recorded why (``Refused``)."""
+    try:
+        run = plan(args)
+        stop_reason = catch_stop_signals(run.worker_dir)
+        go_conn, started = arm(run, stop_reason)
+        job_timeout = job_time_left(run)
+        job = start_job(run, started, go_conn)
+    except Refused as refused:
+        return refused.status
+    watch = JobWatch(run, job, job_timeout, stop_reason)
+    ending = watch_job(run, job, watch, stop_reason)
+    result = record_exit(run, job, watch, ending, stop_reason)
+    tell_peers(run, result, ending, stop_reason)
     return int(result["returncode"])
 
 
