@@ -809,3 +809,19 @@ def test_the_stop_refuses_a_state_that_names_no_process_and_stops_the_others(
     assert result["failed"] is True
     assert result["msg"] == f"{broken / 'state.json'}: {name} {value!r} is not a process id: nothing of this worker was signalled"
     assert [entry["dir"] for entry in result["stopped"]] == [str(good)]
+
+
+def test_a_record_the_job_wrote_before_the_supervisor_wrote_again_is_named_not_overwritten(tmp_path: Path) -> None:
+    """On a loaded host a job can write state.json between the supervisor's armed record
+    and the record of its start: the rewrite notes it, and the next poll names it."""
+    guard = tf_supervisor.RecordGuard(tmp_path)
+    tf_supervisor.write_json_atomic(tmp_path / "state.json", {"armed": True})
+    guard.wrote("state.json")
+    guard.rewrite("state.json")  # nothing changed since: the supervisor's own
+    assert guard.foreign(0.0, False) is None
+    time.sleep(0.01)
+    (tmp_path / "state.json").write_text('{"epoch": 3}')  # the job's
+    guard.rewrite("state.json")
+    tf_supervisor.write_json_atomic(tmp_path / "state.json", {"started": True})
+    guard.wrote("state.json")
+    assert guard.foreign(1.0, False) == "state.json"

@@ -434,10 +434,10 @@ def test_a_finished_job_is_recorded_without_waiting_for_the_grace(runs: dict[str
     assert run.returncode == 0, run.stderr
     exit_ = run.json("exit.json")
     assert (exit_["returncode"], exit_["reason"]) == (0, "exited")
-    # From the job's last statement to the record: the supervisor's poll (0.2 s), not the
-    # 2 s it gave leftovers after a finished job.
+    # From the job's last statement to the record: the supervisor's poll (0.2 s, more on a
+    # loaded machine), not the 20 s grace it would give leftovers after a finished job.
     late = exit_["finished_at"] - run.json("ended.json")
-    assert late < 1.5, f"recorded {late:.1f} s after the job ended: the supervisor waited for its keeper"
+    assert late < 5, f"recorded {late:.1f} s after the job ended: the supervisor waited for its keeper"
     assert_group_gone(run.json("state.json")["pgid"])
 
 

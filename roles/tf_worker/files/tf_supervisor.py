@@ -927,6 +927,8 @@ class RecordGuard:
         self.worker_dir = worker_dir
         self.written: dict[str, tuple[int, int, int] | None] = {}
         self.stop_seen: float | None = None
+        # A record the job wrote before the supervisor's first look (see rewrite).
+        self.collided: str | None = None
 
     def _stat(self, name: str) -> tuple[int, int, int] | None:
         try:
@@ -939,8 +941,17 @@ class RecordGuard:
         """The supervisor has just written ``name``."""
         self.written[name] = self._stat(name)
 
+    def rewrite(self, name: str) -> None:
+        """The supervisor is about to write ``name`` again, outside a poll: a record the job
+        wrote since the supervisor last did would be replaced unseen, so it is noted here
+        (on a loaded host a job can write before the supervisor records its start)."""
+        if self.collided is None and name in self.written and self._stat(name) != self.written[name]:
+            self.collided = name
+
     def foreign(self, now: float, signalled: bool) -> str | None:
         """The record someone else wrote since the supervisor last did, or None."""
+        if self.collided is not None:
+            return self.collided
         for name, seen in self.written.items():
             if self._stat(name) != seen:
                 return name
@@ -1205,6 +1216,9 @@ def start_job(run: Plan, started: float, go_conn: socket.socket | None) -> Job:
     keeper_read, keeper_write = os.pipe()
     log_path = worker_dir / LOG_FILE
     oom_before = oom_kill_counts()
+    # The armed record is the supervisor's: whatever changes it from here is the job's.
+    guard = RecordGuard(worker_dir)
+    guard.wrote(STATE_FILE)
     with open(log_path, "ab", buffering=0) as log:
         try:
             child = subprocess.Popen(
@@ -1230,8 +1244,8 @@ def start_job(run: Plan, started: float, go_conn: socket.socket | None) -> Job:
         "keeper_pid": next((p for p in group_members(child.pid) if p != child.pid), None),
         "started_at": started,
     }
+    guard.rewrite(STATE_FILE)
     write_json_atomic(worker_dir / STATE_FILE, state)
-    guard = RecordGuard(worker_dir)
     guard.wrote(STATE_FILE)
     if go_conn is not None:
         answer_go(go_conn, GO_STARTED + str(child.pid).encode())
@@ -1287,6 +1301,7 @@ class JobWatch:
         state, guard, path = self.job.state, self.job.guard, self.run.worker_dir / STATE_FILE
         if joined and state["joined_at"] is None:
             state["joined_at"] = time.time()
+            guard.rewrite(STATE_FILE)
             write_json_atomic(path, state)
             guard.wrote(STATE_FILE)
         if now >= self.next_progress and len(self.clock.lines) != self.progress_lines:
@@ -1294,6 +1309,7 @@ class JobWatch:
             progress = progress_of([(at, line) for at, line in self.clock.lines])
             if progress is not None and progress != state.get("progress"):
                 state["progress"] = progress
+                guard.rewrite(STATE_FILE)
                 write_json_atomic(path, state)
                 guard.wrote(STATE_FILE)
 
