@@ -14,6 +14,7 @@ import socket
 from typing import Any, Callable
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import is_auto
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import cluster_checksum
 
 
@@ -64,13 +65,14 @@ def resolve_address(address: str) -> list[str]:
 
 
 def _as_int(value: Any, what: str, host: str) -> int:
+    also = " or auto" if what == "tf_worker_port" else ""
     if isinstance(value, bool):
-        raise AnsibleFilterError(f"host {host}: {what} must be an integer, got {value!r}")
+        raise AnsibleFilterError(f"host {host}: {what} must be an integer{also}, got {value!r}")
     try:
         return int(str(value).strip())
     except (TypeError, ValueError):
         raise AnsibleFilterError(
-            f"host {host}: {what} must be an integer, got {value!r}"
+            f"host {host}: {what} must be an integer{also}, got {value!r}"
         ) from None
 
 
@@ -91,7 +93,12 @@ def tf_cluster_spec(
     one endpoint; ``resolver`` stands in for the resolver in tests. Entries marked
     ``spare`` (the tf_spares group, after the workers) get no worker index: their
     endpoints are checked like the workers' and listed under ``spares``, for the
-    preflight to probe and for a spare to take a lost host's place."""
+    preflight to probe and for a spare to take a lost host's place.
+
+    A host whose port is ``auto`` (``tf_worker_port: auto``) gets port 0 in its endpoints
+    for now, no endpoint check, and is listed under ``auto`` with its number of slots: the
+    preflight's probe picks its ports there, and ``tf_cluster_ports`` builds the spec again
+    with them (every check then made)."""
     lookup = resolver or resolve_address
     identities: dict[str, set[str]] = {}
     if not isinstance(hosts, list) or not [e for e in hosts if isinstance(e, dict) and not e.get("spare")]:
@@ -103,6 +110,7 @@ def tf_cluster_spec(
     spares: list[dict[str, Any]] = []
     owners: dict[str, tuple[str, str]] = {}
     seen_hosts: set[str] = set()
+    auto: dict[str, int] = {}
     for entry in hosts:
         host = str(entry.get("host", "")).strip()
         if not host:
@@ -116,18 +124,22 @@ def tf_cluster_spec(
         address = normalize_address(entry.get("address"), host)
         if address not in identities:
             identities[address] = {address, *(lookup(address) if resolve or resolver else [])}
-        port = _as_int(entry.get("port"), "tf_worker_port", host)
         slots = _as_int(entry.get("slots"), "tf_worker_slots", host)
         if slots < 1:
             raise AnsibleFilterError(f"host {host}: tf_worker_slots must be at least 1, got {slots}")
-        if port < 1 or port + slots - 1 > MAX_PORT:
+        if is_auto(entry.get("port")):
+            auto[host] = slots
+            port = 0
+        else:
+            port = _as_int(entry.get("port"), "tf_worker_port", host)
+        if host not in auto and (port < 1 or port + slots - 1 > MAX_PORT):
             raise AnsibleFilterError(
                 f"host {host}: tf_worker_port {port} with {slots} slot(s) needs ports "
                 f"{port}..{port + slots - 1}, outside 1..{MAX_PORT}"
             )
         for slot in range(slots):
             endpoint = format_endpoint(address, port + slot)
-            for ident in sorted(identities[address]):
+            for ident in sorted(identities[address]) if host not in auto else []:
                 key = format_endpoint(ident, port + slot)
                 if key in owners:
                     other_host, other_address = owners[key]
@@ -136,7 +148,7 @@ def tf_cluster_spec(
                         f"host {host}: endpoint {endpoint} is also used by host "
                         f"{other_host}{same}; two workers cannot share an address and port"
                     )
-            for ident in identities[address]:
+            for ident in identities[address] if host not in auto else []:
                 owners[format_endpoint(ident, port + slot)] = (host, address)
             if entry.get("spare"):
                 if slot == 0:
@@ -154,7 +166,7 @@ def tf_cluster_spec(
                 }
             )
     cluster = {"worker": [w["endpoint"] for w in workers]}
-    return {
+    spec = {
         "workers": workers,
         "cluster": cluster,
         "size": len(workers),
@@ -162,6 +174,31 @@ def tf_cluster_spec(
         "checksum": cluster_checksum(cluster),
         "spares": spares,
     }
+    if auto:
+        spec["auto"] = auto
+    return spec
+
+
+def tf_cluster_ports(spec: dict[str, Any], ports: dict[str, Any],
+                     resolver: Callable[[str], list[str]] | None = None) -> dict[str, Any]:
+    """``spec`` again with the ports picked for its ``auto`` hosts (``ports``: each such
+    host's list of consecutive ports, its first for its first slot), every endpoint checked
+    as for a number in the inventory. A spec without ``auto`` hosts is returned as it is."""
+    auto = spec.get("auto") or {}
+    if not auto:
+        return spec
+    entries: list[dict[str, Any]] = []
+    for entry in cluster_hosts(spec) + [dict(s, spare=True) for s in spec.get("spares", [])]:
+        entry = {k: entry[k] for k in ("host", "address", "port", "slots", "spare") if k in entry}
+        if entry["host"] in auto:
+            picked = ports.get(entry["host"]) if isinstance(ports, dict) else None
+            if not isinstance(picked, list) or len(picked) != auto[entry["host"]]:
+                raise AnsibleFilterError(
+                    f"host {entry['host']}: tf_worker_port auto needs {auto[entry['host']]} port(s) picked, "
+                    f"got {picked!r}")
+            entry["port"] = picked[0]
+        entries.append(entry)
+    return tf_cluster_spec(entries, True, resolver)
 
 
 def cluster_hosts(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -229,7 +266,10 @@ def tf_cluster_endpoints(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def tf_ports_on(spec: dict[str, Any], host: str) -> list[int]:
-    """The ports ``host`` listens on: its workers', or as a spare the ones it would take."""
+    """The ports ``host`` listens on: its workers', or as a spare the ones it would take
+    (none yet for a host whose ports the probe picks)."""
+    if host in (spec.get("auto") or {}):
+        return []
     return [int(e["port"]) for e in tf_cluster_endpoints(spec) if e["host"] == host]
 
 
@@ -243,4 +283,5 @@ class FilterModule:
             "tf_cluster_takeover": tf_cluster_takeover,
             "tf_cluster_endpoints": tf_cluster_endpoints,
             "tf_ports_on": tf_ports_on,
+            "tf_cluster_ports": tf_cluster_ports,
         }

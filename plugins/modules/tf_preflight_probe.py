@@ -150,6 +150,24 @@ options:
       O(timeout) passes.
     type: bool
     default: false
+  pick:
+    description: In V(host) mode, the number of consecutive ports to pick here (C(tf_worker_port=auto)),
+      in place of O(ports) - the lowest block of O(port_range) that nothing listens on, that binds, and that
+      no other run reserved in the host's register of ports (C(/tmp/tf-runbook-ports)); 0 to probe O(ports).
+    type: int
+    default: 0
+  port_range:
+    description: With O(pick), the first and last port it may pick.
+    type: list
+    elements: int
+    default: []
+  reserve:
+    description: In V(host) mode, record the ports (picked or given) in the host's register of ports for
+      O(run_id) and O(me), under its lock, so that another run's pick leaves them alone until TensorFlow
+      listens on them; false in a dry run (a pick is then only computed). In V(stop) mode, give this run's
+      and host's reservations up (a refused preflight).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -304,6 +322,11 @@ ports_held:
   type: list
   elements: int
   returned: connect and host modes
+ports_picked:
+  description: The ports this host looked at and reserved, those of O(pick) (or O(ports)); [] in other modes.
+  type: list
+  elements: int
+  returned: host mode
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -316,6 +339,8 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_li
     start_listener,
     stop_listeners,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import REGISTRY, release, reserve
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_ports import bind_error, listening_inodes
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_reach import connect_and_await
 
 ARGUMENT_SPEC = {
@@ -337,7 +362,27 @@ ARGUMENT_SPEC = {
     "addresses": {"type": "list", "elements": "str", "default": []},
     "settle": {"type": "float", "default": 0},
     "probe_timeout": {"type": "float", "default": 10},
+    "pick": {"type": "int", "default": 0},
+    "port_range": {"type": "list", "elements": "int", "default": []},
+    "reserve": {"type": "bool", "default": False},
 }
+
+
+def reserve_ports(module: AnsibleModule, ports: list[int] | None) -> list[int]:
+    """The host's ports of this run, reserved in the register (module_utils/tf_ports_auto.py):
+    the O(pick) picked, or the O(ports) given (``ports``)."""
+    params = module.params
+    span = list(params["port_range"]) or [0, 0]
+    if params["pick"] and (len(span) != 2 or not 1 <= span[0] <= span[1] <= 65535):
+        module.fail_json(msg=f"host {params['me']}: port_range must be [first, last] within 1..65535, got {span}")
+    try:
+        return reserve(
+            REGISTRY, params["run_id"], params["me"], lambda p: bool(listening_inodes(p)),
+            lambda p: bind_error(p) == 0, count=params["pick"], first=span[0], last=span[-1],
+            ports=ports, write=params["reserve"] and not module.check_mode,
+        )
+    except OSError as exc:
+        module.fail_json(msg=f"host {params['me']}: cannot use the register of ports {REGISTRY}: {exc}")
 
 
 def host_mode(module: AnsibleModule) -> None:
@@ -346,6 +391,14 @@ def host_mode(module: AnsibleModule) -> None:
     params = module.params
     if not params["base_dir"] or not params["run_id"]:
         module.fail_json(msg="host mode needs base_dir and run_id")
+    if params["pick"]:
+        params["ports"] = reserve_ports(module, None)
+        if not params["ports"]:
+            first, last = params["port_range"]
+            module.fail_json(msg=(
+                f"host {params['me']}: tf_worker_port auto found no {params['pick']} consecutive free port(s) in "
+                f"{first}..{last} (each listened on, or reserved by another run: status.yml without "
+                "-e tf_run_id lists the runs); widen tf_worker_port_auto_first..tf_worker_port_auto_last"))
     seen = look_host(
         command_runner(module), params["ports"], params["base_dir"], params["run_id"],
         interpreter=params["interpreter"], python=params["python"], versions_code=params["versions_code"],
@@ -387,6 +440,8 @@ def stop_mode(module: AnsibleModule) -> None:
     params = module.params
     token = probe_token(params["run_id"], params["me"]) if params["run_id"] else ""
     still = stop_listeners(params["ports"], params["timeout"], token, params["listener_pid"])
+    if params["reserve"] and params["run_id"] and not module.check_mode:
+        release(REGISTRY, params["run_id"], params["me"])
     if still:
         module.fail_json(msg=f"ports {still} are still taken after the probe listeners were told to stop")
     module.exit_json(changed=False)
