@@ -113,13 +113,13 @@ def read_entries(registry: str) -> dict[int, dict[str, Any]]:
 
 
 def entry_live(entry: dict[str, Any], now: float, listening: Callable[[int], bool], hold: float = HOLD) -> str:
-    """``running`` (a process listens on the port), ``starting`` (reserved less than
-    ``hold`` seconds ago), or '' (the reservation is over)."""
+    """``running`` (a process listens on the port), ``reserved`` (reserved less than
+    ``hold`` seconds ago, nothing listening), or '' (the reservation is over)."""
     if listening(int(entry["port"])):
         return "running"
     since = entry.get("since")
     if isinstance(since, (int, float)) and now - since < hold:
-        return "starting"
+        return "reserved"
     return ""
 
 
@@ -204,36 +204,38 @@ def release(registry: str, run_id: str, me: str) -> list[int]:
 
 
 def live_runs(registry: str, listening: Callable[[int], bool], now: float | None = None,
-              hold: float = HOLD) -> list[dict[str, Any]]:
+              hold: float = HOLD, every: bool = False) -> list[dict[str, Any]]:
     """The runs of the register that are alive on this host, one entry per run and
     inventory host: ``run_id``, ``host``, ``user``, ``since`` (epoch seconds), ``ports``
     (the reserved ones, sorted), ``listening`` (those a process listens on now) and
-    ``state`` (``running`` when one listens, else ``starting``), oldest first."""
+    ``state`` (``running`` when one listens, else ``reserved``), oldest first. With
+    ``every``, the runs whose reservations are over too (``state`` ``ended``)."""
     now = time.time() if now is None else now
     runs: dict[tuple[str, str, int], dict[str, Any]] = {}
     for port, entry in sorted(read_entries(registry).items()):
         state = entry_live(entry, now, listening, hold)
-        if not state:
+        if not state and not every:
             continue
         key = (str(entry.get("run_id", "")), str(entry.get("host", "")), int(entry["uid"]))
         run = runs.setdefault(key, {"run_id": key[0], "host": key[1], "user": entry["user"],
                                     "since": entry.get("since"), "ports": [], "listening": []})
         run["ports"].append(port)
+        run["live"] = run.get("live", False) or bool(state)
         if state == "running":
             run["listening"].append(port)
     for run in runs.values():
-        run["state"] = "running" if run["listening"] else "starting"
+        live = run.pop("live")
+        run["state"] = "running" if run["listening"] else ("reserved" if live else "ended")
     return sorted(runs.values(), key=lambda r: (r["since"] or 0, r["run_id"], r["host"]))
 
 
-def run_line(run: dict[str, Any], host: str, now: float | None = None) -> str:
-    """One line of the listing: ``host: run <id> of <user>, <state> since <UTC time>
+def run_line(run: dict[str, Any], now: float | None = None) -> str:
+    """One line of the listing: ``<host>: run <id> of <user>, <state> since <UTC time>
     (<age>), ports <ports>``."""
     now = time.time() if now is None else now
     since = run.get("since") or now
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
     age = int(max(0, now - since))
     ports = ",".join(str(p) for p in run["ports"])
-    slot = "" if run.get("host") in ("", host) else f" (as {run['host']})"
-    return (f"{host}{slot}: run {run['run_id']} of {run['user']}, {run['state']} since {when} "
+    return (f"{run['host']}: run {run['run_id']} of {run['user']}, {run['state']} since {when} "
             f"({age // 60} min {age % 60} s), ports {ports}")
