@@ -273,6 +273,15 @@ def tf_ports_on(spec: dict[str, Any], host: str) -> list[int]:
     return [int(e["port"]) for e in tf_cluster_endpoints(spec) if e["host"] == host]
 
 
+def tf_cluster_host_ports(spec: dict[str, Any]) -> dict[str, list[int]]:
+    """Each host's ports in ``spec``, its workers' or, for a spare, those it would take
+    (what ``tf_cluster_ports`` takes back)."""
+    ports: dict[str, list[int]] = {}
+    for endpoint in tf_cluster_endpoints(spec):
+        ports.setdefault(endpoint["host"], []).append(int(endpoint["port"]))
+    return ports
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -284,4 +293,5 @@ class FilterModule:
             "tf_cluster_endpoints": tf_cluster_endpoints,
             "tf_ports_on": tf_ports_on,
             "tf_cluster_ports": tf_cluster_ports,
+            "tf_cluster_host_ports": tf_cluster_host_ports,
         }

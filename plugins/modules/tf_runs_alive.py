@@ -26,6 +26,10 @@ options:
     description: Only this run, alive or not; empty for every run alive here.
     type: str
     default: ""
+  me:
+    description: With O(run_id), the inventory host whose ports of that run to return as RV(ports).
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -57,6 +61,11 @@ runs:
   returned: always
   sample: [{"run_id": "exp-a", "host": "w0", "user": "alice", "since": 1765011000.5, "ports": [20000, 20001],
             "listening": [20000, 20001], "state": "running"}]
+ports:
+  description: With O(run_id) and O(me), the ports that run reserved here as that inventory host ([] when none).
+  type: list
+  elements: int
+  returned: always
 lines:
   description: One line per run, as status.yml prints them.
   type: list
@@ -72,12 +81,14 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_po
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"run_id": {"type": "str", "default": ""}}, supports_check_mode=True)
-    run_id = module.params["run_id"]
+    module = AnsibleModule(argument_spec={"run_id": {"type": "str", "default": ""}, "me": {"type": "str", "default": ""}},
+                           supports_check_mode=True)
+    run_id, me = module.params["run_id"], module.params["me"]
     runs = live_runs(REGISTRY, lambda port: bool(listening_inodes(port)), every=bool(run_id))
     if run_id:
         runs = [run for run in runs if run["run_id"] == run_id]
-    module.exit_json(changed=False, runs=runs, lines=[run_line(run) for run in runs])
+    ports = next((run["ports"] for run in runs if run_id and run["host"] == me), [])
+    module.exit_json(changed=False, runs=runs, ports=ports, lines=[run_line(run) for run in runs])
 
 
 if __name__ == "__main__":

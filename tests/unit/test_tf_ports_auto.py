@@ -222,3 +222,14 @@ def test_ports_missing_for_an_auto_host_are_refused_naming_it(picked: dict[str, 
 def test_a_word_that_is_not_auto_is_refused_naming_host_and_value() -> None:
     with pytest.raises(AnsibleFilterError, match="host h1: tf_worker_port must be an integer or auto, got 'autox'"):
         tf_cluster_spec(hosts(2222, "autox"))
+
+
+def test_a_runs_ports_come_back_from_its_record() -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_cluster import tf_cluster_host_ports
+
+    done = tf_cluster_spec(hosts(20004, 2222, slots=2))
+    recorded = tf_cluster_host_ports(done)
+    assert recorded == {"h0": [20004, 20005], "h1": [2222, 2223]}
+    # A resume of the auto run builds the same cluster (the same checksum) from the record.
+    again = tf_cluster_ports(tf_cluster_spec(hosts("auto", 2222, slots=2)), recorded, resolver=lambda a: [a])
+    assert again["checksum"] == done["checksum"]
