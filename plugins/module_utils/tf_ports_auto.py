@@ -29,6 +29,8 @@ import pwd
 import time
 from typing import Any, Callable, Iterator
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_ports import bind_error, listening_inodes
+
 AUTO = "auto"
 REGISTRY = "/tmp/tf-runbook-ports"
 LOCK_FILE = ".lock"
@@ -185,6 +187,28 @@ def reserve(
         for port in mine - set(chosen):  # an earlier pick of this run and host: given up
             with contextlib.suppress(OSError):
                 os.unlink(_entry_path(registry, port))
+    return chosen
+
+
+def host_ports(run_id: str, me: str, count: int, span: list[int], ports: list[int], write: bool,
+               registry: str = REGISTRY) -> list[int]:
+    """The preflight probe's reservation on this host (its real listeners and bind test):
+    ``count`` ports picked in ``span`` ([first, last]), or the ``ports`` given, recorded
+    unless ``write`` is false. Raises ValueError with the refusal when nothing fits, and
+    OSError naming the register when it cannot be used."""
+    if count and (len(span) != 2 or not 1 <= span[0] <= span[1] <= 65535):
+        raise ValueError(f"host {me}: the range to pick ports in must be [first, last] within 1..65535, got {span}")
+    first, last = (span[0], span[-1]) if count else (0, 0)
+    try:
+        chosen = reserve(registry, run_id, me, lambda p: bool(listening_inodes(p)), lambda p: bind_error(p) == 0,
+                         count=count, first=first, last=last, ports=ports, write=write)
+    except OSError as exc:
+        raise OSError(f"host {me}: cannot use the register of ports {registry}: {exc}") from exc
+    if count and not chosen:
+        raise ValueError(
+            f"host {me}: tf_worker_port auto found no {count} consecutive free port(s) in {first}..{last} (each "
+            "listened on, or reserved by another run: status.yml without -e tf_run_id lists the runs); widen "
+            "tf_worker_port_auto_first..tf_worker_port_auto_last")
     return chosen
 
 

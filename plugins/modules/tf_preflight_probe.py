@@ -339,8 +339,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_li
     start_listener,
     stop_listeners,
 )
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import REGISTRY, release, reserve
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_ports import bind_error, listening_inodes
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import REGISTRY, host_ports, release
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_reach import connect_and_await
 
 ARGUMENT_SPEC = {
@@ -368,37 +367,18 @@ ARGUMENT_SPEC = {
 }
 
 
-def reserve_ports(module: AnsibleModule, ports: list[int] | None) -> list[int]:
-    """The host's ports of this run, reserved in the register (module_utils/tf_ports_auto.py):
-    the O(pick) picked, or the O(ports) given (``ports``)."""
-    params = module.params
-    span = list(params["port_range"]) or [0, 0]
-    if params["pick"] and (len(span) != 2 or not 1 <= span[0] <= span[1] <= 65535):
-        module.fail_json(msg=f"host {params['me']}: port_range must be [first, last] within 1..65535, got {span}")
-    try:
-        return reserve(
-            REGISTRY, params["run_id"], params["me"], lambda p: bool(listening_inodes(p)),
-            lambda p: bind_error(p) == 0, count=params["pick"], first=span[0], last=span[-1],
-            ports=ports, write=params["reserve"] and not module.check_mode,
-        )
-    except OSError as exc:
-        module.fail_json(msg=f"host {params['me']}: cannot use the register of ports {REGISTRY}: {exc}")
-
-
 def host_mode(module: AnsibleModule) -> None:
     """Look at the host; with O(listen), hold its ports; with O(endpoints), reach every
     worker port and wait for this host's listener (the one-run probe)."""
     params = module.params
     if not params["base_dir"] or not params["run_id"]:
         module.fail_json(msg="host mode needs base_dir and run_id")
+    write = params["reserve"] and not module.check_mode
     if params["pick"]:
-        params["ports"] = reserve_ports(module, None)
-        if not params["ports"]:
-            first, last = params["port_range"]
-            module.fail_json(msg=(
-                f"host {params['me']}: tf_worker_port auto found no {params['pick']} consecutive free port(s) in "
-                f"{first}..{last} (each listened on, or reserved by another run: status.yml without "
-                "-e tf_run_id lists the runs); widen tf_worker_port_auto_first..tf_worker_port_auto_last"))
+        try:
+            params["ports"] = host_ports(params["run_id"], params["me"], params["pick"], params["port_range"], [], write)
+        except (ValueError, OSError) as exc:
+            module.fail_json(msg=str(exc))
     seen = look_host(
         command_runner(module), params["ports"], params["base_dir"], params["run_id"],
         interpreter=params["interpreter"], python=params["python"], versions_code=params["versions_code"],

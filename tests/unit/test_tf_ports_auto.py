@@ -233,3 +233,24 @@ def test_a_runs_ports_come_back_from_its_record() -> None:
     # A resume of the auto run builds the same cluster (the same checksum) from the record.
     again = tf_cluster_ports(tf_cluster_spec(hosts("auto", 2222, slots=2)), recorded, resolver=lambda a: [a])
     assert again["checksum"] == done["checksum"]
+
+
+def test_the_probes_pick_binds_for_real_and_says_when_nothing_fits(tmp_path: Path) -> None:
+    import socket
+
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import host_ports
+
+    registry = str(tmp_path / "ports")
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("0.0.0.0", 0))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        # A port something listens on is passed over, and one it cannot fit is refused.
+        picked = host_ports("r", "w0", 2, [port, 65535], [], True, registry)
+        assert picked[0] > port and picked[1] == picked[0] + 1
+        with pytest.raises(ValueError, match=rf"host w0: tf_worker_port auto found no 1 consecutive free port\(s\) "
+                                             rf"in {port}..{port}"):
+            host_ports("r2", "w0", 1, [port, port], [], True, registry)
+    with pytest.raises(ValueError, match=r"must be \[first, last\] within 1..65535, got \[5\]"):
+        host_ports("r3", "w0", 1, [5], [], True, registry)
