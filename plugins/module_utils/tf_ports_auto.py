@@ -164,6 +164,8 @@ def reserve(
     Without ``write`` (a dry run), it only picks."""
     now = time.time() if now is None else now
     uid = os.getuid()
+    if not write and not os.path.isdir(registry):  # a dry run makes nothing, not even the register
+        return list(ports) if ports else pick_block(count, first, last, set(), free)
     with locked(registry):
         entries = read_entries(registry)
         mine = {p for p, e in entries.items() if e.get("run_id") == run_id and e.get("host") == me}

@@ -384,7 +384,15 @@ def host_mode(module: AnsibleModule) -> None:
         interpreter=params["interpreter"], python=params["python"], versions_code=params["versions_code"],
         checkpoint_dir=params["checkpoint_dir"], addresses=params["addresses"],
     )
+    # Given ports are recorded too, once seen free: status.yml lists every run, and a pick
+    # of another run leaves them alone until this one's TensorFlow listens on them.
+    if write and not params["pick"] and params["ports"] and not seen["busy_ports"]:
+        try:
+            host_ports(params["run_id"], params["me"], 0, [], params["ports"], write)
+        except OSError as exc:
+            module.fail_json(msg=str(exc))
     seen["listener_pid"] = 0
+    seen["ports_picked"] = list(params["ports"])
     # Listen only on a clean host: with a port taken, the run is refused anyway.
     if params["listen"] and params["ports"] and not seen["busy_ports"] and not module.check_mode:
         try:

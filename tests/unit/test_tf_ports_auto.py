@@ -133,7 +133,11 @@ def test_a_dry_run_picks_without_writing(tmp_path: Path) -> None:
     registry = str(tmp_path / "ports")
     assert reserve(registry, "run-a", "w0", nothing_listens, all_free, count=1, first=20000, last=20010,
                    write=False) == [20000]
-    assert [p.name for p in (tmp_path / "ports").iterdir()] == [".lock"]
+    assert not (tmp_path / "ports").exists()
+    reserve(registry, "run-b", "w0", nothing_listens, all_free, count=1, first=20000, last=20010)
+    assert reserve(registry, "run-a", "w0", nothing_listens, all_free, count=1, first=20000, last=20010,
+                   write=False) == [20001]
+    assert sorted(p.name for p in (tmp_path / "ports").iterdir()) == [".lock", "20000.json"]
 
 
 def test_given_ports_are_recorded_and_released(tmp_path: Path) -> None:
