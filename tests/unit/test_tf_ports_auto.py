@@ -53,8 +53,9 @@ def all_free(port: int) -> bool:
         (5, set(), set(), []),
     ],
 )
-def test_pick_block_takes_the_lowest_free_consecutive_ports(count: int, taken: set[int], refused: set[int],
-                                                           expected: list[int]) -> None:
+def test_pick_block_takes_the_lowest_free_consecutive_ports(
+    count: int, taken: set[int], refused: set[int], expected: list[int]
+) -> None:
     assert pick_block(count, 20000, 20003, taken, lambda p: p not in refused) == expected
 
 
