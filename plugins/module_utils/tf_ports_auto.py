@@ -97,7 +97,7 @@ def read_entries(registry: str) -> dict[int, dict[str, Any]]:
     except OSError:
         return entries
     for name in names:
-        stem, _, ext = name.partition(".")
+        stem, ext = name.split(".", 1) if "." in name else (name, "")
         if ext != "json" or not stem.isdigit():
             continue
         path = os.path.join(registry, name)
