@@ -16,7 +16,8 @@ run's reservation is younger than ``HOLD`` seconds (the time from the probe's pi
 TensorFlow's bind: the deploy and the launch), or while it is reserved by a file this
 user may not replace (another user's: the sticky directory keeps it). Once TensorFlow
 listens, the listener itself keeps the port; between the attempts of a restart, the
-restart renews its reservation (``reserve`` with the ports given).
+controller's heartbeat of the run (renewed by the wait on every host, in the run's
+directory that the reservation names) keeps it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_ports import bind_error, listening_inodes
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import HEARTBEAT_FILE
 
 AUTO = "auto"
 REGISTRY = "/tmp/tf-runbook-ports"
@@ -114,13 +116,29 @@ def read_entries(registry: str) -> dict[int, dict[str, Any]]:
     return entries
 
 
+def _heartbeat_age(entry: dict[str, Any], now: float) -> float | None:
+    """Seconds since the controller last renewed the heartbeat of the entry's run (its
+    ``run_dir``; readable by its own user only), None when there is none to read."""
+    run_dir = entry.get("run_dir")
+    if not isinstance(run_dir, str) or not run_dir:
+        return None
+    try:
+        return now - os.stat(os.path.join(run_dir, HEARTBEAT_FILE)).st_mtime
+    except OSError:
+        return None
+
+
 def entry_live(entry: dict[str, Any], now: float, listening: Callable[[int], bool], hold: float = HOLD) -> str:
-    """``running`` (a process listens on the port), ``reserved`` (reserved less than
-    ``hold`` seconds ago, nothing listening), or '' (the reservation is over)."""
+    """``running`` (a process listens on the port), ``reserved`` (nothing listening, but
+    reserved, or its run's heartbeat renewed, less than ``hold`` seconds ago: a launch
+    or a restart under way), or '' (the reservation is over)."""
     if listening(int(entry["port"])):
         return "running"
     since = entry.get("since")
     if isinstance(since, (int, float)) and now - since < hold:
+        return "reserved"
+    beat = _heartbeat_age(entry, now)
+    if beat is not None and beat < hold:
         return "reserved"
     return ""
 
@@ -154,6 +172,7 @@ def reserve(
     now: float | None = None,
     hold: float = HOLD,
     write: bool = True,
+    run_dir: str = "",
 ) -> list[int]:
     """Reserve ports for run ``run_id`` of inventory host ``me``, under the register's
     lock: the ``ports`` given (a number in the inventory, or a run's recorded ports: they
@@ -179,7 +198,7 @@ def reserve(
             chosen = pick_block(count, first, last, taken, free)
         if not write:
             return chosen
-        record = {"run_id": run_id, "host": me, "since": now, "ports": chosen, "pid": os.getpid()}
+        record = {"run_id": run_id, "host": me, "since": now, "ports": chosen, "pid": os.getpid(), "run_dir": run_dir}
         kept = [p for p in chosen if p not in entries or entries[p]["uid"] == uid]
         for port in kept:
             previous = entries.get(port, {})
@@ -193,7 +212,7 @@ def reserve(
 
 
 def host_ports(run_id: str, me: str, count: int, span: list[int], ports: list[int], write: bool,
-               registry: str = REGISTRY) -> list[int]:
+               registry: str = REGISTRY, run_dir: str = "") -> list[int]:
     """The preflight probe's reservation on this host (its real listeners and bind test):
     ``count`` ports picked in ``span`` ([first, last]), or the ``ports`` given, recorded
     unless ``write`` is false. Raises ValueError with the refusal when nothing fits, and
@@ -203,7 +222,7 @@ def host_ports(run_id: str, me: str, count: int, span: list[int], ports: list[in
     first, last = (span[0], span[-1]) if count else (0, 0)
     try:
         chosen = reserve(registry, run_id, me, lambda p: bool(listening_inodes(p)), lambda p: bind_error(p) == 0,
-                         count=count, first=first, last=last, ports=ports, write=write)
+                         count=count, first=first, last=last, ports=ports, write=write, run_dir=run_dir)
     except OSError as exc:
         raise OSError(f"host {me}: cannot use the register of ports {registry}: {exc}") from exc
     if count and not chosen:

@@ -341,6 +341,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_li
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import REGISTRY, host_ports, release
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_reach import connect_and_await
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import run_dir_of
 
 ARGUMENT_SPEC = {
     "mode": {"type": "str", "required": True, "choices": ["host", "connect", "stop", "versions"]},
@@ -376,7 +377,8 @@ def host_mode(module: AnsibleModule) -> None:
     write = params["reserve"] and not module.check_mode
     if params["pick"]:
         try:
-            params["ports"] = host_ports(params["run_id"], params["me"], params["pick"], params["port_range"], [], write)
+            params["ports"] = host_ports(params["run_id"], params["me"], params["pick"], params["port_range"], [], write,
+                                         run_dir=run_dir_of(params["base_dir"], params["run_id"]))
         except (ValueError, OSError) as exc:
             module.fail_json(msg=str(exc))
     seen = look_host(
@@ -388,7 +390,8 @@ def host_mode(module: AnsibleModule) -> None:
     # of another run leaves them alone until this one's TensorFlow listens on them.
     if write and not params["pick"] and params["ports"] and not seen["busy_ports"]:
         try:
-            host_ports(params["run_id"], params["me"], 0, [], params["ports"], write)
+            host_ports(params["run_id"], params["me"], 0, [], params["ports"], write,
+                       run_dir=run_dir_of(params["base_dir"], params["run_id"]))
         except OSError as exc:
             module.fail_json(msg=str(exc))
     seen["listener_pid"] = 0

@@ -259,3 +259,24 @@ def test_the_probes_pick_binds_for_real_and_says_when_nothing_fits(tmp_path: Pat
             host_ports("r2", "w0", 1, [port, port], [], True, registry)
     with pytest.raises(ValueError, match=r"must be \[first, last\] within 1..65535, got \[5\]"):
         host_ports("r3", "w0", 1, [5], [], True, registry)
+
+
+def test_a_run_whose_controller_still_beats_keeps_its_ports_between_two_attempts(tmp_path: Path) -> None:
+    # A run older than the hold, restarting: nothing listens for a moment, but the wait
+    # renewed its heartbeat seconds ago, so another run's pick passes its ports over.
+    registry = str(tmp_path / "ports")
+    run_dir = tmp_path / "base" / "runs" / "long"
+    run_dir.mkdir(parents=True)
+    beat = run_dir / "controller.heartbeat"
+    beat.write_text("")
+    later = NOW + HOLD + 60
+    os.utime(beat, (later - 5, later - 5))
+    reserve(registry, "long", "w0", nothing_listens, all_free, count=1, first=20000, last=20010, now=NOW,
+            run_dir=str(run_dir))
+    assert reserve(registry, "new", "w0", nothing_listens, all_free, count=1, first=20000, last=20010,
+                   now=later) == [20001]
+    assert [r["state"] for r in live_runs(registry, nothing_listens, now=later) if r["run_id"] == "long"] == ["reserved"]
+    # A heartbeat as old as the hold: the run is over, its port free again.
+    os.utime(beat, (NOW, NOW))
+    assert reserve(registry, "next", "w0", nothing_listens, all_free, count=1, first=20000, last=20010,
+                   now=later) == [20000]
