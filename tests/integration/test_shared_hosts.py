@@ -56,6 +56,10 @@ def test_two_runs_started_together_on_auto_ports_train_apart_and_a_stop_touches_
         (tmp_path / f"{run_id}.out").write_text(outs[run_id])
         assert proc.returncode == 0, outs[run_id][-4000:]
         assert f"Run {run_id}: every worker joined the cluster" in outs[run_id], outs[run_id][-3000:]
+        # The picked ports were probed from every host before the launch (the connect step).
+        connect = re.search(r"TASK \[tf_preflight : Connect from this host to every worker port of the cluster\] \*+\n"
+                            r"((?:ok: \[node\d\]\n)+)", outs[run_id])
+        assert connect and sorted(re.findall(r"node\d", connect.group(1))) == ["node0", "node1"], outs[run_id][:6000]
 
     # Each host's workers of the two runs listen on different ports, picked in the range;
     # the run's record on the controller holds the same ports.
