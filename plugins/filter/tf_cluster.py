@@ -183,15 +183,20 @@ def tf_cluster_ports(spec: dict[str, Any], ports: dict[str, Any],
                      resolver: Callable[[str], list[str]] | None = None) -> dict[str, Any]:
     """``spec`` again with the ports picked for its ``auto`` hosts (``ports``: each such
     host's list of consecutive ports, its first for its first slot), every endpoint checked
-    as for a number in the inventory. A spec without ``auto`` hosts is returned as it is."""
+    as for a number in the inventory. A spec without ``auto`` hosts is returned as it is.
+    A spare with no ports given is left out (a reattach from another controller learns the
+    ports of the play's hosts only: that run then has no spare to take a lost host's place)."""
     auto = spec.get("auto") or {}
     if not auto:
         return spec
+    ports = ports if isinstance(ports, dict) else {}
     entries: list[dict[str, Any]] = []
     for entry in cluster_hosts(spec) + [dict(s, spare=True) for s in spec.get("spares", [])]:
         entry = {k: entry[k] for k in ("host", "address", "port", "slots", "spare") if k in entry}
+        if entry.get("spare") and entry["host"] in auto and not isinstance(ports.get(entry["host"]), list):
+            continue
         if entry["host"] in auto:
-            picked = ports.get(entry["host"]) if isinstance(ports, dict) else None
+            picked = ports.get(entry["host"])
             if not isinstance(picked, list) or len(picked) != auto[entry["host"]]:
                 raise AnsibleFilterError(
                     f"host {entry['host']}: tf_worker_port auto needs {auto[entry['host']]} port(s) picked, "

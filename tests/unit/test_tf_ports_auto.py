@@ -280,3 +280,12 @@ def test_a_run_whose_controller_still_beats_keeps_its_ports_between_two_attempts
     os.utime(beat, (NOW, NOW))
     assert reserve(registry, "next", "w0", nothing_listens, all_free, count=1, first=20000, last=20010,
                    now=later) == [20000]
+
+
+def test_a_spare_whose_ports_nobody_gave_is_left_out_and_a_worker_is_not() -> None:
+    entries = hosts("auto", "auto") + [{"host": "s", "address": "10.0.0.9", "port": "auto", "slots": 1, "spare": True}]
+    spec = tf_cluster_spec(entries)
+    done = tf_cluster_ports(spec, {"h0": [20000], "h1": [20000]}, resolver=lambda a: [a])
+    assert done["spares"] == [] and done["size"] == 2
+    with pytest.raises(AnsibleFilterError, match=r"host h1: tf_worker_port auto needs 1 port\(s\) picked, got None"):
+        tf_cluster_ports(spec, {"h0": [20000]}, resolver=lambda a: [a])
