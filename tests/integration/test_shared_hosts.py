@@ -19,9 +19,9 @@ from nshosts import NamespaceHosts
 from test_long_runs import RUN, no_process_left, settings
 from test_multihost import Runbook
 
-# 20 epochs of 120 steps of the default job (a few seconds each here): long enough to look at
+# 40 epochs of 120 steps of the default job (1 to 2 s each here): long enough to look at
 # both runs, stop one and follow the other; short enough for the suite.
-ARGS = ["--epochs=20", "--steps-per-epoch=120"]
+ARGS = ["--epochs=40", "--steps-per-epoch=120"]
 FIRST, LAST = 20000, 29999
 
 
