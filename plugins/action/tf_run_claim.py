@@ -43,6 +43,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "hosts": {"type": "dict", "default": {}},
     "chief": {"type": "str", "default": ""},
     "from_scratch": {"type": "bool", "default": False},
+    "ports": {"type": "dict", "default": {}},
 }
 # The verdict's summary.json status of a run that needs nothing more.
 SUCCEEDED = "succeeded"
@@ -109,7 +110,8 @@ def check_run_id(run_id: str) -> None:
         raise AnsibleActionFail(f"tf_run_claim: {run_id!r} is not a run id")
 
 
-def claim(runs_dir: str, run_id: str, check_mode: bool = False, checksum: str = "") -> dict[str, Any]:
+def claim(runs_dir: str, run_id: str, check_mode: bool = False, checksum: str = "",
+          ports: dict[str, Any] | None = None) -> dict[str, Any]:
     """Make ``runs_dir`` (0700, also when it exists) and ``runs_dir/run_id`` (0700) with one
     ``mkdir`` that fails when it exists: a run id is claimed once per controller."""
     check_run_id(run_id)
@@ -133,7 +135,8 @@ def claim(runs_dir: str, run_id: str, check_mode: bool = False, checksum: str = 
         raise AnsibleActionFail(f"tf_run_claim: cannot create {run_dir}: {exc}") from exc
     os.chmod(run_dir, 0o700)
     write_json_atomic(os.path.join(run_dir, RUN_RECORD),
-                      {"run_id": run_id, "cluster_checksum": checksum, "claimed_at": time.time()})
+                      {"run_id": run_id, "cluster_checksum": checksum, "claimed_at": time.time(),
+                       "ports": dict(ports or {})})
     record_driver(run_dir, 0)
     return {"changed": True, "path": run_dir, "attempt": 0}
 
@@ -270,7 +273,8 @@ class ActionModule(ControllerAction):
             result = resume(args["runs_dir"], args["run_id"], args["cluster_checksum"], args["hosts"],
                             self._task.check_mode, args["chief"], args["from_scratch"])
         else:
-            result = claim(args["runs_dir"], args["run_id"], self._task.check_mode, args["cluster_checksum"])
+            result = claim(args["runs_dir"], args["run_id"], self._task.check_mode, args["cluster_checksum"],
+                           args["ports"])
         # The run id, once and early, on a line of its own: what every later command of the
         # run (status, logs, stop, collect, resume) is given, copied from here.
         if not self._task.check_mode:

@@ -14,6 +14,7 @@ import socket
 from typing import Any, Callable
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import is_auto
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     CLUSTER_TASK_TYPES,
     EVALUATOR,
@@ -69,13 +70,14 @@ def resolve_address(address: str) -> list[str]:
 
 
 def _as_int(value: Any, what: str, host: str) -> int:
+    also = " or auto" if what == "tf_worker_port" else ""
     if isinstance(value, bool):
-        raise AnsibleFilterError(f"host {host}: {what} must be an integer, got {value!r}")
+        raise AnsibleFilterError(f"host {host}: {what} must be an integer{also}, got {value!r}")
     try:
         return int(str(value).strip())
     except (TypeError, ValueError):
         raise AnsibleFilterError(
-            f"host {host}: {what} must be an integer, got {value!r}"
+            f"host {host}: {what} must be an integer{also}, got {value!r}"
         ) from None
 
 
@@ -143,7 +145,12 @@ def tf_cluster_spec(
     one endpoint; ``resolver`` stands in for the resolver in tests. Entries marked
     ``spare`` (the tf_spares group, after the workers) get no worker index: their
     endpoints are checked like the workers' and listed under ``spares``, for the
-    preflight to probe and for a spare to take a lost host's place."""
+    preflight to probe and for a spare to take a lost host's place.
+
+    A host whose port is ``auto`` (``tf_worker_port: auto``) gets port 0 in its endpoints
+    for now, no endpoint check, and is listed under ``auto`` with its number of slots: the
+    preflight's probe picks its ports there, and ``tf_cluster_ports`` builds the spec again
+    with them (every check then made)."""
     lookup = resolver or resolve_address
     identities: dict[str, set[str]] = {}
     if not isinstance(hosts, list) or not [e for e in hosts if isinstance(e, dict) and not e.get("spare")]:
@@ -163,6 +170,7 @@ def tf_cluster_spec(
     hosts = sorted(
         hosts, key=lambda e: (1, 0) if isinstance(e, dict) and e.get("spare") else (0, order.get(task_type_of(e), 0))
     )
+    auto: dict[str, int] = {}
     for entry in hosts:
         host = str(entry.get("host", "")).strip()
         if not host:
@@ -176,11 +184,15 @@ def tf_cluster_spec(
         address = normalize_address(entry.get("address"), host)
         if address not in identities:
             identities[address] = {address, *(lookup(address) if resolve or resolver else [])}
-        port = _as_int(entry.get("port"), "tf_worker_port", host)
         slots = _as_int(entry.get("slots"), "tf_worker_slots", host)
         if slots < 1:
             raise AnsibleFilterError(f"host {host}: tf_worker_slots must be at least 1, got {slots}")
-        if port < 1 or port + slots - 1 > MAX_PORT:
+        if is_auto(entry.get("port")):
+            auto[host] = slots
+            port = 0
+        else:
+            port = _as_int(entry.get("port"), "tf_worker_port", host)
+        if host not in auto and (port < 1 or port + slots - 1 > MAX_PORT):
             raise AnsibleFilterError(
                 f"host {host}: tf_worker_port {port} with {slots} slot(s) needs ports "
                 f"{port}..{port + slots - 1}, outside 1..{MAX_PORT}"
@@ -190,7 +202,7 @@ def tf_cluster_spec(
             counts.setdefault(kind, []).append((host, slots))
         for slot in range(slots):
             endpoint = format_endpoint(address, port + slot)
-            for ident in sorted(identities[address]):
+            for ident in sorted(identities[address]) if host not in auto else []:
                 key = format_endpoint(ident, port + slot)
                 if key in owners:
                     other_host, other_address = owners[key]
@@ -199,7 +211,7 @@ def tf_cluster_spec(
                         f"host {host}: endpoint {endpoint} is also used by host "
                         f"{other_host}{same}; two workers cannot share an address and port"
                     )
-            for ident in identities[address]:
+            for ident in identities[address] if host not in auto else []:
                 owners[format_endpoint(ident, port + slot)] = (host, address)
             if entry.get("spare"):
                 if slot == 0:
@@ -226,7 +238,7 @@ def tf_cluster_spec(
         kind: [w["endpoint"] for w in workers if w["type"] == kind]
         for kind in CLUSTER_TASK_TYPES if any(w["type"] == kind for w in workers)
     }
-    return {
+    spec = {
         "workers": workers,
         "cluster": cluster,
         "size": len(workers),
@@ -235,6 +247,36 @@ def tf_cluster_spec(
         "spares": spares,
         "shape": "ps" if "ps" in cluster else "mirrored",
     }
+    if auto:
+        spec["auto"] = auto
+    return spec
+
+
+def tf_cluster_ports(spec: dict[str, Any], ports: dict[str, Any],
+                     resolver: Callable[[str], list[str]] | None = None) -> dict[str, Any]:
+    """``spec`` again with the ports picked for its ``auto`` hosts (``ports``: each such
+    host's list of consecutive ports, its first for its first slot), every endpoint checked
+    as for a number in the inventory. A spec without ``auto`` hosts is returned as it is.
+    A spare with no ports given is left out (a reattach from another controller learns the
+    ports of the play's hosts only: that run then has no spare to take a lost host's place)."""
+    auto = spec.get("auto") or {}
+    if not auto:
+        return spec
+    ports = ports if isinstance(ports, dict) else {}
+    entries: list[dict[str, Any]] = []
+    for entry in cluster_hosts(spec) + [dict(s, spare=True) for s in spec.get("spares", [])]:
+        entry = {k: entry[k] for k in ("host", "address", "port", "slots", "spare", "type") if k in entry}
+        if entry.get("spare") and entry["host"] in auto and not isinstance(ports.get(entry["host"]), list):
+            continue
+        if entry["host"] in auto:
+            picked = ports.get(entry["host"])
+            if not isinstance(picked, list) or len(picked) != auto[entry["host"]]:
+                raise AnsibleFilterError(
+                    f"host {entry['host']}: tf_worker_port auto needs {auto[entry['host']]} port(s) picked, "
+                    f"got {picked!r}")
+            entry["port"] = picked[0]
+        entries.append(entry)
+    return tf_cluster_spec(entries, True, resolver)
 
 
 def cluster_hosts(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -303,8 +345,20 @@ def tf_cluster_endpoints(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def tf_ports_on(spec: dict[str, Any], host: str) -> list[int]:
-    """The ports ``host`` listens on: its workers', or as a spare the ones it would take."""
+    """The ports ``host`` listens on: its workers', or as a spare the ones it would take
+    (none yet for a host whose ports the probe picks)."""
+    if host in (spec.get("auto") or {}):
+        return []
     return [int(e["port"]) for e in tf_cluster_endpoints(spec) if e["host"] == host]
+
+
+def tf_cluster_host_ports(spec: dict[str, Any]) -> dict[str, list[int]]:
+    """Each host's ports in ``spec``, its workers' or, for a spare, those it would take
+    (what ``tf_cluster_ports`` takes back)."""
+    ports: dict[str, list[int]] = {}
+    for endpoint in tf_cluster_endpoints(spec):
+        ports.setdefault(endpoint["host"], []).append(int(endpoint["port"]))
+    return ports
 
 
 class FilterModule:
@@ -317,4 +371,6 @@ class FilterModule:
             "tf_cluster_takeover": tf_cluster_takeover,
             "tf_cluster_endpoints": tf_cluster_endpoints,
             "tf_ports_on": tf_ports_on,
+            "tf_cluster_ports": tf_cluster_ports,
+            "tf_cluster_host_ports": tf_cluster_host_ports,
         }

@@ -150,6 +150,24 @@ options:
       O(timeout) passes.
     type: bool
     default: false
+  pick:
+    description: In V(host) mode, the number of consecutive ports to pick here (C(tf_worker_port=auto)),
+      in place of O(ports) - the lowest block of O(port_range) that nothing listens on, that binds, and that
+      no other run reserved in the host's register of ports (C(/tmp/tf-runbook-ports)); 0 to probe O(ports).
+    type: int
+    default: 0
+  port_range:
+    description: With O(pick), the first and last port it may pick.
+    type: list
+    elements: int
+    default: []
+  reserve:
+    description: In V(host) mode, record the ports (picked or given) in the host's register of ports for
+      O(run_id) and O(me), under its lock, so that another run's pick leaves them alone until TensorFlow
+      listens on them; false in a dry run (a pick is then only computed). In V(stop) mode, give this run's
+      and host's reservations up (a refused preflight).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -304,6 +322,11 @@ ports_held:
   type: list
   elements: int
   returned: connect and host modes
+ports_picked:
+  description: The ports this host looked at and reserved, those of O(pick) (or O(ports)); [] in other modes.
+  type: list
+  elements: int
+  returned: host mode
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -316,7 +339,9 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_li
     start_listener,
     stop_listeners,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import REGISTRY, host_ports, release
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_reach import connect_and_await
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import run_dir_of
 
 ARGUMENT_SPEC = {
     "mode": {"type": "str", "required": True, "choices": ["host", "connect", "stop", "versions"]},
@@ -337,6 +362,9 @@ ARGUMENT_SPEC = {
     "addresses": {"type": "list", "elements": "str", "default": []},
     "settle": {"type": "float", "default": 0},
     "probe_timeout": {"type": "float", "default": 10},
+    "pick": {"type": "int", "default": 0},
+    "port_range": {"type": "list", "elements": "int", "default": []},
+    "reserve": {"type": "bool", "default": False},
 }
 
 
@@ -346,12 +374,28 @@ def host_mode(module: AnsibleModule) -> None:
     params = module.params
     if not params["base_dir"] or not params["run_id"]:
         module.fail_json(msg="host mode needs base_dir and run_id")
+    write = params["reserve"] and not module.check_mode
+    if params["pick"]:
+        try:
+            params["ports"] = host_ports(params["run_id"], params["me"], params["pick"], params["port_range"], [], write,
+                                         run_dir=run_dir_of(params["base_dir"], params["run_id"]))
+        except (ValueError, OSError) as exc:
+            module.fail_json(msg=str(exc))
     seen = look_host(
         command_runner(module), params["ports"], params["base_dir"], params["run_id"],
         interpreter=params["interpreter"], python=params["python"], versions_code=params["versions_code"],
         checkpoint_dir=params["checkpoint_dir"], addresses=params["addresses"],
     )
+    # Given ports are recorded too, once seen free: status.yml lists every run, and a pick
+    # of another run leaves them alone until this one's TensorFlow listens on them.
+    if write and not params["pick"] and params["ports"] and not seen["busy_ports"]:
+        try:
+            host_ports(params["run_id"], params["me"], 0, [], params["ports"], write,
+                       run_dir=run_dir_of(params["base_dir"], params["run_id"]))
+        except OSError as exc:
+            module.fail_json(msg=str(exc))
     seen["listener_pid"] = 0
+    seen["ports_picked"] = list(params["ports"])
     # Listen only on a clean host: with a port taken, the run is refused anyway.
     if params["listen"] and params["ports"] and not seen["busy_ports"] and not module.check_mode:
         try:
@@ -387,6 +431,8 @@ def stop_mode(module: AnsibleModule) -> None:
     params = module.params
     token = probe_token(params["run_id"], params["me"]) if params["run_id"] else ""
     still = stop_listeners(params["ports"], params["timeout"], token, params["listener_pid"])
+    if params["reserve"] and params["run_id"] and not module.check_mode:
+        release(REGISTRY, params["run_id"], params["me"])
     if still:
         module.fail_json(msg=f"ports {still} are still taken after the probe listeners were told to stop")
     module.exit_json(changed=False)

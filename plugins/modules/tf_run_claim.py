@@ -67,6 +67,11 @@ options:
       the job trains again from its first epoch.
     type: bool
     default: false
+  ports:
+    description: Each host's worker ports (its workers', or a spare's), recorded in C(run.json) by a new run's
+      claim, so that a resume of a run whose ports were picked (C(tf_worker_port=auto)) keeps them.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full

@@ -13,7 +13,8 @@ before a run does anything. One entry per input::
 ``low`` is the lowest value; ``high`` the highest (null: none); ``zero`` what 0 means when
 0 is accepted below ``low`` or as a value of its own (null: 0 has no meaning of its own);
 ``span: true`` names the range as ``low..high`` either way (the mechanism's own range, a
-TCP port).
+TCP port); ``word`` is a word accepted in place of a number (``auto``: ``tf_worker_port``,
+picked by the preflight), in any case.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ RANGES_FILE = os.path.join("meta", "ranges.yml")
 # an extra digit) far more often than a wish.
 MONTH = 30 * 24 * 3600
 HOUR = 3600
-_FIELDS = {"low", "high", "zero", "span"}
+_FIELDS = {"low", "high", "zero", "span", "word"}
 
 
 class RangesError(ValueError):
@@ -52,8 +53,11 @@ def parse_ranges(data: Any, source: str) -> dict[str, dict[str, Any]]:
         high = entry.get("high")
         if high is not None and (not isinstance(high, int) or high < entry["low"]):
             raise RangesError(f"{source}: {name}'s high must be null or an integer of at least low, got {high!r}")
+        word = entry.get("word")
+        if word is not None and (not isinstance(word, str) or not word):
+            raise RangesError(f"{source}: {name}'s word must be a word, got {word!r}")
         ranges[str(name)] = {"low": entry["low"], "high": high, "zero": entry.get("zero"),
-                             "span": bool(entry.get("span", False))}
+                             "span": bool(entry.get("span", False)), "word": word}
     return ranges
 
 
@@ -105,13 +109,17 @@ def _bound_text(high: int) -> str:
 def range_problem(name: str, value: Any, entry: dict[str, Any]) -> str | None:
     """Why ``value`` is out of ``entry``'s range (without the host), or None."""
     low, high, zero = entry["low"], entry["high"], entry["zero"]
+    word = entry.get("word")
+    if word and isinstance(value, str) and value.strip().lower() == word:
+        return None
     number = _whole(value)
+    also = f" or {word}" if word else ""
     if number is None:
-        return f"{name} must be a whole number, got {value!r}"
+        return f"{name} must be a whole number{also}, got {value!r}"
     if zero is not None and number == 0:
         return None
     if entry["span"] and (number < low or (high is not None and number > high)):
-        return f"{name} must be {low}..{high}, got {value!r}"
+        return f"{name} must be {low}..{high}{also}, got {value!r}"
     if number < low:
         if zero is not None and low > 0:
             return f"{name} must be 0 ({zero}) or {low} or more, got {value!r}"

@@ -121,11 +121,11 @@ def test_no_hosts_is_rejected(hosts: Any) -> None:
         ("port", 0, "host h2: tf_worker_port 0 with 1 slot(s) needs ports 0..0, outside 1..65535"),
         ("port", -5, "host h2: tf_worker_port -5 with 1 slot(s)"),
         ("port", 70000, "host h2: tf_worker_port 70000 with 1 slot(s) needs ports 70000..70000"),
-        ("port", "2222x", "host h2: tf_worker_port must be an integer, got '2222x'"),
-        ("port", "22.5", "host h2: tf_worker_port must be an integer, got '22.5'"),
-        ("port", False, "host h2: tf_worker_port must be an integer, got False"),
-        ("port", None, "host h2: tf_worker_port must be an integer, got None"),
-        ("port", [2222], "host h2: tf_worker_port must be an integer, got [2222]"),
+        ("port", "2222x", "host h2: tf_worker_port must be an integer or auto, got '2222x'"),
+        ("port", "22.5", "host h2: tf_worker_port must be an integer or auto, got '22.5'"),
+        ("port", False, "host h2: tf_worker_port must be an integer or auto, got False"),
+        ("port", None, "host h2: tf_worker_port must be an integer or auto, got None"),
+        ("port", [2222], "host h2: tf_worker_port must be an integer or auto, got [2222]"),
     ],
 )
 def test_bad_port_or_slots_names_host_and_value(field: str, value: Any, message: str) -> None:

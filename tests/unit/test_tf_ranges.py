@@ -68,7 +68,13 @@ def test_every_timeout_has_an_upper_bound_of_at_most_30_days(name: str) -> None:
         ({"tf_verdict_expected_size": 0}, []),
         ({"tf_worker_slots": 2000}, ["host w1: tf_worker_slots must be at most 1024, got 2000"]),
         # A port is a span either way.
-        ({"tf_worker_port": 0}, ["host w1: tf_worker_port must be 1..65535, got 0"]),
+        ({"tf_worker_port": 0}, ["host w1: tf_worker_port must be 1..65535 or auto, got 0"]),
+        # ... or the word that picks one (any case), and nothing like it.
+        ({"tf_worker_port": "auto"}, []),
+        ({"tf_worker_port": "AUTO"}, []),
+        ({"tf_worker_port": "autox"}, ["host w1: tf_worker_port must be a whole number or auto, got 'autox'"]),
+        ({"tf_worker_port": 70000}, ["host w1: tf_worker_port must be 1..65535 or auto, got 70000"]),
+        ({"tf_worker_port_auto_first": 0}, ["host w1: tf_worker_port_auto_first must be 1..65535, got 0"]),
         # A boolean is not a number of seconds (YAML's `yes`).
         ({"tf_job_timeout": True}, ["host w1: tf_job_timeout must be a whole number, got True"]),
         ({"tf_job_timeout": 1.5}, ["host w1: tf_job_timeout must be a whole number, got 1.5"]),
@@ -92,7 +98,9 @@ def test_each_role_declares_the_ranges_of_its_own_whole_number_inputs(role: Path
     options = spec_options(role)
     ranges = role_ranges(str(role))
     # A range sits with the argument spec that has the input, and bounds a whole number.
-    assert {name: options.get(name, {}).get("type") for name in ranges} == {name: "int" for name in ranges}
+    # A range with a word (tf_worker_port: auto) bounds a number or that word.
+    assert {name: options.get(name, {}).get("type") for name in ranges} == {
+        name: "raw" if entry.get("word") else "int" for name, entry in ranges.items()}
     ints = {name for name, option in options.items() if option.get("type") == "int" and name.startswith("tf_")}
     # Every whole-number input the role owns is bounded by it (or by the role that owns it).
     assert ints - COMPUTED - set(RANGES) == set()
@@ -109,7 +117,7 @@ def test_the_contract_check_reads_every_roles_ranges_and_the_controller_timeout_
     [
         (["tf_x"], "must map each input to its range"),
         ({"tf_x": {"high": 3}}, "tf_x needs an integer low"),
-        ({"tf_x": {"low": 0, "hi": 3}}, "tf_x needs an integer low, and only high, low, span, zero"),
+        ({"tf_x": {"low": 0, "hi": 3}}, "tf_x needs an integer low, and only high, low, span, word, zero"),
         ({"tf_x": {"low": 5, "high": 3}}, "tf_x's high must be null or an integer of at least low, got 3"),
     ],
 )

@@ -684,7 +684,7 @@ def test_controller_timeout_handed_to_the_supervisors(args: tuple[Any, ...], tim
         ({"tf_job_timeout": 0, "tf_startup_timeout": 0, "tf_controller_timeout": 0}, []),
         ({"tf_job_timeout": -1}, ["host w1: tf_job_timeout must be 0 or more (0: no job deadline), got -1"]),
         ({"tf_startup_timeout": "-5"}, ["host w1: tf_startup_timeout must be 0 or more (0: no startup deadline), got '-5'"]),
-        ({"tf_worker_port": 70000}, ["host w1: tf_worker_port must be 1..65535, got 70000"]),
+        ({"tf_worker_port": 70000}, ["host w1: tf_worker_port must be 1..65535 or auto, got 70000"]),
         ({"tf_wait_poll_interval": 0}, ["host w1: tf_wait_poll_interval must be 1 or more, got 0"]),
         ({"tf_restart_attempts": "two"}, ["host w1: tf_restart_attempts must be a whole number, got 'two'"]),
         ({"tf_stop_grace": None, "tf_other": -1}, []),
