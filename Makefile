@@ -103,25 +103,30 @@ integration: setup
 multihost: setup
 	$(PYTEST) tests/integration -m multihost
 
-# Everything, in two parallel pairs that cannot disturb each other: the static checks
+# Everything, in two parallel steps that cannot disturb each other: the static checks
 # (lint, unit tests, sanity) side by side, each buffered until it ends; then molecule; then
-# the integration tests in two shards side by side, line by line (-v names each test): the
-# localhost tests, and the tests on network-namespace hosts, which have their own network
-# stacks, names and directories (tests/integration/nshosts.py), so no port or path of one
-# shard is the other's. test_faults runs last in its shard, as before.
+# the integration tests in two shards side by side, line by line (-v names each test).
+# Tests on localhost share this machine's ports, so they all run in one shard, one after
+# the other. Tests on network-namespace hosts (the multihost marker) have their own network
+# stacks, names and directories (tests/integration/nshosts.py) and run in either shard:
+# the long-runs and cluster-shape files follow the localhost tests, to even out the two.
+# test_faults runs last in its shard, as before. --durations names the slowest tests.
 test: setup
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint unit sanity
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory -j2 --output-sync=line integration-local integration-hosts
 
 TEST_TMP := $(or $(TMPDIR),/tmp)/tf-runbook-tests
+SHARD_A_HOSTS := tests/integration/test_long_runs.py tests/integration/test_shapes.py
 integration-local: setup
-	$(PYTEST) tests/integration -m "not multihost" -v --basetemp=$(TEST_TMP)-local
-	@echo "== integration (localhost) passed"
+	$(PYTEST) tests/integration -m "not multihost" -v --durations=10 --basetemp=$(TEST_TMP)-local
+	$(PYTEST) $(SHARD_A_HOSTS) -v --durations=10 --basetemp=$(TEST_TMP)-local-hosts
+	@echo "== integration (localhost, then $(SHARD_A_HOSTS)) passed"
 
 integration-hosts: setup
-	$(PYTEST) tests/integration -m multihost -v --basetemp=$(TEST_TMP)-hosts --ignore=tests/integration/test_faults.py
-	$(PYTEST) tests/integration/test_faults.py -v --basetemp=$(TEST_TMP)-faults
+	$(PYTEST) tests/integration -m multihost -v --durations=10 --basetemp=$(TEST_TMP)-hosts \
+	  --ignore=tests/integration/test_faults.py $(addprefix --ignore=,$(SHARD_A_HOSTS))
+	$(PYTEST) tests/integration/test_faults.py -v --durations=10 --basetemp=$(TEST_TMP)-faults
 	@echo "== integration (namespace hosts) passed"
 
 # The whole measurement of docs/BENCHMARKS.md (medians of 5; about an hour on 2 cores).
