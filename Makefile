@@ -105,28 +105,33 @@ multihost: setup
 
 # Everything, in two parallel steps that cannot disturb each other: the static checks
 # (lint, unit tests, sanity) side by side, each buffered until it ends; then molecule; then
-# the integration tests in two shards side by side, line by line (-v names each test).
+# the integration tests in two shards side by side, line by line (-v names each test, the
+# prefix its shard).
 # Tests on localhost share this machine's ports, so they all run in one shard, one after
 # the other. Tests on network-namespace hosts (the multihost marker) have their own network
 # stacks, names and directories (tests/integration/nshosts.py) and run in either shard:
-# the long-runs and cluster-shape files follow the localhost tests, to even out the two.
-# test_faults runs last in its shard, as before. --durations names the slowest tests.
+# the long-runs and cluster-shape files, then test_faults (last, as before), follow the
+# localhost tests, to even out the two. --durations names the slowest tests.
 test: setup
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint unit sanity
 	$(MAKE) --no-print-directory molecule
-	$(MAKE) --no-print-directory -j2 --output-sync=line integration-local integration-hosts
+	$(MAKE) --no-print-directory -j2 integration-local integration-hosts
 
 TEST_TMP := $(or $(TMPDIR),/tmp)/tf-runbook-tests
 SHARD_A_HOSTS := tests/integration/test_long_runs.py tests/integration/test_shapes.py
+# Each line of a shard's output is written whole, as it ends, with the shard's name in
+# front (sed -u), so that the two shards' lines interleave without mixing; pipefail (in
+# .SHELLFLAGS) keeps pytest's exit status.
 integration-local: setup
-	$(PYTEST) tests/integration -m "not multihost" -v --durations=10 --basetemp=$(TEST_TMP)-local
-	$(PYTEST) $(SHARD_A_HOSTS) -v --durations=10 --basetemp=$(TEST_TMP)-local-hosts
-	@echo "== integration (localhost, then $(SHARD_A_HOSTS)) passed"
+	$(PYTEST) tests/integration -m "not multihost" -v --durations=10 --basetemp=$(TEST_TMP)-local 2>&1 \
+	  | /usr/bin/sed -u 's/^/[local] /'
+	$(PYTEST) $(SHARD_A_HOSTS) -v --durations=10 --basetemp=$(TEST_TMP)-local-hosts 2>&1 | /usr/bin/sed -u 's/^/[local] /'
+	$(PYTEST) tests/integration/test_faults.py -v --durations=10 --basetemp=$(TEST_TMP)-faults 2>&1 | /usr/bin/sed -u 's/^/[local] /'
+	@echo "== integration (localhost, then $(SHARD_A_HOSTS), then the faults) passed"
 
 integration-hosts: setup
 	$(PYTEST) tests/integration -m multihost -v --durations=10 --basetemp=$(TEST_TMP)-hosts \
-	  --ignore=tests/integration/test_faults.py $(addprefix --ignore=,$(SHARD_A_HOSTS))
-	$(PYTEST) tests/integration/test_faults.py -v --durations=10 --basetemp=$(TEST_TMP)-faults
+	  --ignore=tests/integration/test_faults.py $(addprefix --ignore=,$(SHARD_A_HOSTS)) 2>&1 | /usr/bin/sed -u 's/^/[hosts] /'
 	@echo "== integration (namespace hosts) passed"
 
 # The whole measurement of docs/BENCHMARKS.md (medians of 5; about an hour on 2 cores).
