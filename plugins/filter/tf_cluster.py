@@ -114,7 +114,7 @@ def shape_problems(counts: dict[str, list[tuple[str, int]]]) -> list[str]:
                 f"{TYPE_GROUPS[kind]} holds {len(hosts)} hosts ({', '.join(name for name, _slots in hosts)}): at most one {kind}"
             )
         problems += [
-            f"host {h}: a {kind} runs one task, tf_worker_slots must be 1 (got {slots})" for h, slots in hosts if slots != 1
+            f"host {h}: {'an' if kind == EVALUATOR else 'a'} {kind} runs one task, tf_worker_slots must be 1 (got {slots})" for h, slots in hosts if slots != 1
         ]
     if counts.get("ps"):
         if not counts.get("chief"):
@@ -126,12 +126,6 @@ def shape_problems(counts: dict[str, list[tuple[str, int]]]) -> list[str]:
             problems.append("tf_ps is not empty but tf_workers is: ParameterServerStrategy needs workers")
     if counts.get(EVALUATOR) and not (counts.get("chief") or counts.get("worker")):
         problems.append("tf_evaluator is not empty but nothing trains: add a chief or workers")
-    if counts.get(EVALUATOR):
-        problems.append(
-            f"tf_evaluator holds {', '.join(name for name, _slots in counts[EVALUATOR])}: the runbook does not run a sidecar "
-            "evaluator yet (the chief's checkpoints cannot reach its host during the training); remove the host from "
-            "tf_evaluator and evaluate the chief's collected model after the run"
-        )
     return problems
 
 

@@ -62,15 +62,29 @@ def tf_launch_go_timeout(timeout: int | str, forks: int | str, hosts: int | str)
     return 60 + 10 * (batches - 1)
 
 
-def tf_launch_entry(spec: dict[str, Any], host: str, script: str, job_args: list[str], pattern: str) -> dict[str, Any]:
+def tf_launch_entry(spec: dict[str, Any], host: str, script: str, job_args: list[str], pattern: str,
+                    evaluator: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """What ``host``'s supervisors start: the user's ``script`` with ``job_args`` and the
     startup ``pattern``, or, for the servers of a ParameterServerStrategy cluster (the ps
     and worker tasks where the inventory has tf_ps), the runbook's own server entry
-    (tf_run.SERVER_ENTRY) without arguments, joined once it prints SERVER_STARTED."""
+    (tf_run.SERVER_ENTRY) without arguments, joined once it prints SERVER_STARTED; for the
+    sidecar evaluator, ``evaluator``'s ``script`` (a file of the job; empty: the training
+    script with its arguments and tf_run.EVALUATE_FLAG) with its ``args``, joined once
+    started (it joins no cluster). Every entry carries ``evaluator``, the evaluator's
+    endpoint (empty without one), for the supervisors' --evaluator."""
     kinds = {w.get("type", "worker") for w in spec["workers"] if w["host"] == host}
+    endpoint = next((w["endpoint"] for w in spec["workers"] if w.get("type") == tf_run.EVALUATOR), "")
     if spec.get("shape") == "ps" and kinds and kinds <= {"ps", "worker"}:
-        return {"script": tf_run.SERVER_ENTRY, "job_args": [], "startup_pattern": tf_run.SERVER_STARTED}
-    return {"script": script, "job_args": list(job_args), "startup_pattern": pattern}
+        entry = {"script": tf_run.SERVER_ENTRY, "job_args": [], "startup_pattern": tf_run.SERVER_STARTED}
+    elif kinds == {tf_run.EVALUATOR}:
+        own = evaluator or {}
+        if own.get("script"):
+            entry = {"script": str(own["script"]), "job_args": list(own.get("args") or []), "startup_pattern": ""}
+        else:
+            entry = {"script": script, "job_args": [*job_args, tf_run.EVALUATE_FLAG], "startup_pattern": ""}
+    else:
+        entry = {"script": script, "job_args": list(job_args), "startup_pattern": pattern}
+    return {**entry, "evaluator": endpoint}
 
 
 def tf_launch_refusals(results: dict[str, Any], spec: dict[str, Any]) -> dict[str, list[str]]:
@@ -108,7 +122,7 @@ def tf_supervisor_files(_value: Any = None) -> list[dict[str, str]]:
     the job's wrapper and the shared modules they import (tf_run's SUPERVISOR_FILE,
     JOB_WRAPPER and SHARED_MODULES), as ``{name, content}``, read on the controller."""
     files = [(HOST_FILES_DIR, tf_run.SUPERVISOR_FILE), (HOST_FILES_DIR, tf_run.JOB_WRAPPER),
-             (HOST_FILES_DIR, tf_run.SERVER_ENTRY)]
+             (HOST_FILES_DIR, tf_run.SERVER_ENTRY), (HOST_FILES_DIR, tf_run.CHECKPOINT_PUSH_FILE)]
     files += [(SHARED_DIR, name) for name in tf_run.SHARED_MODULES]
     try:
         return [{"name": name, "content": (where / name).read_text(encoding="utf-8")} for where, name in files]

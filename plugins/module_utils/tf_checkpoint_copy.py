@@ -37,14 +37,10 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     CHECKPOINT_OWN_PREFIX,
     CHECKPOINT_STAGING_PREFIX,
     CHECKPOINT_SYNCED_FILE,
+    POINTER_FILES,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import own_directory_problem
 
-# Files that name a checkpoint rather than hold one: TensorFlow's CheckpointManager (and
-# so Keras' BackupAndRestore and the PreemptionCheckpointHandler) keeps ``checkpoint``;
-# the default job (files/multiworker_train.py) keeps ``latest``. Told by name, anywhere in
-# the tree; swapped in after every other file of the copy.
-POINTER_FILES = ("checkpoint", "latest")
 # What a tar member costs beyond its data: a ustar header and a pax header (the mtime
 # with its fraction) of a block each, the data rounded up to a block; then the end of
 # the archive and its last record. An estimate a little above the real size.

@@ -322,6 +322,18 @@ TASK_TYPES = CLUSTER_TASK_TYPES + (EVALUATOR,)
 SERVER_ENTRY = "tf_ps_server.py"
 SERVER_STARTED = "server_started"
 SERVER_STOPPED = "server_stopped"
+# The sidecar evaluator (a host in tf_evaluator): the chief's supervisor pushes each
+# complete checkpoint to the evaluator's supervisor over the evaluator's port (it runs no
+# TensorFlow server), with the code shipped next to the supervisor; the flag the default
+# job gets in the evaluator's place when the inventory names no evaluation script.
+CHECKPOINT_PUSH_FILE = "tf_checkpoint_push.py"
+EVALUATE_FLAG = "--evaluate"
+# Files that name a checkpoint rather than hold one: TensorFlow's CheckpointManager (and
+# so Keras' BackupAndRestore and the PreemptionCheckpointHandler) keeps ``checkpoint``;
+# the default job (files/multiworker_train.py) keeps ``latest``. Told by name, anywhere in
+# a checkpoint tree; a copy (tf_checkpoint_copy) or a push (tf_checkpoint_push) swaps
+# them in after every other file.
+POINTER_FILES = ("checkpoint", "latest")
 
 
 def cluster_tasks(cluster: Any) -> list[tuple[str, int, str]]:

@@ -71,7 +71,7 @@ def test_parameter_servers_make_the_ps_shape() -> None:
         ([host("c", "chief"), host("p", "ps")], r"tf_ps is not empty but tf_workers is"),
         ([host("e", "evaluator")], r"nothing trains"),
         ([host("w"), host("e1", "evaluator"), host("e2", "evaluator")], r"at most one evaluator"),
-        ([host("w"), host("e", "evaluator")], r"tf_evaluator holds e: the runbook does not run a sidecar evaluator yet"),
+        ([host("w"), host("e", "evaluator", slots=2)], r"host e: an evaluator runs one task, tf_worker_slots must be 1"),
         ([host("w", "coordinator")], r"host w: task type 'coordinator' is not one of chief, worker, ps, evaluator"),
     ],
 )
@@ -117,13 +117,28 @@ def test_the_hosts_own_read_back_check_knows_the_types() -> None:
 def test_the_servers_of_the_ps_shape_start_the_runbooks_own_entry() -> None:
     spec = ps_spec()
     user = tf_launch.tf_launch_entry(spec, "c", "train.py", ["--strategy=ps"], "cluster_workers=")
-    assert user == {"script": "train.py", "job_args": ["--strategy=ps"], "startup_pattern": "cluster_workers="}
+    assert user == {"script": "train.py", "job_args": ["--strategy=ps"], "startup_pattern": "cluster_workers=", "evaluator": ""}
     for name in ("w1", "w2", "p0"):
         assert tf_launch.tf_launch_entry(spec, name, "train.py", ["--strategy=ps"], "cluster_workers=") == {
-            "script": "tf_ps_server.py", "job_args": [], "startup_pattern": "server_started"}  # fmt: skip
+            "script": "tf_ps_server.py", "job_args": [], "startup_pattern": "server_started", "evaluator": ""}  # fmt: skip
     mirrored = tf_cluster_spec([host("c", "chief"), host("w1")])
     assert tf_launch.tf_launch_entry(mirrored, "w1", "train.py", [], "x")["script"] == "train.py"
     assert any(f["name"] == "tf_ps_server.py" for f in tf_launch.tf_supervisor_files())
+
+
+def test_the_evaluator_starts_its_program_and_every_supervisor_learns_its_endpoint() -> None:
+    """The evaluator's host runs tf_evaluator_script (or the training script with its
+    arguments and --evaluate), joined once started; every entry names the evaluator's
+    endpoint, which the launch hands every supervisor (the chief pushes there)."""
+    spec = tf_cluster_spec([host("c", "chief"), host("w1"), host("e", "evaluator", port=2300)])
+    assert [w["type"] for w in spec["workers"]] == ["chief", "worker", "evaluator"]
+    assert spec["cluster"] == {"chief": ["c.example:2222"], "worker": ["w1.example:2222"]}
+    assert tf_launch.tf_launch_entry(spec, "e", "train.py", ["--epochs=2"], "cluster_workers=") == {
+        "script": "train.py", "job_args": ["--epochs=2", "--evaluate"], "startup_pattern": "", "evaluator": "e.example:2300"}
+    own = tf_launch.tf_launch_entry(spec, "e", "train.py", ["--epochs=2"], "x", {"script": "eval.py", "args": ["-v"]})
+    assert own == {"script": "eval.py", "job_args": ["-v"], "startup_pattern": "", "evaluator": "e.example:2300"}
+    assert tf_launch.tf_launch_entry(spec, "c", "train.py", [], "x")["evaluator"] == "e.example:2300"
+    assert any(f["name"] == "tf_checkpoint_push.py" for f in tf_launch.tf_supervisor_files())
 
 
 def test_the_supervisor_watches_every_task_by_the_runbooks_index(supervisor_path: Path) -> None:
@@ -132,6 +147,20 @@ def test_the_supervisor_watches_every_task_by_the_runbooks_index(supervisor_path
     own, peers = supervisor.cluster_peers(tf_worker_config.tf_config(spec, 3))
     assert own == 2223
     assert peers == [(0, "c.example", 2222), (1, "w1.example", 2222), (2, "w2.example", 2222), (4, "p0.example", 2222)]
+
+
+def test_the_evaluators_supervisor_listens_on_its_endpoints_port_and_the_chief_pushes(supervisor_path: Path) -> None:
+    supervisor = load_module("tf_supervisor", supervisor_path)
+    spec = tf_cluster_spec([host("c", "chief"), host("w1", slots=2), host("e", "evaluator", port=2300)])
+    configs = [tf_worker_config.tf_config(spec, i) for i in range(4)]
+    assert configs[3]["task"] == {"type": "evaluator", "index": 0} and "evaluator" not in configs[3]["cluster"]
+    assert supervisor.cluster_peers(configs[3], "e.example:2300") == (2300, [])
+    with pytest.raises(ValueError, match=r"needs its endpoint \(--evaluator\)"):
+        supervisor.cluster_peers(configs[3])
+    # The evaluator watches no peer, and no training worker watches it.
+    assert all(port != 2300 for i in range(3) for _n, _h, port in supervisor.cluster_peers(configs[i])[1])
+    assert [supervisor.sidecar_part(c, "e.example:2300") for c in configs] == ["chief", "", "", "evaluator"]
+    assert [supervisor.sidecar_part(c, "") for c in configs] == ["", "", "", ""]
 
 
 def test_the_server_entry_ends_once_the_coordinator_it_saw_is_gone(supervisor_path: Path) -> None:

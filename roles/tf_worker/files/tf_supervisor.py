@@ -53,7 +53,14 @@ Started by the launch phase (the tf_worker_launch module), detached. It:
   the job too, which runs as the same user), nor its command line; the job never gets
   them. Without the flag it reads nothing from stdin;
 - records who stopped the job as a field of ``exit.json`` (``stopped_by``), reading the
-  stop request (``stop.json``) that ``tf_worker_stop`` writes before it signals.
+  stop request (``stop.json``) that ``tf_worker_stop`` writes before it signals;
+- with ``--evaluator`` (the sidecar evaluator's endpoint, issue 41): the chief's
+  supervisor pushes each complete checkpoint of its checkpoint directory to the
+  evaluator's supervisor, and tells it when the training ended; the evaluator's supervisor
+  (its TF_CONFIG's task type is ``evaluator``) receives them into its own checkpoint
+  directory on its port, and stops its job ``--evaluator-grace`` seconds after the
+  training ended, recorded as stopped by the runbook (``training_ended`` in exit.json).
+  Both sides are tf_checkpoint_push.py, shipped next to this file.
 
 Standard library only: it runs under the worker's interpreter before anything else. The
 shared contract it imports (tf_run, tf_proc, tf_causes, tf_metrics of plugins/module_utils/)
@@ -94,12 +101,14 @@ if not os.path.exists(os.path.join(_HERE, "tf_run.py")) and os.path.isdir(_SOURC
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+from tf_checkpoint_push import Pusher, Receiver  # noqa: E402
 from tf_causes import CAUSES, classify, parse_stacks, read_job_end, request_stacks, stacks_dumped  # noqa: E402
 from tf_metrics import is_timed, progress_of  # noqa: E402
 from tf_proc import group_members, oom_evidence, oom_kill_counts, signal_caught, signal_pending  # noqa: E402
 from tf_run import (  # noqa: E402
     ANNOUNCE_MAGIC,
     CONFIG_FILE,
+    EVALUATOR,
     EXIT_FILE,
     GO_FAILED,
     GO_LINE_BYTES,
@@ -357,11 +366,16 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def cluster_peers(config: dict[str, Any]) -> tuple[int, list[tuple[int, str, int]]]:
+def cluster_peers(config: dict[str, Any], evaluator: str = "") -> tuple[int, list[tuple[int, str, int]]]:
     """This worker's port and every other worker's (index, host, port), from TF_CONFIG:
     every task of the cluster (chief, worker, ps: tf_run.cluster_tasks), by the runbook's
-    index of each."""
+    index of each. The evaluator is in no cluster: its port is its endpoint's
+    (``evaluator``, from --evaluator), and it watches no peer."""
     workers = [endpoint for _kind, _n, endpoint in cluster_tasks(config["cluster"])]
+    if config["task"].get("type") == EVALUATOR:
+        if not evaluator:
+            raise ValueError("an evaluator's supervisor needs its endpoint (--evaluator)")
+        return parse_endpoint(evaluator)[1], []
     if set(config["cluster"]) == {"worker"} and config["task"].get("type", "worker") == "worker":
         index = int(config["task"]["index"])
     else:
@@ -776,6 +790,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--heartbeat-file", default="", help="renewed by the controller's wait")
     parser.add_argument("--peer-timeout", type=float, default=0, help="0: peers not watched")
     parser.add_argument("--run-id", default="", help="the run's id, carried by failure announcements")
+    parser.add_argument("--evaluator", default="", help="the sidecar evaluator's endpoint (host:port), if any")
+    parser.add_argument("--evaluator-grace", type=float, default=30.0, help="the evaluator's time after the training ended")
+    parser.add_argument("--evaluator-required", action="store_true", help="a failed evaluator fails the run")
     parser.add_argument(
         "--go-timeout", type=float, default=0, help="0: start at once; else await the launch's go that long"
     )
@@ -838,7 +855,8 @@ def validate(args: argparse.Namespace, config_text: str | None, secrets_: dict[s
     launch's (take_secrets())."""
     secrets_ = secrets_ or {}
     problems = []
-    for name in ("startup_timeout", "job_timeout", "grace", "controller_timeout", "peer_timeout", "go_timeout"):
+    for name in ("startup_timeout", "job_timeout", "grace", "controller_timeout", "peer_timeout", "go_timeout",
+                 "evaluator_grace"):
         value = getattr(args, name)
         if not math.isfinite(value) or value < 0:
             problems.append(f"--{name.replace('_', '-')} must be 0 or more seconds, got {value:g}")
@@ -856,11 +874,15 @@ def validate(args: argparse.Namespace, config_text: str | None, secrets_: dict[s
         problems.append(
             f"--peer-timeout needs the run's announcement key ({SECRET_ANNOUNCE_KEY}) on stdin with {SECRETS_FLAG}"
         )
+    if args.evaluator and not secrets_.get(SECRET_ANNOUNCE_KEY):
+        problems.append(f"--evaluator needs the run's announcement key ({SECRET_ANNOUNCE_KEY}) on stdin with {SECRETS_FLAG}")
     if config_text is None:
         problems.append(f"{CONFIG_FILE} cannot be read")
     else:
         try:
-            cluster_peers(json.loads(config_text))
+            if args.evaluator:
+                parse_endpoint(args.evaluator)
+            cluster_peers(json.loads(config_text), args.evaluator)
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             problems.append(f"{CONFIG_FILE} is not a usable TF_CONFIG: {exc}")
     return problems
@@ -1037,6 +1059,9 @@ class Plan:
     job_dir: str
     nonce: str
     record: dict[str, Any]
+    # The sidecar evaluator's part: "evaluator" (this is it), "chief" (it pushes its
+    # checkpoints to it) or "" (no part).
+    sidecar: str = ""
 
 
 @dataclasses.dataclass
@@ -1069,6 +1094,7 @@ class Ending:
     stop_cause: str | None = None
     stopped_at: list[float] = dataclasses.field(default_factory=list)
     stacks_missing: list[str] = dataclasses.field(default_factory=list)
+    training_ended: bool = False
 
     def stop(self, stopped_by: str, reason: str, cause: str | None = None) -> None:
         self.stopped_by, self.reason, self.stop_cause = stopped_by, reason, cause
@@ -1110,7 +1136,8 @@ def plan(args: argparse.Namespace) -> Plan:
         finish(worker_dir, exit_record(2, reason, None, started, False), cause="startup")
         raise Refused(2)
     assert config_text is not None
-    own_port, peers = cluster_peers(json.loads(config_text))
+    config = json.loads(config_text)
+    own_port, peers = cluster_peers(config, args.evaluator)
     # The job runs under the wrapper shipped next to this file, which dumps its stacks on
     # the stacks signal; without the wrapper (an older deploy), as it is.
     argv = [args.python, str(args.script), *args.job_args]
@@ -1128,6 +1155,7 @@ def plan(args: argparse.Namespace) -> Plan:
         "python": args.python, "script": str(args.script), "job_args": list(args.job_args), "attempt": args.attempt,
         "checkpoint_dir": args.checkpoint_dir, "controller_timeout": args.controller_timeout,
         "heartbeat_file": args.heartbeat_file, "peer_timeout": args.peer_timeout, "deadline_at": deadline_at,
+        "evaluator": sidecar_part(config, args.evaluator) == "evaluator", "required": args.evaluator_required,
     }  # fmt: skip
     # state.json: armed (no job yet) and then started, with the same launch.
     # Only this supervisor's exit.json carries its nonce: the wait ignores one the job wrote.
@@ -1149,7 +1177,61 @@ def plan(args: argparse.Namespace) -> Plan:
         announce_key=secrets_.get(SECRET_ANNOUNCE_KEY, "").encode("utf-8"),
         env=job_env(args, worker_dir, config_text), job_argv=job_argv, has_wrapper=has_wrapper,
         stacks_path=stacks_path, job_dir=job_dir_of(args.script), nonce=nonce, record=record,
+        sidecar=sidecar_part(config, args.evaluator),
     )  # fmt: skip
+
+
+def sidecar_part(config: dict[str, Any], evaluator: str) -> str:
+    """This worker's part in the sidecar evaluator's checkpoints: "evaluator", "chief"
+    (the runbook's worker 0, whose checkpoints it evaluates) or ""."""
+    if not evaluator:
+        return ""
+    if config["task"].get("type") == EVALUATOR:
+        return "evaluator"
+    return "chief" if task_position(config) == 0 else ""
+
+
+def start_sidecar(run: Plan) -> Pusher | Receiver | None:
+    """The chief's pusher or the evaluator's receiver (on its own port, free once the go
+    came: the evaluator runs no TensorFlow server), started; None for any other worker or
+    without a checkpoint directory. A receiver that cannot bind is the evaluator's
+    failure to see checkpoints, said in its log, never the training's."""
+    directory = Path(os.path.expanduser(run.args.checkpoint_dir)) if run.args.checkpoint_dir else None
+    if not run.sidecar or directory is None:
+        return None
+    side: Pusher | Receiver
+    if run.sidecar == "chief":
+        side = Pusher(directory, parse_endpoint(run.args.evaluator), run.announce_key, run.args.run_id)
+    else:
+        try:
+            server = listen_on(run.own_port, 25, 0.2)
+        except OSError as exc:
+            with open(run.worker_dir / LOG_FILE, "a", encoding="utf-8") as log:
+                log.write(f"supervisor: cannot receive the chief's checkpoints on port {run.own_port}: {exc}\n")
+            return None
+        side = Receiver(server, directory, run.announce_key, run.args.run_id)
+    side.start()
+    return side
+
+
+def sidecar_record(side: Pusher | Receiver | None) -> dict[str, Any]:
+    """exit.json's account of the checkpoints pushed (the chief) or received (the
+    evaluator)."""
+    if isinstance(side, Pusher):
+        return {"checkpoint_push": {"pushes": side.pushes, "last_error": side.last_error or None}}
+    if isinstance(side, Receiver):
+        return {"checkpoint_receive": {"received": side.received, "refused": side.refused[-5:],
+                                       "training_ended": side.ended is not None}}  # fmt: skip
+    return {}
+
+
+def end_sidecar(side: Pusher | Receiver | None, result: dict[str, Any]) -> None:
+    """Once the job's exit is recorded: the chief pushes what is left and tells the
+    evaluator the training ended; the evaluator stops receiving."""
+    if isinstance(side, Pusher):
+        side.finish(int(result["returncode"]))
+    elif isinstance(side, Receiver):
+        side.close()
 
 
 def catch_stop_signals(worker_dir: Path) -> list[tuple[str, str, str | None]]:
@@ -1293,6 +1375,7 @@ class JobWatch:
         self.t0 = time.monotonic()
         self.next_watch = self.t0 + WATCH_SECONDS
         self.next_progress, self.progress_lines = self.t0, 0
+        self.sidecar: Pusher | Receiver | None = None
 
     def record(self, now: float, joined: bool) -> None:
         """state.json's news: when the worker joined, and where its training stands
@@ -1330,6 +1413,8 @@ class JobWatch:
             ), "job-error")  # fmt: skip
             return
         self.record(now, joined)
+        if self.training_over(now, ending):
+            return
         if args.startup_timeout and not joined and elapsed > args.startup_timeout:
             ending.stop("startup-deadline", f"startup deadline of {args.startup_timeout:g} s passed before the worker joined the cluster")
         elif self.job_timeout and elapsed > self.job_timeout:
@@ -1338,6 +1423,19 @@ class JobWatch:
         elif now >= self.next_watch:
             self.next_watch = now + WATCH_SECONDS
             self.watch_others(ending)
+
+    def training_over(self, now: float, ending: Ending) -> bool:
+        """The evaluator: the chief told it the training ended, and its grace to evaluate
+        the last checkpoint passed; the runbook stops it, not a failure."""
+        side, grace = self.sidecar, self.run.args.evaluator_grace
+        if not isinstance(side, Receiver) or side.ended is None or now - side.ended[1] < grace:
+            return False
+        ending.stop("runbook", (
+            f"the training ended (the chief's exit status {side.ended[0]}): the evaluator was stopped by the "
+            f"runbook {grace:g} s later (tf_evaluator_grace)"
+        ))  # fmt: skip
+        ending.training_ended = True
+        return True
 
     def watch_others(self, ending: Ending) -> None:
         """Every WATCH_SECONDS: the controller's heartbeat, then the peers."""
@@ -1406,6 +1504,9 @@ def record_exit(run: Plan, job: Job, watch: JobWatch, ending: Ending, stop_reaso
     result = exit_record(returncode, ending.reason, ending.stopped_by, job.started, watch.watcher.poll())
     if ending.stopped_at:
         result["stopped_at"] = ending.stopped_at[0]
+    if ending.training_ended:
+        result["training_ended"] = True
+    result.update(sidecar_record(watch.sidecar))
     worker_dir = run.worker_dir
     try:
         result["timed_lines"] = watch.clock.lines
@@ -1448,9 +1549,11 @@ def supervise(args: argparse.Namespace) -> int:
     except Refused as refused:
         return refused.status
     watch = JobWatch(run, job, job_timeout, stop_reason)
+    watch.sidecar = start_sidecar(run)
     ending = watch_job(run, job, watch, stop_reason)
     result = record_exit(run, job, watch, ending, stop_reason)
     tell_peers(run, result, ending, stop_reason)
+    end_sidecar(watch.sidecar, result)
     return int(result["returncode"])
 
 

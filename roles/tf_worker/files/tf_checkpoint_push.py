@@ -1,0 +1,403 @@
+"""The sidecar evaluator's checkpoints (issue 41): the chief's supervisor pushes each
+complete checkpoint of its checkpoint directory to the evaluator's supervisor, over TCP on
+the evaluator's port, on hosts that share no filesystem and may not SSH to each other.
+
+Shipped next to tf_supervisor.py (standard library only, like it). One connection is one
+message:
+
+- a header line: ``TFCKPT1 <mac> <json>``, the JSON holding the run id, a sequence number
+  (the receiver takes only a newer one: an old message replayed changes nothing), the kind
+  (``push``, or ``end`` once the chief's job ended, with its exit status), the data files
+  and pointer files it carries (relative name, size) and every name of the sender's tree
+  (what the receiver keeps); ``mac`` is HMAC-SHA256 of the JSON under the run's
+  announcement key, checked before anything is written;
+- the files' bytes, data files first, pointers last;
+- a trailer: HMAC-SHA256 of the header's JSON and every byte after it, checked before
+  anything is renamed into place.
+
+The receiver answers ``OK`` or ``NO <why>``. It stages the files in a directory inside
+its checkpoint directory (the same filesystem), then renames the data files into place
+and the pointer files (tf_run.POINTER_FILES) last, as tf_checkpoint_copy's unpack does: a
+pointer never names a checkpoint whose files are not all there, and a transfer cut short
+or refused leaves nothing but its staging directory, removed at once.
+
+The sender reads each pointer before the tree: a checkpoint's files are complete before
+its pointer names it, so the files it then reads are those of a whole checkpoint; a file
+that vanished or shrank meanwhile (the job pruned an old one) ends that push unsent, and
+the next look sends the newer state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from tf_run import CHECKPOINT_OWN_PREFIX, CHECKPOINT_STAGING_PREFIX, POINTER_FILES  # noqa: E402
+
+MAGIC = b"TFCKPT1 "
+HEADER_BYTES = 1 << 20
+CHUNK = 1 << 20
+# A sender's look at its checkpoint directory, and its connection's timeout.
+LOOK_SECONDS = 1.0
+IO_SECONDS = 30.0
+# How long the chief's supervisor tries to tell the evaluator the training ended.
+END_SECONDS = 15.0
+
+
+class Refused(ValueError):
+    """A message the receiver does not take (unsigned, another run's, malformed)."""
+
+
+# --- Both sides --------------------------------------------------------------------------
+
+
+def sign(key: bytes, data: bytes) -> str:
+    return hmac.new(key, data, "sha256").hexdigest()
+
+
+def safe_name(name: Any) -> str:
+    """A relative path inside a checkpoint directory, never the runbook's own files; raises
+    Refused for anything else (absolute, ``..``, empty parts)."""
+    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name or "\0" in name:
+        raise Refused(f"bad file name {name!r}")
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts) or parts[0].startswith(CHECKPOINT_OWN_PREFIX):
+        raise Refused(f"bad file name {name!r}")
+    return name
+
+
+def is_pointer(name: str) -> bool:
+    return os.path.basename(name) in POINTER_FILES
+
+
+def tree_files(directory: Path) -> dict[str, os.stat_result]:
+    """Every regular file of a checkpoint tree by relative name, the runbook's own files
+    (CHECKPOINT_OWN_PREFIX at the top) left out; symbolic links are not followed."""
+    found: dict[str, os.stat_result] = {}
+    for root, dirs, files in os.walk(directory):
+        rel = os.path.relpath(root, directory)
+        if rel == ".":
+            dirs[:] = [d for d in dirs if not d.startswith(CHECKPOINT_OWN_PREFIX)]
+            files = [f for f in files if not f.startswith(CHECKPOINT_OWN_PREFIX)]
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if os.path.isfile(path) and not os.path.islink(path):
+                found[name if rel == "." else f"{rel}/{name}"] = info
+    return found
+
+
+# --- The sender (the chief's supervisor) ----------------------------------------------
+
+
+def header_line(key: bytes, header: dict[str, Any]) -> tuple[bytes, bytes]:
+    """(the header line, its JSON): what the MAC and the trailer cover."""
+    body = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return MAGIC + sign(key, body).encode("ascii") + b" " + body + b"\n", body
+
+
+def send_file(conn: socket.socket, path: Path, size: int, mac: Any) -> None:
+    """Exactly ``size`` bytes of ``path``; raises OSError when it is gone or shorter."""
+    left = size
+    with open(path, "rb") as handle:
+        while left:
+            data = handle.read(min(CHUNK, left))
+            if not data:
+                raise OSError(f"{path} shrank while it was sent")
+            mac.update(data)
+            conn.sendall(data)
+            left -= len(data)
+
+
+def send_message(
+    address: tuple[str, int], key: bytes, header: dict[str, Any], directory: Path, pointers: dict[str, bytes]
+) -> str:
+    """One message to the receiver at ``address``: the header, the data files read from
+    ``directory``, the pointers' bytes as read before (``pointers``), the trailer. Returns
+    the receiver's answer (``OK`` or ``NO ...``); raises OSError when it could not be sent."""
+    line, body = header_line(key, header)
+    mac = hmac.new(key, body, "sha256")
+    with socket.create_connection(address, timeout=IO_SECONDS) as conn:
+        conn.sendall(line)
+        for name, size in header["files"]:
+            send_file(conn, directory / name, size, mac)
+        for name, _size in header["pointers"]:
+            mac.update(pointers[name])
+            conn.sendall(pointers[name])
+        conn.sendall(mac.hexdigest().encode("ascii") + b"\n")
+        conn.shutdown(socket.SHUT_WR)
+        return read_line(conn, 512).decode("utf-8", "replace").strip() or "NO answer"
+
+
+def read_pointers(directory: Path) -> dict[str, bytes]:
+    """Every pointer file of the tree and its bytes, read first."""
+    found = {}
+    for name in tree_files(directory):
+        if is_pointer(name):
+            try:
+                found[name] = (directory / name).read_bytes()
+            except OSError:
+                continue
+    return found
+
+
+class Pusher:
+    """The chief's side: looks at its checkpoint directory every LOOK_SECONDS (a thread)
+    and pushes it to the evaluator whenever a pointer changed, the data files the receiver
+    does not hold yet, pointers last. The evaluator's failure is never the chief's: every
+    error is kept (``last_error``) and the next look tries again."""
+
+    def __init__(self, directory: Path, address: tuple[str, int], key: bytes, run_id: str) -> None:
+        self.directory, self.address, self.key, self.run_id = directory, address, key, run_id
+        self.sent: dict[str, tuple[int, int]] = {}
+        self.pushed_pointers: dict[str, bytes] = {}
+        self.seq = time.time_ns()
+        self.pushes = 0
+        self.last_error = ""
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def header(self, kind: str, files: list[tuple[str, int]], pointers: dict[str, bytes], keep: list[str]) -> dict[str, Any]:
+        self.seq += 1
+        return {"run_id": self.run_id, "seq": self.seq, "kind": kind, "files": files,
+                "pointers": [[n, len(b)] for n, b in sorted(pointers.items())], "keep": keep}  # fmt: skip
+
+    def push(self, kind: str = "push", extra: dict[str, Any] | None = None) -> bool:
+        """One push when a pointer changed (always for ``end``); True when the receiver
+        took it or there was nothing new."""
+        pointers = read_pointers(self.directory)
+        if kind == "push" and (not pointers or pointers == self.pushed_pointers):
+            return True
+        tree = tree_files(self.directory)
+        files = [[n, s.st_size] for n, s in sorted(tree.items())
+                 if not is_pointer(n) and self.sent.get(n) != (s.st_size, s.st_mtime_ns)]  # fmt: skip
+        header = {**self.header(kind, files, pointers, sorted(tree)), **(extra or {})}
+        try:
+            answer = send_message(self.address, self.key, header, self.directory, pointers)
+        except OSError as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return False
+        if answer != "OK":
+            self.last_error = answer
+            return False
+        self.sent = {n: (s.st_size, s.st_mtime_ns) for n, s in tree.items() if not is_pointer(n)}
+        self.pushed_pointers, self.last_error = pointers, ""
+        self.pushes += 1
+        return True
+
+    def loop(self) -> None:
+        while not self.stop.wait(LOOK_SECONDS):
+            try:
+                self.push()
+            except Exception as exc:  # noqa: BLE001 - the evaluator's trouble never ends the chief
+                self.last_error = f"{type(exc).__name__}: {exc}"
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self.loop, name="checkpoint-push", daemon=True)
+        self.thread.start()
+
+    def finish(self, returncode: int, seconds: float = END_SECONDS) -> bool:
+        """The chief's job ended: stop looking, push what is left and tell the evaluator
+        the training ended (with the job's exit status), tried for ``seconds``."""
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(IO_SECONDS + LOOK_SECONDS)
+        end = time.monotonic() + seconds
+        while True:
+            done = self.push("end", {"returncode": returncode}) if self.directory.is_dir() else self.end_only(returncode)
+            if done or time.monotonic() >= end:
+                return done
+            time.sleep(LOOK_SECONDS)
+
+    def end_only(self, returncode: int) -> bool:
+        """The end with no checkpoint directory: a message without files."""
+        header = {**self.header("end", [], {}, []), "returncode": returncode, "keep": None}
+        try:
+            return send_message(self.address, self.key, header, self.directory, {}) == "OK"
+        except OSError as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return False
+
+
+# --- The receiver (the evaluator's supervisor) ------------------------------------------
+
+
+def read_line(conn: socket.socket, limit: int) -> bytes:
+    """One line of at most ``limit`` bytes (without its newline), read byte-wise so that
+    nothing after it is taken from the socket."""
+    data = bytearray()
+    while len(data) <= limit:
+        byte = conn.recv(1)
+        if not byte or byte == b"\n":
+            return bytes(data)
+        data += byte
+    raise Refused("header line too long")
+
+
+def read_header(conn: socket.socket, key: bytes, run_id: str, last_seq: int) -> tuple[dict[str, Any], bytes]:
+    """The header and its JSON, its MAC checked under ``key``; Refused for anything not
+    signed with this run's key and id, or not newer than ``last_seq``."""
+    line = read_line(conn, HEADER_BYTES)
+    if not key or not line.startswith(MAGIC):
+        raise Refused("not a checkpoint push")
+    mac, _, body = line[len(MAGIC):].partition(b" ")
+    if not hmac.compare_digest(mac, sign(key, body).encode("ascii")):
+        raise Refused("bad signature")
+    header = json.loads(body)
+    if header.get("run_id") != run_id:
+        raise Refused(f"another run's push ({header.get('run_id')!r})")
+    if not isinstance(header.get("seq"), int) or header["seq"] <= last_seq:
+        raise Refused("an old message (replayed)")
+    for entry in header.get("files", []) + header.get("pointers", []):
+        safe_name(entry[0])
+        if not isinstance(entry[1], int) or entry[1] < 0:
+            raise Refused(f"bad size for {entry[0]!r}")
+    return header, body
+
+
+def receive_file(conn: socket.socket, target: BinaryIO, size: int, mac: Any) -> None:
+    left = size
+    while left:
+        data = conn.recv(min(CHUNK, left))
+        if not data:
+            raise Refused("the transfer was cut short")
+        mac.update(data)
+        target.write(data)
+        left -= len(data)
+
+
+def stage(conn: socket.socket, header: dict[str, Any], body: bytes, key: bytes, staging: Path) -> list[tuple[str, Path]]:
+    """Every file of the message into ``staging`` (numbered, fsynced), then the trailer
+    checked: (relative name, staged path), data files first, pointers last."""
+    mac = hmac.new(key, body, "sha256")
+    staged = []
+    for number, (name, size) in enumerate(header["files"] + header["pointers"]):
+        path = staging / str(number)
+        with open(path, "wb") as target:
+            receive_file(conn, target, size, mac)
+            target.flush()
+            os.fsync(target.fileno())
+        staged.append((name, path))
+    trailer = read_line(conn, 128)
+    if not hmac.compare_digest(trailer, mac.hexdigest().encode("ascii")):
+        raise Refused("bad trailer: the files are not the signed ones")
+    return staged
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def swap_in(directory: Path, staged: list[tuple[str, Path]]) -> None:
+    """Rename the staged files into place, in order (pointers last), each directory
+    fsynced once its files are there."""
+    touched: set[Path] = set()
+    for name, path in staged:
+        if is_pointer(name) and touched:
+            for parent in sorted(touched):
+                fsync_dir(parent)
+            touched = set()
+        dest = directory / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, dest)
+        touched.add(dest.parent)
+    for parent in sorted(touched):
+        fsync_dir(parent)
+
+
+def prune(directory: Path, keep: list[str] | None) -> None:
+    """Remove the files the sender no longer has (its pruned checkpoints), then empty
+    directories; the runbook's own files stay."""
+    if keep is None:
+        return
+    wanted = set(keep)
+    for name in tree_files(directory):
+        if name not in wanted:
+            (directory / name).unlink(missing_ok=True)
+    for root, dirs, _files in os.walk(directory, topdown=False):
+        for name in dirs:
+            path = Path(root) / name
+            if not (Path(root) == directory and name.startswith(CHECKPOINT_OWN_PREFIX)):
+                try:
+                    path.rmdir()
+                except OSError:
+                    pass
+
+
+class Receiver:
+    """The evaluator's side: serves its port (a thread), takes each signed message into
+    ``directory`` and remembers when the training ended (``ended``: the chief's exit
+    status and the monotonic time the end was heard) and what it refused."""
+
+    def __init__(self, server: socket.socket, directory: Path, key: bytes, run_id: str) -> None:
+        self.server, self.directory, self.key, self.run_id = server, directory, key, run_id
+        self.last_seq = 0
+        self.received = 0
+        self.refused: list[str] = []
+        self.ended: tuple[int, float] | None = None
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def take(self, conn: socket.socket) -> None:
+        """One connection: a message taken whole, or refused with nothing renamed."""
+        conn.settimeout(IO_SECONDS)
+        staging = None
+        try:
+            header, body = read_header(conn, self.key, self.run_id, self.last_seq)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            staging = self.directory / f"{CHECKPOINT_STAGING_PREFIX}push-{header['seq']}"
+            staging.mkdir()
+            staged = stage(conn, header, body, self.key, staging)
+            swap_in(self.directory, staged)
+            prune(self.directory, header.get("keep"))
+            self.last_seq = header["seq"]
+            self.received += 1
+            if header.get("kind") == "end":
+                self.ended = (int(header.get("returncode", -1)), time.monotonic())
+            answer = b"OK\n"
+        except (Refused, OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            self.refused.append(f"{type(exc).__name__}: {exc}"[:300])
+            answer = f"NO {exc}".encode("utf-8", "replace")[:400] + b"\n"
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+        try:
+            conn.sendall(answer)
+        except OSError:
+            pass
+
+    def loop(self) -> None:
+        self.server.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except (socket.timeout, OSError):
+                continue
+            with conn:
+                self.take(conn)
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self.loop, name="checkpoint-receive", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(IO_SECONDS)
+        self.server.close()
+
