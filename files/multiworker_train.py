@@ -23,6 +23,14 @@ when restarted, all workers resume after the last epoch that every one of them b
 and print ``worker=I resumed_from_epoch=E``. Every worker keeps its own backup (its replica
 of the synchronously trained state), so no shared storage is needed when a restarted worker
 runs on the same host.
+
+Sidecar evaluator: with ``--evaluate`` (what the runbook runs on a host of tf_evaluator
+when no tf_evaluator_script is given), the job builds the same model and evaluates each
+new checkpoint of the chief (``<backup dir>/worker-0``, which the chief's supervisor pushes
+to this host) on the same data, printing ``evaluator epoch=E name=value ...`` once per
+checkpoint; it ends once it evaluated the last epoch (``--epochs``) and prints
+``evaluator evaluation_complete epochs=E``. Keras 3 has no ``SidecarEvaluator`` (Keras 2's
+``tf.keras.utils.SidecarEvaluator``): this is its loop, on the default job's backups.
 """
 
 from __future__ import annotations
@@ -70,6 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="mirrored: MultiWorkerMirroredStrategy (every task trains); ps: ParameterServerStrategy, run as the "
         "chief (the coordinator) while the runbook's servers serve the ps and worker tasks",
     )
+    parser.add_argument(
+        "--evaluate", action="store_true",
+        help="the sidecar evaluator: evaluate each checkpoint of the chief (worker-0 of the backup dir) as it comes",
+    )  # fmt: skip
+    parser.add_argument("--evaluate-poll", type=float, default=1.0, help="seconds between two looks for a checkpoint")
     args = parser.parse_args(argv)
     for name in ("epochs", "steps_per_epoch", "per_worker_batch"):
         if getattr(args, name) < 1:
@@ -228,8 +241,54 @@ def runbook_task(tf_config: dict) -> tuple[int, list[str], bool]:
     return index, workers, index == 0 and task["type"] in ("chief", "worker")
 
 
+def build_model() -> tuple[tf.keras.Model, tf.keras.optimizers.Optimizer]:
+    """The model and its optimizer, the same for the training and the evaluator (a
+    backup restores into the same variables)."""
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.Input(shape=(8,)),
+            tf.keras.layers.Dense(16, activation="relu"),
+            tf.keras.layers.Dense(1, activation="sigmoid"),
+        ]
+    )
+    return model, tf.keras.optimizers.Adam(learning_rate=0.03)
+
+
+def evaluate_main(args: argparse.Namespace) -> int:
+    """``--evaluate``: the sidecar evaluator. Waits for a checkpoint of the chief newer
+    than the last it evaluated, restores it, evaluates it and prints one line of metrics;
+    ends after the last epoch. The runbook stops it if the training ends first."""
+    tf.get_logger().setLevel("ERROR")
+    tf.keras.utils.set_random_seed(args.seed)
+    if not args.backup_dir:
+        raise SystemExit("--evaluate reads the chief's checkpoints: give --backup-dir (or TF_RUNBOOK_CHECKPOINT_DIR)")
+    chief = EpochBackups(os.path.join(args.backup_dir, "worker-0"))
+    model, optimizer = build_model()
+    model.compile(optimizer=optimizer, loss=tf.keras.losses.BinaryCrossentropy(),
+                  metrics=[tf.keras.metrics.BinaryAccuracy(name="binary_accuracy")])  # fmt: skip
+    # The optimizer's variables exist before a restore, as in the training's backups.
+    optimizer.build(model.trainable_variables)
+    features, labels = make_data()
+    print(f"evaluator started epochs={args.epochs} checkpoints={chief.root}", flush=True)
+    evaluated = 0
+    while evaluated < args.epochs:
+        latest = chief.latest()
+        if latest <= evaluated:
+            time.sleep(args.evaluate_poll)
+            continue
+        chief.restore(model, latest)
+        results = model.evaluate(features, labels, batch_size=64, verbose=0, return_dict=True)
+        shown = " ".join(f"{name}={float(value):.4f}" for name, value in sorted(results.items()))
+        print(f"evaluator epoch={latest} {shown}", flush=True)
+        evaluated = latest
+    print(f"evaluator evaluation_complete epochs={evaluated}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.evaluate:
+        return evaluate_main(args)
     if args.strategy == "ps":
         return parameter_server_main(args)
     tf.get_logger().setLevel("ERROR")
@@ -259,14 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         return dataset.repeat().batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
     with strategy.scope():
-        model = tf.keras.Sequential(
-            [
-                tf.keras.layers.Input(shape=(8,)),
-                tf.keras.layers.Dense(16, activation="relu"),
-                tf.keras.layers.Dense(1, activation="sigmoid"),
-            ]
-        )
-        optimizer = tf.keras.optimizers.Adam(learning_rate=0.03)
+        model, optimizer = build_model()
         loss_object = tf.keras.losses.BinaryCrossentropy(reduction="none")
         train_accuracy = tf.keras.metrics.BinaryAccuracy(name="binary_accuracy")
         # Attaches the optimizer to the model, so that backups hold its state too.

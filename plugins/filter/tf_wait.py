@@ -8,6 +8,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import cause_of
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import WORKER_EXITED
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_records import counts_failed
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_contract import pattern_problem
 
 # What a host's status must carry for the outcome to be decided from it.
@@ -108,7 +109,8 @@ def tf_wait_outcome(
                 "finished_at": worker.get("finished_at"),
                 "log_tail": worker.get("log_tail", []),
             }
-            if worker["state"] == WORKER_EXITED and worker["returncode"] != 0:
+            # The sidecar evaluator's end fails the run only when required (counts_failed).
+            if counts_failed(worker):
                 failed.append({**entry, "cause": cause_of(worker)})
             elif worker["state"] != WORKER_EXITED:
                 running.append({**entry, "joined": bool(worker.get("joined"))})

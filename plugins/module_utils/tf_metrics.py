@@ -343,6 +343,24 @@ def progress_of(timed: list[tuple[float, str]]) -> dict[str, Any] | None:
     return None
 
 
+# --- The sidecar evaluator's lines: evaluator epoch=E name=value ... --------------------
+# One line per evaluated checkpoint (the default job's --evaluate prints them); read apart
+# from the training's formats: an evaluator's metrics are never a worker's.
+EVALUATION_LINE = re.compile(r"^evaluator\s+epoch=(?P<epoch>\d{1,9})(?:\s+(?P<rest>.*))?$")
+
+
+def parse_evaluations(text: str) -> list[dict[str, Any]]:
+    """The evaluator's lines in the order printed: ``epoch`` (the checkpoint's) and its
+    ``metrics`` ({name: value text})."""
+    found = []
+    for line in lines_of(text):
+        match = EVALUATION_LINE.match(line)
+        if match:
+            metrics, _repeated = pairs_of(match.group("rest") or "")
+            found.append({"epoch": int(match.group("epoch")), "metrics": metrics})
+    return found
+
+
 def parse_worker(text: str) -> dict[str, Any]:
     """One worker's log read once: the contract (``parse_contract``) and the series of
     every registered format, by name."""

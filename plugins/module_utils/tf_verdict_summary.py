@@ -44,6 +44,12 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_
     begin_of,
     judge_run,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_evaluator import (
+    evaluation_lines,
+    evaluator_check,
+    evaluator_entry,
+    split_evaluator,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import (
     as_dict,
     cluster_of,
@@ -334,12 +340,19 @@ def summarize_run(run_id: str, run_dir: str, marker_name: str, expected_size: in
                   context: dict[str, Any], attempts: list[dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
     """summary.json of a run (without the report's timeline; see ``add_timeline``)."""
     attempts = attempts if attempts is not None else load_attempts(run_dir, marker_name)
+    # The sidecar evaluator is judged apart (tf_verdict_evaluator): never one of the
+    # training's workers, its metrics never theirs. expected_size counts the training.
+    attempts, evaluators = split_evaluator(attempts)
+    evaluator = evaluator_entry(evaluators[0]) if evaluators else None
     final = attempts[-1]
     workers = final["workers"]
     cluster = cluster_of(workers)
-    typed = typed_cluster(workers)
+    typed = typed_cluster(workers) or bool(evaluators)
     size = expected_size or len(cluster) or len(workers)
     verdict = judge_run(attempts, size, marker_name)
+    required = evaluator_check(evaluator) if evaluator else None
+    if required is not None:
+        verdict["checks"].append(required)
     verdict["checks"] = moot_after_stop(verdict["checks"], verdict["stopped"])
     wait = as_dict(inputs.get("wait_outcome"))
     stall = stall_of(workers, wait)
@@ -375,6 +388,7 @@ def summarize_run(run_id: str, run_dir: str, marker_name: str, expected_size: in
         "job_output": verdict["job_output"],
         "stall": stall,
         "stopped": verdict["stopped"],
+        "evaluator": evaluator,
         "reason": (failure_reason(workers, verdict["checks"], wait, stall, verdict["stopped"],
                                   decided_record(run_dir, final["attempt"])) if failed or stall else None),
         "attempt": final["attempt"],
@@ -638,6 +652,7 @@ def table(summary: dict[str, Any]) -> list[str]:
         task = f"  {w['task']}" if w.get("task") else ""
         lines.append(f"{w['index']:>6}  {w['host']:<20} {str(w['endpoint']):<24} {kind:<16} {w['exit_status']}{task}")
     lines += epoch_lines(summary)
+    lines += evaluation_lines(summary.get("evaluator"))
     for entry in summary["checks"]:
         result = entry.get("result") or (OK if entry["ok"] else FAILED)
         lines.append(f"[{MARKS[result]:>4}] {entry['name']}: {entry['detail']}")

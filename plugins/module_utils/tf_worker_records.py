@@ -228,6 +228,11 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
         "finished_at": None,
         "started_at": state.get("started_at") if state else None,
         "progress": state.get("progress") if state and isinstance(state.get("progress"), dict) else None,
+        # The sidecar evaluator (its launch record says so), and whether the user made it
+        # required (tf_evaluator_required): see ``counts_failed``.
+        "evaluator": bool(launch_of(state).get("evaluator")),
+        "required": bool(launch_of(state).get("required")),
+        "training_ended": False,
     }
     if exit_ is None and state is not None and not supervisor_alive(state.get("supervisor_pid"), wdir):
         # It may have written exit.json just before it ended: read it again.
@@ -254,6 +259,7 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
             stacks=exit_.get("stacks") if isinstance(exit_.get("stacks"), dict) else None,
             started_at=exit_.get("started_at", info["started_at"]),
             progress=exit_progress(exit_) or info["progress"],
+            training_ended=exit_.get("training_ended") is True,
         )
     elif state is not None and state.get("pid") is None and entry.get("launch_error"):
         # Armed, and the launch's go never started it: failed now, not when it gives up.
@@ -346,11 +352,27 @@ def find_workers(run_dir: str) -> tuple[list[dict], dict]:
     return workers, launch
 
 
+def launch_of(state: dict | None) -> dict:
+    launch = state.get("launch") if isinstance(state, dict) else None
+    return launch if isinstance(launch, dict) else {}
+
+
+def counts_failed(worker: dict) -> bool:
+    """Whether a worker's end fails the run: exited non-zero, except the sidecar
+    evaluator stopped by the runbook once the training ended, and a failed evaluator the
+    user did not require (tf_evaluator_required), reported by the verdict instead."""
+    if worker["state"] != WORKER_EXITED or worker["returncode"] == 0:
+        return False
+    if worker.get("evaluator"):
+        return bool(worker.get("required")) and not worker.get("training_ended")
+    return True
+
+
 def report(current: list[dict]) -> dict:
     """What a reading says of the host as a whole: every worker exited (``done``), every
-    one joined the cluster (``joined``), the indices of those that failed."""
+    one joined the cluster (``joined``), the indices of those that failed (counts_failed)."""
     return {
         "done": all_exited(current),
         "joined": bool(current) and all(w["joined"] for w in current),
-        "failed_workers": [w["index"] for w in current if w["state"] == WORKER_EXITED and w["returncode"] != 0],
+        "failed_workers": [w["index"] for w in current if counts_failed(w)],
     }

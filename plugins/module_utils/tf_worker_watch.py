@@ -18,7 +18,7 @@ from typing import Callable
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import pack_run
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import EXIT_FILE, WORKER_EXITED
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_records import all_exited, snapshot
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_records import all_exited, counts_failed, snapshot
 
 # How often the wait reads the workers' records (state, log, supervisor).
 POLL_SECONDS = 0.25
@@ -62,9 +62,10 @@ def wait_for_news(workers: list[dict], seen: frozenset, until: float) -> frozens
 
 
 def packed_bundle(run_dir: str, collect: dict, current: list[dict]) -> dict:
-    """With every worker of ``current`` exited 0, the host's collect bundle (pack_run's
-    result, as ``bundle``), or why it could not be packed (``bundle_error``); else nothing."""
-    if not current or any(w["state"] != WORKER_EXITED or w["returncode"] != 0 for w in current):
+    """With every worker of ``current`` exited 0 (or an evaluator whose end does not fail
+    the run: counts_failed), the host's collect bundle (pack_run's result, as ``bundle``),
+    or why it could not be packed (``bundle_error``); else nothing."""
+    if not current or any(w["state"] != WORKER_EXITED or counts_failed(w) for w in current):
         return {}
     try:
         return {"bundle": pack_run(run_dir, collect["patterns"], collect["artifacts"], collect["max_mb"])}

@@ -1214,14 +1214,18 @@ def start_sidecar(run: Plan) -> Pusher | Receiver | None:
     return side
 
 
-def sidecar_record(side: Pusher | Receiver | None) -> dict[str, Any]:
+def sidecar_record(run: Plan, side: Pusher | Receiver | None) -> dict[str, Any]:
     """exit.json's account of the checkpoints pushed (the chief) or received (the
-    evaluator)."""
+    evaluator, with whether the user required it: the verdict reads that)."""
     if isinstance(side, Pusher):
         return {"checkpoint_push": {"pushes": side.pushes, "last_error": side.last_error or None}}
-    if isinstance(side, Receiver):
-        return {"checkpoint_receive": {"received": side.received, "refused": side.refused[-5:],
-                                       "training_ended": side.ended is not None}}  # fmt: skip
+    if run.sidecar == "evaluator":
+        received = side.received if isinstance(side, Receiver) else 0
+        return {"checkpoint_receive": {
+            "received": received, "refused": side.refused[-5:] if isinstance(side, Receiver) else [],
+            "training_ended": isinstance(side, Receiver) and side.ended is not None,
+            "required": bool(run.args.evaluator_required),
+        }}  # fmt: skip
     return {}
 
 
@@ -1506,7 +1510,7 @@ def record_exit(run: Plan, job: Job, watch: JobWatch, ending: Ending, stop_reaso
         result["stopped_at"] = ending.stopped_at[0]
     if ending.training_ended:
         result["training_ended"] = True
-    result.update(sidecar_record(watch.sidecar))
+    result.update(sidecar_record(run, watch.sidecar))
     worker_dir = run.worker_dir
     try:
         result["timed_lines"] = watch.clock.lines
