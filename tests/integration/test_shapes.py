@@ -143,3 +143,64 @@ def test_parameter_server_strategy_trains_stops_its_servers_and_names_a_killed_p
     assert "worker 3 (node3, ps:0): exit status 137" in checks["exit_status"]["detail"]
     assert "the others did not" in checks["servers_joined"]["detail"]
     no_process_left(book, "ps-killed")
+
+
+def test_a_sidecar_evaluator_evaluates_the_chiefs_checkpoints_apart_and_its_failure_is_only_reported(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path, worker_python: str
+) -> None:
+    """tf_chief node0 + tf_workers node1 + tf_evaluator node2 (hosts that share no
+    filesystem): the chief's supervisor pushes each checkpoint to node2's over the
+    evaluator's port; the default job's --evaluate prints one line per checkpoint it
+    evaluated, the last epoch's among them; the verdict shows them apart from the
+    training's metrics, and the evaluator completed or was stopped by the runbook, never
+    failed. Then, on the same hosts, an evaluator program that fails: the training still
+    succeeds and the failure is reported with its log."""
+    hosts = make_ns_hosts(count=3)
+    book = typed_book(hosts, tmp_path, {"node0": "tf_chief", "node2": "tf_evaluator"}, port=2540,
+                      groupvars=settings(worker_python, tf_train_args=["--epochs=3", "--steps-per-epoch=3"],
+                                         tf_evaluator_grace=20))
+    status, out = play(book, "eval-ok")
+    assert status == 0, out[-5000:]
+    summary = book.summary("eval-ok")
+    assert summary["status"] == "succeeded", summary["checks"]
+    # The training is judged without the evaluator: two workers, their metrics alone.
+    assert [(w["index"], w["host"]) for w in summary["workers"]] == [(0, "node0"), (1, "node1")]
+    assert checks_of(summary)["metrics_agree"]["ok"] and sorted(summary["metrics"]) == ["1", "2", "3"]
+    evaluator = summary["evaluator"]
+    assert (evaluator["host"], evaluator["index"]) == ("node2", 2)
+    assert evaluator["status"] in ("completed", "stopped"), evaluator
+    assert evaluator["status"] == "completed" or evaluator["training_ended"], evaluator
+    epochs = [e["epoch"] for e in evaluator["evaluations"]]
+    assert epochs and epochs[-1] == 3 and epochs == sorted(set(epochs)), evaluator["evaluations"]
+    assert set(evaluator["evaluations"][-1]["metrics"]) == {"binary_accuracy", "loss"}
+    log = log_of(book, 2, f"{RUN}/eval-ok/worker-2/worker.log")
+    assert [int(e) for e in re.findall(r"^evaluator epoch=(\d+) ", log, re.M)] == epochs, log[-2000:]
+    assert remote_json(book, 2, f"{RUN}/eval-ok/worker-2/tf_config.json")["task"] == {"type": "evaluator", "index": 0}
+    # The checkpoints came over the evaluator's port, whole: its pointer names a backup it holds.
+    received = remote_json(book, 2, f"{RUN}/eval-ok/worker-2/exit.json")["checkpoint_receive"]
+    assert received["received"] >= 1 and received["refused"] == [], received
+    latest = log_of(book, 2, f"{RUN}/eval-ok/checkpoints/worker-0/latest").split()
+    assert latest[0] == "3" and book.exists(2, f"{RUN}/eval-ok/checkpoints/worker-0/{latest[1]}/latest.weights.h5")
+    assert "evaluated epoch 3: binary_accuracy=" in out and "FAILED" not in summary_lines(out)
+    no_process_left(book, "eval-ok")
+
+    # The same hosts, an evaluation program that fails at once: reported, the training goes on.
+    data = yaml.safe_load(book.inventory.read_text())
+    for group in data["all"]["children"].values():
+        group["vars"].update(tf_evaluator_script="multiworker_train.py", tf_evaluator_args=["--evaluate", "--no-such-flag"])
+    book.inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    status, out = play(book, "eval-bad")
+    assert status == 0, out[-5000:]
+    summary = book.summary("eval-bad")
+    assert summary["status"] == "succeeded" and sorted(summary["metrics"]) == ["1", "2", "3"], summary["checks"]
+    evaluator = summary["evaluator"]
+    assert evaluator["status"] == "failed" and evaluator["exit_status"] == 2 and not evaluator["required"], evaluator
+    assert "evaluator" not in checks_of(summary)
+    assert re.search(r"evaluator \(worker 2, node2\): FAILED, exit status 2: .*not required: the training went on; "
+                     r"log: \S+/eval-bad/node2/worker-2/worker.log", out), summary_lines(out)
+    no_process_left(book, "eval-bad")
+
+
+def summary_lines(out: str) -> str:
+    """The verdict's table as the output shows it."""
+    return "\n".join(line for line in out.splitlines() if "evaluator" in line or "FAIL" in line)

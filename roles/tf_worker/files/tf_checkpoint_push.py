@@ -129,15 +129,32 @@ def send_message(
     line, body = header_line(key, header)
     mac = hmac.new(key, body, "sha256")
     with socket.create_connection(address, timeout=IO_SECONDS) as conn:
-        conn.sendall(line)
-        for name, size in header["files"]:
-            send_file(conn, directory / name, size, mac)
-        for name, _size in header["pointers"]:
-            mac.update(pointers[name])
-            conn.sendall(pointers[name])
-        conn.sendall(mac.hexdigest().encode("ascii") + b"\n")
-        conn.shutdown(socket.SHUT_WR)
+        try:
+            conn.sendall(line)
+            for name, size in header["files"]:
+                send_file(conn, directory / name, size, mac)
+            for name, _size in header["pointers"]:
+                mac.update(pointers[name])
+                conn.sendall(pointers[name])
+            conn.sendall(mac.hexdigest().encode("ascii") + b"\n")
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            # The receiver may have refused the header and closed: its answer says why.
+            answer = refusal(conn)
+            if answer:
+                return answer
+            raise
         return read_line(conn, 512).decode("utf-8", "replace").strip() or "NO answer"
+
+
+def refusal(conn: socket.socket) -> str:
+    """The receiver's ``NO ...`` answer, if it sent one before it closed; else ""."""
+    try:
+        conn.settimeout(2.0)
+        answer = read_line(conn, 512).decode("utf-8", "replace").strip()
+    except (OSError, Refused):
+        return ""
+    return answer if answer.startswith("NO ") else ""
 
 
 def read_pointers(directory: Path) -> dict[str, bytes]:
@@ -339,6 +356,20 @@ def prune(directory: Path, keep: list[str] | None) -> None:
                     pass
 
 
+def drain(conn: socket.socket, limit: int = 1 << 26, seconds: float = 2.0) -> None:
+    """After a refusal: read (and drop) what the sender is still sending, for a while, so
+    that closing does not reset the connection before the sender read the answer."""
+    conn.shutdown(socket.SHUT_WR)
+    conn.settimeout(0.5)
+    end = time.monotonic() + seconds
+    taken = 0
+    while taken < limit and time.monotonic() < end:
+        data = conn.recv(CHUNK)
+        if not data:
+            return
+        taken += len(data)
+
+
 class Receiver:
     """The evaluator's side: serves its port (a thread), takes each signed message into
     ``directory`` and remembers when the training ended (``ended``: the chief's exit
@@ -378,6 +409,8 @@ class Receiver:
                 shutil.rmtree(staging, ignore_errors=True)
         try:
             conn.sendall(answer)
+            if answer != b"OK\n":
+                drain(conn)
         except OSError:
             pass
 
