@@ -290,6 +290,97 @@ def test_a_killed_ps_is_named_with_its_task_as_the_runs_reason(tmp_path: Path) -
     assert summary["reason"].startswith("worker 3 (ps:0) on host node3 failed first: "), summary["reason"]
 
 
+EVAL_CLUSTER = {"chief": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222"]}
+
+
+def eval_run(evaluator_exit: dict[str, Any] | None, log: str) -> list[dict[str, Any]]:
+    """chief + worker + the sidecar evaluator (worker 2, task evaluator:0)."""
+    workers = [
+        {"index": i, "host": f"node{i}", "dir": f"/r/node{i}/worker-{i}", "log": worker_log(i),
+         "exit": {"returncode": 0, "signal": None, "reason": "exited"}, "marker": i == 0,
+         "config": {"cluster": EVAL_CLUSTER, "task": {"type": kind, "index": 0}}}
+        for i, kind in enumerate(("chief", "worker"))
+    ]  # fmt: skip
+    workers.append({"index": 2, "host": "node2", "dir": "/r/node2/worker-2", "log": log, "exit": evaluator_exit,
+                    "marker": False, "config": {"cluster": EVAL_CLUSTER, "task": {"type": "evaluator", "index": 0}}})
+    return workers
+
+
+EVAL_LOG = "evaluator started epochs=3\nevaluator epoch=1 binary_accuracy=0.5 loss=0.7\nevaluator epoch=3 binary_accuracy=0.9 loss=0.2\n"
+STOPPED_AT_END = {"returncode": -15, "signal": "SIGTERM", "stopped_by": "runbook", "training_ended": True,
+                  "reason": "the training ended", "checkpoint_receive": {"received": 3, "required": False}}
+FAILED_EVAL = {"returncode": 2, "signal": None, "stopped_by": None, "reason": "exited",
+               "checkpoint_receive": {"received": 0, "required": False}}
+
+
+@pytest.mark.parametrize(
+    ("exit_", "status", "line"),
+    [
+        ({**STOPPED_AT_END, "returncode": 0, "training_ended": False, "stopped_by": None}, "completed",
+         "evaluator (worker 2, node2): completed, 2 checkpoint(s) evaluated, the last of epoch 3"),
+        (STOPPED_AT_END, "stopped",
+         "evaluator (worker 2, node2): stopped by the runbook once the training ended, 2 checkpoint(s) evaluated"),
+        (FAILED_EVAL, "failed", "evaluator (worker 2, node2): FAILED, exit status 2: job-error: exited; 2 checkpoint(s) "
+         "evaluated, the last of epoch 3; not required: the training went on; log: "),
+        (None, "unknown", "FAILED, no exit record came back (its host lost?)"),
+    ],
+)
+def test_the_evaluator_is_judged_apart_and_its_failure_is_reported_not_the_runs(
+    tmp_path: Path, exit_: dict[str, Any] | None, status: str, line: str
+) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import summarize_run, table
+
+    workers = eval_run(exit_, EVAL_LOG)
+    if exit_ is None:
+        workers[2]["exit"] = {}
+    write_run(tmp_path, workers)
+    if exit_ is None:
+        (tmp_path / "node2" / "worker-2" / "exit.json").unlink()
+    summary = summarize_run("r", str(tmp_path), "multiworker-complete.txt", 2, {}, {})
+    assert summary["status"] == "succeeded", summary["checks"]
+    assert [w["index"] for w in summary["workers"]] == [0, 1] and "evaluator" not in checks_of(summary)
+    assert summary["metrics"] == {str(e): m for e, m in METRICS.items()}
+    evaluator = summary["evaluator"]
+    assert evaluator["status"] == status and evaluator["host"] == "node2"
+    assert evaluator["evaluations"] == [{"epoch": 1, "metrics": {"binary_accuracy": "0.5", "loss": "0.7"}},
+                                        {"epoch": 3, "metrics": {"binary_accuracy": "0.9", "loss": "0.2"}}]  # fmt: skip
+    lines = table(summary)
+    assert any(line in shown for shown in lines), lines
+    assert "  evaluated epoch 3: binary_accuracy=0.9 loss=0.2" in lines
+
+
+def test_a_required_evaluator_that_failed_fails_the_run(tmp_path: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import summarize_run
+
+    required = {**FAILED_EVAL, "checkpoint_receive": {"received": 0, "required": True}}
+    write_run(tmp_path, eval_run(required, "evaluator started\n"))
+    summary = summarize_run("r", str(tmp_path), "multiworker-complete.txt", 2, {}, {})
+    assert summary["status"] == "failed"
+    assert checks_of(summary)["evaluator"]["detail"].endswith("the run fails (tf_evaluator_required); log: "
+                                                              f"{tmp_path}/node2/worker-2/worker.log")
+    stopped = {**STOPPED_AT_END, "checkpoint_receive": {"received": 3, "required": True}}
+    (tmp_path / "node2" / "worker-2" / "exit.json").write_text(json.dumps(stopped))
+    assert summarize_run("r", str(tmp_path), "multiworker-complete.txt", 2, {}, {})["status"] == "succeeded"
+
+
+@pytest.mark.parametrize(
+    ("worker", "failed"),
+    [
+        ({"returncode": 1}, True),
+        ({"returncode": 1, "evaluator": True}, False),
+        ({"returncode": 1, "evaluator": True, "required": True}, True),
+        ({"returncode": -15, "evaluator": True, "required": True, "training_ended": True}, False),
+        ({"returncode": 0, "evaluator": True, "required": True}, False),
+    ],
+)
+def test_the_wait_fails_the_run_for_an_evaluator_only_when_required(worker: dict[str, Any], failed: bool) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_records import WORKER_EXITED, report
+
+    entry = {"index": 2, "state": WORKER_EXITED, "joined": True, **worker}
+    assert report([entry])["failed_workers"] == ([2] if failed else [])
+    assert report([entry])["done"] is True
+
+
 def test_every_play_of_the_workers_takes_every_task_type() -> None:
     """A play on the workers that left out tf_chief or tf_ps would launch, wait for, stop
     or collect part of a typed cluster."""
