@@ -344,6 +344,8 @@ def summarize_run(run_id: str, run_dir: str, marker_name: str, expected_size: in
     # training's workers, its metrics never theirs. expected_size counts the training.
     attempts, evaluators = split_evaluator(attempts)
     evaluator = evaluator_entry(evaluators[0]) if evaluators else None
+    if evaluator is not None:
+        evaluator["log_in_run"] = os.path.relpath(evaluator["log"], run_dir)
     final = attempts[-1]
     workers = final["workers"]
     cluster = cluster_of(workers)

@@ -19,6 +19,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import CAUSES
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_progress import epoch_durations, mean_epoch
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_evaluator import FAILED, UNKNOWN, evaluator_line
 
 
 # Chart box (SVG user units); the page scales it to its column.
@@ -594,6 +595,26 @@ def _devices(devices: dict[str, Any], index: Any) -> str:
     return f"GPU {value}" if str(value) else "none (GPUs hidden)"
 
 
+def evaluator_view(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The sidecar evaluator's section: how it ended (its log linked) and its metrics,
+    one row per evaluated checkpoint; apart from the training's. None without one."""
+    entry = summary.get("evaluator")
+    if not isinstance(entry, dict) or not isinstance(entry.get("evaluations"), list):
+        return None
+    evaluations = [e for e in entry["evaluations"] if isinstance(e, dict) and isinstance(e.get("metrics"), dict)]
+    names = sorted({name for e in evaluations for name in e["metrics"]})
+    log = entry.get("log_in_run")
+    return {
+        "line": evaluator_line(entry),
+        "state": "fail" if entry.get("status") in (FAILED, UNKNOWN) else "ok",
+        "status": entry.get("status"),
+        "log": log,
+        "log_href": quote(str(log or "")),
+        "names": names,
+        "rows": [{"epoch": e.get("epoch"), "cells": [e["metrics"].get(n, "") for n in names]} for e in evaluations],
+    }
+
+
 def tf_report_view(
     summary: dict[str, Any],
     log_tails: dict[str, list[str]] | None = None,
@@ -673,6 +694,7 @@ def tf_report_view(
         "charts": charts,
         "timelines": timelines,
         "stall": stall_view(summary),
+        "evaluator": evaluator_view(summary),
         "stacks": stacks_view([w for w in summary.get("workers") or [] if isinstance(w, dict)]),
         # Which attempt each judged epoch came from, when the run took epochs from more
         # than one (or from another than its only one).

@@ -1022,3 +1022,34 @@ def test_collected_artifacts_are_listed_from_every_attempt(tmp_path: Path, resum
 def test_long_causes_wrap_instead_of_pushing_the_log_links_off_the_card() -> None:
     css = TEMPLATE.read_text(encoding="utf-8")
     assert re.search(r"table\.workers td[^{]*\{[^}]*overflow-wrap: anywhere", css)
+
+
+# --- the sidecar evaluator (issue 41) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("status", "state"), [("stopped", "ok"), ("failed", "fail")])
+def test_the_evaluators_metrics_are_a_section_of_their_own(succeeded: dict[str, Any], status: str, state: str) -> None:
+    """One row per evaluated checkpoint, apart from the training's checks and charts; how
+    it ended, with its log linked."""
+    evaluator = {
+        "index": 2, "host": "node2", "status": status, "required": False, "exit_status": -15 if status == "stopped" else 2,
+        "reason": "r", "cause": {"kind": "job-error"} if status == "failed" else None, "stopped_by": "runbook",
+        "training_ended": status == "stopped", "log": "/runs/r/node2/worker-2/worker.log",
+        "log_in_run": "node2/worker-2/worker.log",
+        "evaluations": [{"epoch": 1, "metrics": {"loss": "0.7", "binary_accuracy": "0.5"}},
+                        {"epoch": 3, "metrics": {"loss": "0.2", "binary_accuracy": "0.9"}}],
+    }  # fmt: skip
+    summary = {**succeeded, "evaluator": evaluator}
+    view = tf_report_view(summary)["evaluator"]
+    assert view["names"] == ["binary_accuracy", "loss"]
+    assert view["rows"] == [{"epoch": 1, "cells": ["0.5", "0.7"]}, {"epoch": 3, "cells": ["0.9", "0.2"]}]
+    _, root = page(summary)
+    [section] = root.find("section", id="evaluator")
+    [line] = section.find("p", id="evaluator-status")
+    assert state in line.attrs.get("class", "") and "node2" in line.text
+    assert ("FAILED" in line.text) == (status == "failed")
+    assert [a.attrs["href"] for a in line.find("a", "log")] == ["node2/worker-2/worker.log"]
+    rows = section.find("tr", "evaluation")
+    assert [[td.text for td in r.find("td")] for r in rows] == [["1", "0.5", "0.7"], ["3", "0.9", "0.2"]]
+    # Without an evaluator, no section.
+    assert tf_report_view(succeeded)["evaluator"] is None and not page(succeeded)[1].find("section", id="evaluator")
