@@ -69,7 +69,7 @@ def test_the_deploy_ships_the_supervisor_with_what_it_imports() -> None:
     from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_launch import FilterModule
 
     shipped = FilterModule().filters()["tf_supervisor_files"]("")
-    own_files = (tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER, tf_run.SERVER_ENTRY)
+    own_files = (tf_run.SUPERVISOR_FILE, tf_run.JOB_WRAPPER, tf_run.SERVER_ENTRY, tf_run.CHECKPOINT_PUSH_FILE)
     assert [entry["name"] for entry in shipped] == [*own_files, *tf_run.SHARED_MODULES]
     for entry in shipped:
         own = entry["name"] in own_files

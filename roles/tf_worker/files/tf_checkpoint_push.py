@@ -433,4 +433,3 @@ class Receiver:
         if self.thread is not None:
             self.thread.join(IO_SECONDS)
         self.server.close()
-
