@@ -148,3 +148,24 @@ def test_files_whose_bytes_are_not_the_signed_ones_are_not_swapped_in(push: Modu
 def test_a_name_outside_the_checkpoint_directory_is_refused(push: ModuleType, name: str) -> None:
     with pytest.raises(push.Refused, match="bad file name"):
         push.safe_name(name)
+
+
+def test_a_directory_both_hosts_share_is_left_as_it_is(push: ModuleType, tmp_path: Path) -> None:
+    """tf_checkpoint_dir on one export: the receiver finds the sender's marker in its own
+    directory and swaps nothing in; the marker goes with the sender's end."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    server = socket.create_server(("127.0.0.1", 0))
+    receiver = push.Receiver(server, shared, KEY, "run1")
+    receiver.start()
+    pusher = push.Pusher(shared, ("127.0.0.1", server.getsockname()[1]), KEY, "run1")
+    try:
+        pusher.start()
+        backup(shared, 1)
+        before = tree(shared)
+        assert pusher.push() is True and receiver.shared is True and receiver.received == 1
+        assert tree(shared) == before
+        assert pusher.finish(0, seconds=5) is True and receiver.ended is not None
+        assert not list(shared.glob(".tf-runbook-push-*"))
+    finally:
+        receiver.close()

@@ -21,6 +21,11 @@ and the pointer files (tf_run.POINTER_FILES) last, as tf_checkpoint_copy's unpac
 pointer never names a checkpoint whose files are not all there, and a transfer cut short
 or refused leaves nothing but its staging directory, removed at once.
 
+A checkpoint directory both hosts share (tf_checkpoint_dir on one NFS export) needs no
+push: the sender leaves a marker file of its own in its directory and names it in every
+header; a receiver that finds that marker in its own directory swaps nothing in (the
+files are already there) and says so (``shared``).
+
 The sender reads each pointer before the tree: a checkpoint's files are complete before
 its pointer names it, so the files it then reads are those of a whole checkpoint; a file
 that vanished or shrank meanwhile (the job pruned an old one) ends that push unsent, and
@@ -180,6 +185,7 @@ class Pusher:
         self.sent: dict[str, tuple[int, int]] = {}
         self.pushed_pointers: dict[str, bytes] = {}
         self.seq = time.time_ns()
+        self.marker = f"{CHECKPOINT_OWN_PREFIX}push-{os.getpid()}-{self.seq}"
         self.pushes = 0
         self.last_error = ""
         self.stop = threading.Event()
@@ -187,7 +193,7 @@ class Pusher:
 
     def header(self, kind: str, files: list[tuple[str, int]], pointers: dict[str, bytes], keep: list[str]) -> dict[str, Any]:
         self.seq += 1
-        return {"run_id": self.run_id, "seq": self.seq, "kind": kind, "files": files,
+        return {"run_id": self.run_id, "seq": self.seq, "kind": kind, "files": files, "marker": self.marker,
                 "pointers": [[n, len(b)] for n, b in sorted(pointers.items())], "keep": keep}  # fmt: skip
 
     def push(self, kind: str = "push", extra: dict[str, Any] | None = None) -> bool:
@@ -221,6 +227,10 @@ class Pusher:
                 self.last_error = f"{type(exc).__name__}: {exc}"
 
     def start(self) -> None:
+        try:
+            (self.directory / self.marker).touch()
+        except OSError as exc:
+            self.last_error = f"cannot mark the checkpoint directory: {exc}"
         self.thread = threading.Thread(target=self.loop, name="checkpoint-push", daemon=True)
         self.thread.start()
 
@@ -231,11 +241,14 @@ class Pusher:
         if self.thread is not None:
             self.thread.join(IO_SECONDS + LOOK_SECONDS)
         end = time.monotonic() + seconds
-        while True:
-            done = self.push("end", {"returncode": returncode}) if self.directory.is_dir() else self.end_only(returncode)
-            if done or time.monotonic() >= end:
-                return done
-            time.sleep(LOOK_SECONDS)
+        try:
+            while True:
+                done = self.push("end", {"returncode": returncode}) if self.directory.is_dir() else self.end_only(returncode)
+                if done or time.monotonic() >= end:
+                    return done
+                time.sleep(LOOK_SECONDS)
+        finally:
+            (self.directory / self.marker).unlink(missing_ok=True)
 
     def end_only(self, returncode: int) -> bool:
         """The end with no checkpoint directory: a message without files."""
@@ -379,6 +392,7 @@ class Receiver:
         self.server, self.directory, self.key, self.run_id = server, directory, key, run_id
         self.last_seq = 0
         self.received = 0
+        self.shared = False
         self.refused: list[str] = []
         self.ended: tuple[int, float] | None = None
         self.stop = threading.Event()
@@ -394,8 +408,11 @@ class Receiver:
             staging = self.directory / f"{CHECKPOINT_STAGING_PREFIX}push-{header['seq']}"
             staging.mkdir()
             staged = stage(conn, header, body, self.key, staging)
-            swap_in(self.directory, staged)
-            prune(self.directory, header.get("keep"))
+            if self.same_directory(header.get("marker")):
+                self.shared = True
+            else:
+                swap_in(self.directory, staged)
+                prune(self.directory, header.get("keep"))
             self.last_seq = header["seq"]
             self.received += 1
             if header.get("kind") == "end":
@@ -413,6 +430,12 @@ class Receiver:
                 drain(conn)
         except OSError:
             pass
+
+    def same_directory(self, marker: Any) -> bool:
+        """Whether the sender's directory is this one (its marker is here)."""
+        if not isinstance(marker, str) or "/" in marker or not marker.startswith(f"{CHECKPOINT_OWN_PREFIX}push-"):
+            return False
+        return (self.directory / marker).exists()
 
     def loop(self) -> None:
         self.server.settimeout(0.2)
