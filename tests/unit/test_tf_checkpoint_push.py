@@ -169,3 +169,19 @@ def test_a_directory_both_hosts_share_is_left_as_it_is(push: ModuleType, tmp_pat
         assert not list(shared.glob(".tf-runbook-push-*"))
     finally:
         receiver.close()
+
+
+def test_the_chiefs_end_is_said_once_to_an_evaluator_that_is_gone(push: ModuleType, tmp_path: Path) -> None:
+    """Nothing listens on the evaluator's port (it failed): one try, not END_SECONDS of
+    them; the chief's supervisor does not outlive its job for it."""
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    (tmp_path / "chief").mkdir()
+    backup(tmp_path / "chief", 1)
+    pusher = push.Pusher(tmp_path / "chief", ("127.0.0.1", port), KEY, "run1")
+    tries: list[str] = []
+    push_once = pusher.push
+    pusher.push = lambda kind="push", extra=None: tries.append(kind) or push_once(kind, extra)  # type: ignore[method-assign]
+    assert pusher.finish(0, seconds=3) is False
+    assert tries == ["end"] and pusher.gone and "ConnectionRefusedError" in pusher.last_error

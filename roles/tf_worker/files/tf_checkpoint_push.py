@@ -188,6 +188,8 @@ class Pusher:
         self.marker = f"{CHECKPOINT_OWN_PREFIX}push-{os.getpid()}-{self.seq}"
         self.pushes = 0
         self.last_error = ""
+        # The last try found no receiver (connection refused): the evaluator is gone.
+        self.gone = False
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -209,8 +211,9 @@ class Pusher:
         try:
             answer = send_message(self.address, self.key, header, self.directory, pointers)
         except OSError as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"
+            self.last_error, self.gone = f"{type(exc).__name__}: {exc}", isinstance(exc, ConnectionRefusedError)
             return False
+        self.gone = False
         if answer != "OK":
             self.last_error = answer
             return False
@@ -236,7 +239,9 @@ class Pusher:
 
     def finish(self, returncode: int, seconds: float = END_SECONDS) -> bool:
         """The chief's job ended: stop looking, push what is left and tell the evaluator
-        the training ended (with the job's exit status), tried for ``seconds``."""
+        the training ended (with the job's exit status), tried for ``seconds``, or once
+        when nothing listens on the evaluator's port (it ended: nobody to tell, and the
+        chief's supervisor must not outlive its job for it)."""
         self.stop.set()
         if self.thread is not None:
             self.thread.join(IO_SECONDS + LOOK_SECONDS)
@@ -244,7 +249,7 @@ class Pusher:
         try:
             while True:
                 done = self.push("end", {"returncode": returncode}) if self.directory.is_dir() else self.end_only(returncode)
-                if done or time.monotonic() >= end:
+                if done or self.gone or time.monotonic() >= end:
                     return done
                 time.sleep(LOOK_SECONDS)
         finally:
@@ -256,7 +261,7 @@ class Pusher:
         try:
             return send_message(self.address, self.key, header, self.directory, {}) == "OK"
         except OSError as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"
+            self.last_error, self.gone = f"{type(exc).__name__}: {exc}", isinstance(exc, ConnectionRefusedError)
             return False
 
 

@@ -1224,6 +1224,7 @@ def sidecar_record(run: Plan, side: Pusher | Receiver | None) -> dict[str, Any]:
         return {"checkpoint_receive": {
             "received": received, "refused": side.refused[-5:] if isinstance(side, Receiver) else [],
             "training_ended": isinstance(side, Receiver) and side.ended is not None,
+            "shared": isinstance(side, Receiver) and side.shared,
             "required": bool(run.args.evaluator_required),
         }}  # fmt: skip
     return {}
