@@ -163,6 +163,28 @@ def test_the_evaluators_supervisor_listens_on_its_endpoints_port_and_the_chief_p
     assert [supervisor.sidecar_part(c, "") for c in configs] == ["", "", "", ""]
 
 
+def test_the_evaluator_is_stopped_by_the_runbook_its_grace_after_the_training_ended(supervisor_path: Path) -> None:
+    """The chief's end heard at t=100: nothing before 100 + grace, then a stop by the
+    runbook, recorded as the training's end (exit.json's training_ended)."""
+    from types import SimpleNamespace
+
+    supervisor = load_module("tf_supervisor", supervisor_path)
+    push = load_module("tf_checkpoint_push", supervisor_path.parent / "tf_checkpoint_push.py")
+    receiver = push.Receiver.__new__(push.Receiver)
+    receiver.ended = None
+    watch = SimpleNamespace(sidecar=receiver, run=SimpleNamespace(args=SimpleNamespace(evaluator_grace=20.0)))
+    ending = supervisor.Ending()
+    assert supervisor.JobWatch.training_over(watch, 500.0, ending) is False
+    receiver.ended = (0, 100.0)
+    assert supervisor.JobWatch.training_over(watch, 119.0, ending) is False and ending.stopped_by is None
+    assert supervisor.JobWatch.training_over(watch, 120.0, ending) is True
+    assert (ending.stopped_by, ending.training_ended) == ("runbook", True)
+    assert ending.reason.startswith("the training ended (the chief's exit status 0): the evaluator was stopped by the runbook 20 s")
+    # The chief's side never stops its own job for it.
+    chief = SimpleNamespace(sidecar=push.Pusher(Path("/nonexistent"), ("127.0.0.1", 1), b"k", "r"), run=watch.run)
+    assert supervisor.JobWatch.training_over(chief, 1e9, supervisor.Ending()) is False
+
+
 def test_the_server_entry_ends_once_the_coordinator_it_saw_is_gone(supervisor_path: Path) -> None:
     server = load_module("tf_ps_server", supervisor_path.parent / "tf_ps_server.py")
     watch = server.CoordinatorWatch(gone=3)
