@@ -215,6 +215,9 @@ def test_status_starting_without_files(tmp_path: Path) -> None:
         "finished_at": None,
         "started_at": None,
         "progress": None,
+        "evaluator": False,
+        "required": False,
+        "training_ended": False,
     }
 
 
