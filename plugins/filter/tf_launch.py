@@ -62,14 +62,20 @@ def tf_launch_go_timeout(timeout: int | str, forks: int | str, hosts: int | str)
     return 60 + 10 * (batches - 1)
 
 
-def tf_launch_entry(spec: dict[str, Any], host: str, script: str, job_args: list[str], pattern: str) -> dict[str, Any]:
+def tf_launch_entry(
+    spec: dict[str, Any], host: str, script: str, job_args: list[str], pattern: str, coordinator_grace: int | str = 0
+) -> dict[str, Any]:
     """What ``host``'s supervisors start: the user's ``script`` with ``job_args`` and the
     startup ``pattern``, or, for the servers of a ParameterServerStrategy cluster (the ps
     and worker tasks where the inventory has tf_ps), the runbook's own server entry
-    (tf_run.SERVER_ENTRY) without arguments, joined once it prints SERVER_STARTED."""
+    (tf_run.SERVER_ENTRY), joined once it prints SERVER_STARTED, with
+    ``--coordinator-grace`` where ``coordinator_grace`` is above 0: how long the chief's
+    port stays shut before a server that no runbook stopped ends by itself."""
     kinds = {w.get("type", "worker") for w in spec["workers"] if w["host"] == host}
     if spec.get("shape") == "ps" and kinds and kinds <= {"ps", "worker"}:
-        return {"script": tf_run.SERVER_ENTRY, "job_args": [], "startup_pattern": tf_run.SERVER_STARTED}
+        grace = int(coordinator_grace or 0)
+        server_args = ["--coordinator-grace", str(grace)] if grace > 0 else []
+        return {"script": tf_run.SERVER_ENTRY, "job_args": server_args, "startup_pattern": tf_run.SERVER_STARTED}
     return {"script": script, "job_args": list(job_args), "startup_pattern": pattern}
 
 

@@ -11,6 +11,7 @@ import math
 import time
 from typing import Any
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import COORDINATOR_GONE_KIND, SERVER_STOPPED_KIND
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_progress import grouped, worker_progress
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import WORKER_EXITED, printable
 
@@ -27,9 +28,11 @@ def worker_state_text(worker: dict[str, Any]) -> str:
         ongoing = frozen.get("state") and frozen.get("until") is None
         return f"{state} ({printable(frozen['state'])})" if ongoing else str(state)
     rc = worker.get("returncode")
-    if rc == 0:
-        return "finished"
     cause = worker.get("cause") if isinstance(worker.get("cause"), dict) else {}
+    if rc == 0:
+        # A ParameterServerStrategy server ends well without finishing anything.
+        return {SERVER_STOPPED_KIND: "stopped (by the runbook: the coordinator ended)",
+                COORDINATOR_GONE_KIND: "stopped (by itself: the coordinator ended)"}.get(cause.get("kind"), "finished")  # fmt: skip
     kind = f"{printable(cause['kind'])}, " if cause.get("kind") else ""
     return f"FAILED rc={rc} ({kind}{printable(worker.get('reason'))})"
 

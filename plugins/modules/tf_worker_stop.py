@@ -60,7 +60,7 @@ options:
       C(exit.json) instead of the one O(stopped_by) implies. Empty for none.
     type: str
     choices: ["", completed, job-error, peer-lost, out-of-memory, killed, preempted, stalled, deadline, startup,
-      host-lost, controller-lost, operator, runbook, restore-mismatch, unknown]
+      host-lost, controller-lost, operator, runbook, restore-mismatch, stopped, coordinator-gone, unknown]
     default: ""
   capture_stacks:
     description: Take every running job's stacks (into its worker directory's

@@ -115,6 +115,18 @@ options:
       the host has joined the cluster (a detached run); nothing is collected then.
     type: bool
     default: false
+  coordinator:
+    description:
+      - Used by the action on the controller. A ParameterServerStrategy run, whose chief (the
+        coordinator, worker 0) ends it. The wait of the chief's host records in O(controller_dir)
+        (the contract's C(tf_run.attempt_coordinator_ended)) that the chief exited 0, unless a host
+        flagged a failure first; the wait of every host whose workers (the servers) still run then stops
+        them with M(tf_runbook.multiworker.tf_worker_stop), recorded as stopped by the runbook with
+        the cause C(stopped), and waits for their exit records (RV(servers_stopped)).
+      - Not with O(until_joined) (a detached run), where a server ends by itself once the
+        chief's port stayed shut (cause C(coordinator-gone)).
+    type: bool
+    default: false
   rounds:
     description: Used by the action on the controller. Upper bound of module calls (a
       backstop to the deadline).
@@ -226,6 +238,11 @@ controller_gone:
     controller timeout.
   type: bool
   returned: when ansible-playbook ended during the wait
+servers_stopped:
+  description: Set by the action when it stopped this host's servers once the coordinator
+    ended (O(coordinator)), C(workers) (their indices), C(failed) and C(msg) (the stop's).
+  type: dict
+  returned: when the action stopped this host's servers
 stalled:
   description: Set by the action when the run stalled, C(seconds) without progress (no
     progress line, no CPU use) and C(detail), what was seen (C(no worker printed a
@@ -287,6 +304,7 @@ ARGUMENT_SPEC = {
     "attempt": {"type": "int", "default": 0},
     "until_joined": {"type": "bool", "default": False},
     "rounds": {"type": "int", "default": 100000},
+    "coordinator": {"type": "bool", "default": False},
     "stall_timeout": {"type": "int", "default": 0},
 }
 
