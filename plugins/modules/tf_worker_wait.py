@@ -261,6 +261,13 @@ bundle_error:
     host's files then.
   type: str
   returned: when packing or bringing the bundle failed
+ports_released:
+  description: The ports of C(tf_worker_port auto) that this run had reserved on the host
+    (in this user's register, C(module_utils/tf_ports_auto.py)) and that this module run
+    released, the run having ended here; a port still listened on stays reserved.
+  type: list
+  elements: int
+  returned: with O(collect), when every worker of the host exited 0 (the run ended well here)
 collected:
   description: What the action brought of the host's bundle, as the collect's action
     reports it, C(files), C(left_out), C(truncated), C(updated) and C(dest) (the host's
@@ -274,6 +281,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import end_run
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import HEARTBEAT_FILE
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_records import (
     TAIL_LINES,
@@ -328,6 +336,9 @@ def main() -> None:
 
     current = with_activity(watch(params["workers"], progress, TAIL_LINES, marks, params["wait"], params["until_joined"], beat))
     bundle = packed_bundle(run_dir, params["collect"], current) if params["collect"] and not module.check_mode else {}
+    if bundle:
+        # Every worker of the host exited 0: the run ended well here, its ports are free.
+        bundle["ports_released"] = end_run(run_dir)
     module.exit_json(changed=False, workers=current, progress_marks=marks, now=time.time(), **report(current), **bundle)
 
 
