@@ -297,6 +297,35 @@ def test_the_summary_and_its_table_show_each_task_where_the_inventory_gave_types
     assert rows[0].endswith("completed        0  chief:0") and rows[1].endswith("stopped          0  ps:0"), rows
 
 
+def test_the_report_has_a_task_column_where_the_inventory_gave_types(tmp_path: Path) -> None:
+    """The HTML report: each worker row of an attempt and of the cluster names its task
+    (chief, worker, ps), and a server stopped at the end shows its cause, stopped."""
+    import re
+
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import load_attempts
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import summarize_run, timeline_of
+    from report_runs import render
+
+    def report(run_dir: Path, size: int) -> str:
+        summary = summarize_run(run_dir.name, str(run_dir), "multiworker-complete.txt", size, {}, {})
+        summary["timeline"] = timeline_of(summary, str(run_dir), load_attempts(str(run_dir), "multiworker-complete.txt"))
+        return render(summary)
+
+    write_run(tmp_path, [ps_worker(i) for i in range(4)])
+    html = report(tmp_path, 4)
+    assert html.count("<th>task</th>") == 2, html
+    assert re.findall(r'<td class="task">([^<]*)</td>', html) == ["chief:0", "worker:0", "worker:1", "ps:0"] * 2
+    assert '<span class="cause stopped">stopped</span> the coordinator ended: servers are stopped by the runbook' in html
+    # Without types (the first shape): no task column, the cluster's role as before.
+    plain = tmp_path / "plain"
+    workers = [ps_worker(i) for i in range(2)]
+    for w in workers:
+        w["config"] = {"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}, "task": {"type": "worker", "index": w["index"]}}
+    write_run(plain, workers)
+    html = report(plain, 2)
+    assert "<th>task</th>" not in html and "<th>role</th>" in html
+
+
 def test_a_killed_ps_is_named_with_its_task_as_the_runs_reason(tmp_path: Path) -> None:
     from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import summarize_run
 
