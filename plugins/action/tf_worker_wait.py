@@ -40,7 +40,11 @@ from ansible.utils.display import Display
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_activity import frozen_entry, frozen_since
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import receive
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import WORKER_PREFIX, printable
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_status_lines import REPRINT_SECONDS, progress_lines
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_status_lines import (
+    REPRINT_SECONDS,
+    progress_lines,
+    task_labels,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_wait_control import (
     StallWatch,
     attempt_paths,
@@ -57,7 +61,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_wait_con
 display = Display()
 
 # The options only this action reads (documented in plugins/modules/tf_worker_wait.py).
-ACTION_ONLY = ("controller_dir", "attempt", "rounds", "until_joined", "deadline", "stall_timeout", "coordinator")
+ACTION_ONLY = ("controller_dir", "attempt", "rounds", "until_joined", "deadline", "stall_timeout", "coordinator", "task_types")
 
 
 class ActionModule(ActionBase):
@@ -89,6 +93,7 @@ class ActionModule(ActionBase):
         attached = bool(flag_file and options["coordinator"] and not until_joined)
         ended_file = coordinator_path(controller_dir, options["attempt"]) if attached else None
         servers_stopped: dict[str, Any] | None = None
+        tasks = task_labels(options["task_types"])
         started = time.monotonic()
         last_shown: list[Any] = []
         last_printed = time.monotonic()
@@ -122,6 +127,8 @@ class ActionModule(ActionBase):
             frozen = frozen_since(frozen, status.get("workers", []), now)
             for worker in status.get("workers", []):
                 worker["frozen"] = frozen_entry(frozen, worker, now)
+                if tasks.get(worker.get("index")):
+                    worker["task"] = tasks[worker["index"]]
             status["deadline_passed"] = deadline_passed(deadline, now)
             # Print only news: the same epoch with other times is not news, but a long
             # epoch's times are shown again every REPRINT_SECONDS.

@@ -20,6 +20,16 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
 REPRINT_SECONDS = 60.0
 
 
+def task_labels(types: Any) -> dict[int, str]:
+    """Each worker's task (``chief:0``, ``worker:1``, ``ps:0``) by its index, from the
+    task types of the cluster spec's workers in index order; none for the first shape (every
+    worker a ``worker``), whose lines stay as they were."""
+    kinds = [str(t) for t in types] if isinstance(types, list) else []
+    if all(kind == "worker" for kind in kinds):
+        return {}
+    return {index: f"{kind}:{kinds[:index].count(kind)}" for index, kind in enumerate(kinds)}
+
+
 def worker_state_text(worker: dict[str, Any]) -> str:
     state = worker.get("state", "?")
     if state != WORKER_EXITED:
@@ -51,6 +61,7 @@ def progress_entries(result: dict[str, Any], controller_now: float) -> list[dict
             progress = {**progress, "text": printable(progress["text"])}
         entries.append({
             "index": worker.get("index"),
+            "task": worker.get("task"),
             "state": worker_state_text(worker),
             "progress": progress,
             "fallback": printable(worker.get("last_line") or "(no progress line yet)"),

@@ -127,6 +127,14 @@ options:
         chief's port stayed shut (cause C(coordinator-gone)).
     type: bool
     default: false
+  task_types:
+    description: Used by the action on the controller. The task type of each worker of the
+      cluster spec, in index order (C(chief), C(worker), C(ps)); where any is not C(worker),
+      each progress line names the worker's task (C(worker-3 (ps:0))), and each worker of
+      RV(workers) gets C(task).
+    type: list
+    elements: str
+    default: []
   rounds:
     description: Used by the action on the controller. Upper bound of module calls (a
       backstop to the deadline).
@@ -313,6 +321,7 @@ ARGUMENT_SPEC = {
     "until_joined": {"type": "bool", "default": False},
     "rounds": {"type": "int", "default": 100000},
     "coordinator": {"type": "bool", "default": False},
+    "task_types": {"type": "list", "elements": "str", "default": []},
     "stall_timeout": {"type": "int", "default": 0},
 }
 

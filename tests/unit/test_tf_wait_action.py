@@ -463,7 +463,8 @@ def test_the_chiefs_end_makes_the_wait_stop_the_servers_recorded_as_stopped_by_t
     assert json.loads((tmp_path / ".attempt-0.coordinator-ended").read_text())["host"] == "node0"
     # A server's host: one window with its server running, then the stop, then its exit.
     host = ServerHost()
-    result, shown = run_action(monkeypatch, tmp_path, host, coordinator=True, run_dir="/r")
+    result, shown = run_action(monkeypatch, tmp_path, host, coordinator=True, run_dir="/r",
+                               task_types=["chief", "worker", "worker", "ps"])
     names = [name.rsplit(".", 1)[-1] for name, _args in host.calls]
     assert names == ["tf_worker_wait", "tf_worker_stop", "tf_worker_wait"]
     stop = host.calls[1][1]
@@ -472,7 +473,8 @@ def test_the_chiefs_end_makes_the_wait_stop_the_servers_recorded_as_stopped_by_t
     assert result["done"] and result["failed_workers"] == [] and result["servers_stopped"]["workers"] == [3]
     assert not (tmp_path / ".attempt-0.failed").exists()
     assert "  node1: the coordinator ended: stopping the servers worker-3" in shown
-    assert any("stopped (by the runbook: the coordinator ended)" in line for line in shown), shown
+    # The lines name each worker's task where the inventory gave types.
+    assert any("node1 worker-3 (ps:0): stopped (by the runbook: the coordinator ended)" in line for line in shown), shown
 
 
 def test_a_server_that_died_before_the_chief_ended_is_a_failure_not_a_stop(
@@ -500,3 +502,20 @@ def test_without_the_ps_shape_the_wait_stops_nothing_when_worker_0_ends(
     # Nor a detached wait, which leaves the run running.
     run_action(monkeypatch, tmp_path, chief_host, coordinator=True, until_joined=True, run_dir="/r")
     assert not (tmp_path / ".attempt-0.coordinator-ended").exists()
+
+
+@pytest.mark.parametrize(
+    ("types", "labels"),
+    [
+        (["chief", "worker", "worker", "ps"], {0: "chief:0", 1: "worker:0", 2: "worker:1", 3: "ps:0"}),
+        (["chief", "worker", "evaluator"], {0: "chief:0", 1: "worker:0", 2: "evaluator:0"}),
+        # The first shape: every worker a worker, the lines as they were.
+        (["worker", "worker"], {}),
+        ([], {}),
+        (None, {}),
+    ],
+)
+def test_the_lines_name_each_workers_task_only_where_the_inventory_gave_types(types: Any, labels: dict[int, str]) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_status_lines import task_labels
+
+    assert task_labels(types) == labels
