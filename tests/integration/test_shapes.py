@@ -117,7 +117,7 @@ def test_parameter_server_strategy_trains_stops_its_servers_and_names_a_killed_p
     # The run ended when the chief ended: the wait stopped the servers, recorded as stopped
     # by the runbook (exit 0, cause stopped), not failed and not completed.
     assert re.search(r"node[123]: the coordinator ended: stopping the servers worker-[123]", out), out[-4000:]
-    assert re.search(r"node3 worker-3: stopped \(by the runbook: the coordinator ended\)", out), out[-4000:]
+    assert re.search(r"node3 worker-3 \(ps:0\): stopped \(by the runbook: the coordinator ended\)", out), out[-4000:]
     for i in (1, 2, 3):
         exit_ = remote_json(book, i, f"{RUN}/ps-ok/worker-{i}/exit.json")
         assert exit_["returncode"] == 0 and exit_["joined"] is True, exit_
