@@ -19,6 +19,11 @@ it under the run's controller directory, ``<host>/``, exactly as the collect's a
 Only while the run is healthy: not for a detached wait, nor once another host has flagged
 a failure (the collect fetches everything after a failure).
 
+A ParameterServerStrategy run (option ``coordinator``) ends when its chief ends: the wait
+of the chief's host records that the chief exited 0, and the wait of every host with
+servers still running stops them through tf_worker_stop (stopped by the runbook, cause
+``stopped``) and waits one more window for their exit records (tf_wait_control).
+
 Its options are documented in plugins/modules/tf_worker_wait.py.
 """
 
@@ -34,21 +39,29 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_activity import frozen_entry, frozen_since
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import receive
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import printable
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_status_lines import REPRINT_SECONDS, progress_lines
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import WORKER_PREFIX, printable
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_status_lines import (
+    REPRINT_SECONDS,
+    progress_lines,
+    task_labels,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_wait_control import (
     StallWatch,
     attempt_paths,
     bring_bundle,
+    coordinator_ended,
+    coordinator_path,
     deadline_passed,
     read_flag,
+    server_stop_args,
+    servers_left,
     write_flag,
 )
 
 display = Display()
 
 # The options only this action reads (documented in plugins/modules/tf_worker_wait.py).
-ACTION_ONLY = ("controller_dir", "attempt", "rounds", "until_joined", "deadline", "stall_timeout")
+ACTION_ONLY = ("controller_dir", "attempt", "rounds", "until_joined", "deadline", "stall_timeout", "coordinator", "task_types")
 
 
 class ActionModule(ActionBase):
@@ -76,6 +89,11 @@ class ActionModule(ActionBase):
         # tf_stall_timeout 0: no watchdog, no record.
         watching = bool(flag_file and stall_dir and stall_timeout > 0)
         watch = StallWatch(stall_dir, host, stall_timeout) if watching else None
+        # A ParameterServerStrategy run attached to this wait: the chief's end ends it.
+        attached = bool(flag_file and options["coordinator"] and not until_joined)
+        ended_file = coordinator_path(controller_dir, options["attempt"]) if attached else None
+        servers_stopped: dict[str, Any] | None = None
+        tasks = task_labels(options["task_types"])
         started = time.monotonic()
         last_shown: list[Any] = []
         last_printed = time.monotonic()
@@ -109,6 +127,8 @@ class ActionModule(ActionBase):
             frozen = frozen_since(frozen, status.get("workers", []), now)
             for worker in status.get("workers", []):
                 worker["frozen"] = frozen_entry(frozen, worker, now)
+                if tasks.get(worker.get("index")):
+                    worker["task"] = tasks[worker["index"]]
             status["deadline_passed"] = deadline_passed(deadline, now)
             # Print only news: the same epoch with other times is not news, but a long
             # epoch's times are shown again every REPRINT_SECONDS.
@@ -117,6 +137,8 @@ class ActionModule(ActionBase):
                 for line in lines:
                     display.display(line)
                 last_shown, last_printed = news, time.monotonic()
+            if ended_file and not status.get("failed_workers") and coordinator_ended(status) and read_flag(flag_file) is None:
+                write_flag(ended_file, {"host": host, "at": now})
             if not flag_file or self._ends_wait(status, until_joined):
                 break
             if status.get("failed_workers"):
@@ -137,12 +159,30 @@ class ActionModule(ActionBase):
                 status["peer_failed"] = peer
                 display.display(f"  {host}: stops waiting, {peer.get('host')} reported: {printable(peer.get('reason'))}")
                 break
+            if ended_file and servers_stopped is None and servers_left(status) and read_flag(ended_file) is not None:
+                # Checked after the failure flag: a server that died before the chief
+                # ended is a failure, never stopped as if the run had ended well.
+                servers_stopped = self._stop_servers(str(args["run_dir"]), task_vars, host, servers_left(status))
+        if servers_stopped is not None:
+            status["servers_stopped"] = servers_stopped
         if flag_file and bring_bundle(status, read_flag(flag_file), until_joined):
             status.update(self._bring(status["bundle"], os.path.join(controller_dir, host), host))
         status.pop("bundle", None)
         result.update(status)
         result["changed"] = False
         return result
+
+    def _stop_servers(self, run_dir: str, task_vars: dict[str, Any] | None, host: str, left: list[int]) -> dict[str, Any]:
+        """Stop this host's servers once the coordinator ended, through the runbook's stop
+        (tf_worker_stop); its result (the next window reads their exit records)."""
+        workers = ", ".join(f"{WORKER_PREFIX}{i}" for i in left)
+        display.display(f"  {host}: the coordinator ended: stopping the servers {workers}")
+        stopped = self._execute_module(
+            module_name="tf_runbook.multiworker.tf_worker_stop", module_args=server_stop_args(run_dir), task_vars=task_vars
+        )
+        if stopped.get("failed"):
+            display.warning(f"host {host}: could not stop the servers: {stopped.get('msg')}")
+        return {"workers": left, "failed": bool(stopped.get("failed")), "msg": stopped.get("msg")}
 
     @staticmethod
     def _ends_wait(status: dict[str, Any], until_joined: bool) -> bool:

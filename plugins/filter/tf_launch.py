@@ -63,11 +63,13 @@ def tf_launch_go_timeout(timeout: int | str, forks: int | str, hosts: int | str)
 
 
 def tf_launch_entry(spec: dict[str, Any], host: str, script: str, job_args: list[str], pattern: str,
-                    evaluator: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+                    evaluator: dict[str, Any] | None = None, coordinator_grace: int | str = 0) -> dict[str, Any]:  # fmt: skip
     """What ``host``'s supervisors start: the user's ``script`` with ``job_args`` and the
     startup ``pattern``, or, for the servers of a ParameterServerStrategy cluster (the ps
     and worker tasks where the inventory has tf_ps), the runbook's own server entry
-    (tf_run.SERVER_ENTRY) without arguments, joined once it prints SERVER_STARTED; for the
+    (tf_run.SERVER_ENTRY), joined once it prints SERVER_STARTED, with
+    ``--coordinator-grace`` where ``coordinator_grace`` is above 0: how long the chief's
+    port stays shut before a server that no runbook stopped ends by itself; for the
     sidecar evaluator, ``evaluator``'s ``script`` (a file of the job; empty: the training
     script with its arguments and tf_run.EVALUATE_FLAG) with its ``args``, joined once
     started (it joins no cluster). Every entry carries ``evaluator``, the evaluator's
@@ -75,7 +77,9 @@ def tf_launch_entry(spec: dict[str, Any], host: str, script: str, job_args: list
     kinds = {w.get("type", "worker") for w in spec["workers"] if w["host"] == host}
     endpoint = next((w["endpoint"] for w in spec["workers"] if w.get("type") == tf_run.EVALUATOR), "")
     if spec.get("shape") == "ps" and kinds and kinds <= {"ps", "worker"}:
-        entry = {"script": tf_run.SERVER_ENTRY, "job_args": [], "startup_pattern": tf_run.SERVER_STARTED}
+        grace = int(coordinator_grace or 0)
+        server_args = ["--coordinator-grace", str(grace)] if grace > 0 else []
+        entry = {"script": tf_run.SERVER_ENTRY, "job_args": server_args, "startup_pattern": tf_run.SERVER_STARTED}
     elif kinds == {tf_run.EVALUATOR}:
         own = evaluator or {}
         if own.get("script"):

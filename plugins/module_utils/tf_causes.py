@@ -52,7 +52,8 @@ except ImportError:  # on a host, next to the supervisor
 # CAUSES, "detail": text, ...} with more keys for some kinds (see classify).
 CAUSES = (
     "completed", "job-error", "peer-lost", "out-of-memory", "killed", "preempted", "stalled", "deadline",
-    "startup", "host-lost", "controller-lost", "operator", "runbook", "restore-mismatch", "unknown",
+    "startup", "host-lost", "controller-lost", "operator", "runbook", "restore-mismatch", "stopped",
+    "coordinator-gone", "unknown",
 )  # fmt: skip
 # What a restart can fix: the default of tf_restart_on.
 RESTARTABLE_CAUSES = ("preempted", "peer-lost", "stalled", "killed", "host-lost")
@@ -62,6 +63,19 @@ RESTARTABLE_CAUSES = ("preempted", "peer-lost", "stalled", "killed", "host-lost"
 VICTIM_STOPS = frozenset({"runbook", "operator", "peer"})
 # Kinds a worker stopped because of someone else carries: a victim, never the cause.
 VICTIM_KINDS = frozenset({"runbook", "operator"})
+# How a ParameterServerStrategy server (a ps or worker task running tf_run.SERVER_ENTRY)
+# ends well: stopped by the runbook once the chief (the coordinator) ended (``stopped``,
+# the stop request's cause, see tf_wait_control), or, where no runbook stopped it (a
+# detached run, a lost controller), by itself once the coordinator's port stayed shut
+# (``coordinator-gone``, the kind its own end record names: SELF_ENDED_KINDS). Neither
+# is a failure: the server exits 0.
+SERVER_STOPPED_KIND = "stopped"
+SERVER_STOPPED_REASON = "the coordinator ended: servers are stopped by the runbook"
+COORDINATOR_GONE_KIND = "coordinator-gone"
+SERVER_END_KINDS = frozenset({SERVER_STOPPED_KIND, COORDINATOR_GONE_KIND})
+# Kinds a job names itself in job_end.json's "ended" (next to its exit status 0): only
+# the runbook's own server entry writes one.
+SELF_ENDED_KINDS = {COORDINATOR_GONE_KIND: "ended with the coordinator: its port stayed shut and no runbook stopped the server"}
 # Who stopped the job (exit.json's stopped_by) -> the cause kind, for stops that say it all.
 STOPPED_BY_KINDS = {
     "operator": "operator",
@@ -131,8 +145,10 @@ def _number(value: Any) -> float | None:
 def read_job_end(path: str) -> dict[str, Any] | None:
     """The wrapper's record of how the job's Python ended, checked field by field:
     ``{"raised": {"type": qualified class, "message": first line}}`` or ``{"exit": status}``
-    (``sys.exit`` or the script's end); None when there is none (the job ended in C, by a
-    signal, or without the wrapper) or it is not one the wrapper writes."""
+    (``sys.exit`` or the script's end), with ``"ended"`` where a job that exited 0 named how
+    (a kind of SELF_ENDED_KINDS: the runbook's server entry, ``coordinator-gone``); None when
+    there is none (the job ended in C, by a signal, or without the wrapper) or it is not one
+    the wrapper writes."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.loads(handle.read(65536))
@@ -145,7 +161,8 @@ def read_job_end(path: str) -> dict[str, Any] | None:
         return {"raised": {"type": _short(raised["type"], 200), "message": _short(str(raised.get("message") or ""))}}
     code = data.get("exit")
     if isinstance(code, int) and not isinstance(code, bool):
-        return {"exit": code}
+        ended = data.get("ended")
+        return {"exit": code, "ended": ended} if code == 0 and ended in SELF_ENDED_KINDS else {"exit": code}
     return None
 
 
@@ -222,6 +239,9 @@ def classify(
     if stopped_by == "supervisor":
         return {"kind": "unknown", "detail": _short(reason or "the supervisor failed")}
     if returncode == 0:
+        ended = _as_dict(job_end).get("ended")
+        if ended in SELF_ENDED_KINDS:
+            return {"kind": ended, "detail": SELF_ENDED_KINDS[ended]}
         return {"kind": "completed", "detail": "the job exited 0"}
     if reason.startswith(("refused to start", "cannot start the job")):
         return {"kind": "startup", "detail": _short(reason)}

@@ -4,29 +4,45 @@
 host's register of the runs that use them (standard library only: the preflight's probe
 and the module ``tf_runs_alive`` run it on the host).
 
-The register is one directory every user of the host can write, ``/tmp/tf-runbook-ports``
-(mode 1777, as ``/tmp``: a user removes only their own files), holding one file per
-reserved port, ``<port>.json``: the run id, the inventory host that reserved it, the
-user, when, and every port of that run on that host. Every read and write of it happens
-under ``flock`` on its ``.lock`` file, so that two preflights on the same host (two runs
-started in the same second) pick one after the other, and never the same port.
+Each user of the host has a register of their own, ``/tmp/tf-runbook-ports-<uid>``
+(``REGISTRY`` and the user's id: a directory that user owns, mode 0755, so that every
+user reads it and only its owner writes it), holding one file per reserved port,
+``<port>.json``: the run id, the inventory host that reserved it, the user, when, the
+run's directory and every port of that run on that host. A user's reads and writes of
+their own register happen under ``flock`` on its ``.lock`` file (0600), so that two
+preflights of that user on the same host (two runs started in the same second) pick one
+after the other, and never the same port. No user's file can block, replace or corrupt
+another's: nobody takes another user's lock, a register that is not a directory of the
+user its name gives (another user's, a symlink) is never used nor read (an own register
+squatted by another user refuses the run, naming it), and another user's reservation is
+only read.
 
-A port is taken for an automatic pick while something listens on it, or while another
-run's reservation is younger than ``HOLD`` seconds (the time from the probe's pick to
-TensorFlow's bind: the deploy and the launch), or while it is reserved by a file this
-user may not replace (another user's: the sticky directory keeps it). Once TensorFlow
-listens, the listener itself keeps the port; between the attempts of a restart, the
-controller's heartbeat of the run (renewed by the wait on every host, in the run's
-directory that the reservation names) keeps it.
+Between two users, who hold no common lock, a pick writes its reservation first and then
+reads the other users' registers again: a port that another user reserved meanwhile is
+given up by the one that sees the other's reservation after writing its own (the later
+writer always sees the earlier one), and picked again (``CROSS_USER_TRIES``). The port
+itself is the final judge: the probe binds every port it picks.
+
+A port is taken for an automatic pick while something listens on it, or while a run's
+reservation (any user's) is younger than ``HOLD`` seconds (the time from the probe's pick
+to TensorFlow's bind: the deploy and the launch). Once TensorFlow listens, the listener
+itself keeps the port; between the attempts of a restart, the controller's heartbeat of
+the run (renewed by the wait on every host, in the run's directory that the reservation
+names) keeps it. A run's reservations end with the run (``release_run``: the wait's last
+module run of a host whose workers all exited 0, the collect's, and the operator's stop),
+and a listing shows only what is running or still reserved.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import os
 import pwd
+import random
+import stat
 import time
 from typing import Any, Callable, Iterator
 
@@ -40,6 +56,9 @@ LOCK_FILE = ".lock"
 # listener on them: the probe's pick, then the deploy (a first virtualenv build takes
 # minutes) and the launch. Past it, a port nobody listens on is free again.
 HOLD = 3600
+# How often a pick that met another user's reservation of the same port, written at the
+# same time, picks again before the preflight refuses the host.
+CROSS_USER_TRIES = 5
 
 
 def is_auto(value: Any) -> bool:
@@ -74,25 +93,60 @@ def _user(uid: int) -> str:
         return str(uid)
 
 
-@contextlib.contextmanager
-def locked(registry: str) -> Iterator[None]:
-    """The register, made when missing (mode 1777), held under its lock."""
+def own_register(prefix: str, uid: int | None = None) -> str:
+    """The register of user ``uid`` (this process's by default): ``<prefix>-<uid>``."""
+    return f"{prefix}-{os.getuid() if uid is None else uid}"
+
+
+def _register_owner(path: str) -> int | None:
+    """The uid of a usable register: a real directory (not a symlink) owned by the user
+    its name gives; None for anything else."""
     try:
-        os.mkdir(registry, 0o1777)
-        os.chmod(registry, 0o1777)
+        info = os.lstat(path)
+    except OSError:
+        return None
+    suffix = path.rsplit("-", 1)[-1]
+    if not stat.S_ISDIR(info.st_mode) or not suffix.isdigit() or info.st_uid != int(suffix):
+        return None
+    return info.st_uid
+
+
+def registers(prefix: str) -> dict[int, str]:
+    """Every user's usable register on this host, by uid."""
+    found = {}
+    for path in glob.glob(f"{glob.escape(prefix)}-*"):
+        uid = _register_owner(path)
+        if uid is not None:
+            found[uid] = path
+    return found
+
+
+@contextlib.contextmanager
+def locked(prefix: str) -> Iterator[str]:
+    """This user's register, made when missing (mode 0755), held under its own lock;
+    yields its path. OSError naming it when another user (or a symlink) holds its name."""
+    uid = os.getuid()
+    path = own_register(prefix, uid)
+    try:
+        os.mkdir(path, 0o755)
     except FileExistsError:
         pass
-    fd = os.open(os.path.join(registry, LOCK_FILE), os.O_RDONLY | os.O_CREAT, 0o644)
+    if _register_owner(path) != uid:
+        raise OSError(f"{path} is not a directory of user {_user(uid)} (uid {uid}): another user or a link holds "
+                      "its name; remove it")  # fmt: skip
+    os.chmod(path, 0o755)
+    fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        yield path
     finally:
         os.close(fd)
 
 
-def read_entries(registry: str) -> dict[int, dict[str, Any]]:
-    """Every reservation file of the register by port, with ``uid`` and ``user`` of the
-    file's owner (who cannot lie about it) in place of what it says."""
+def read_entries(registry: str, uid: int | None = None) -> dict[int, dict[str, Any]]:
+    """Every reservation file of one register by port, with ``uid`` and ``user`` of the
+    file's owner (who cannot lie about it) in place of what it says; with ``uid``, only
+    the regular files that user owns (another user's register is only read)."""
     entries: dict[int, dict[str, Any]] = {}
     try:
         names = os.listdir(registry)
@@ -104,16 +158,28 @@ def read_entries(registry: str) -> dict[int, dict[str, Any]]:
             continue
         path = os.path.join(registry, name)
         try:
-            with open(path, encoding="utf-8") as handle:
-                owner = os.fstat(handle.fileno()).st_uid
-                data = json.load(handle)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            with os.fdopen(fd, encoding="utf-8") as handle:
+                info = os.fstat(handle.fileno())
+                if not stat.S_ISREG(info.st_mode) or (uid is not None and info.st_uid != uid):
+                    continue
+                data = json.loads(handle.read(65536))
         except (OSError, ValueError):
             continue
         if not isinstance(data, dict):
             continue
-        data.update(port=int(stem), uid=owner, user=_user(owner))
+        data.update(port=int(stem), uid=info.st_uid, user=_user(info.st_uid))
         entries[int(stem)] = data
     return entries
+
+
+def others_entries(prefix: str, uid: int) -> list[dict[str, Any]]:
+    """Every reservation of the other users' registers on this host."""
+    return [entry for other, path in sorted(registers(prefix).items()) if other != uid
+            for entry in read_entries(path, other).values()]  # fmt: skip
 
 
 def _heartbeat_age(entry: dict[str, Any], now: float) -> float | None:
@@ -144,11 +210,12 @@ def entry_live(entry: dict[str, Any], now: float, listening: Callable[[int], boo
 
 
 def _write(registry: str, port: int, record: dict[str, Any]) -> bool:
-    """Write ``port``'s reservation; False when another user's file stays in the way."""
+    """Write ``port``'s reservation into this user's register; False when it cannot."""
     path = _entry_path(registry, port)
     tmp = os.path.join(registry, f".{port}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as handle:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(record, handle)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
@@ -157,6 +224,41 @@ def _write(registry: str, port: int, record: dict[str, Any]) -> bool:
             os.unlink(tmp)
         return False
     return True
+
+
+def _others_taken(prefix: str, uid: int, now: float, listening: Callable[[int], bool], hold: float) -> set[int]:
+    return {int(e["port"]) for e in others_entries(prefix, uid) if entry_live(e, now, listening, hold)}
+
+
+def _pick_once(
+    prefix: str, run_id: str, me: str, listening: Callable[[int], bool], free: Callable[[int], bool], count: int,
+    first: int, last: int, ports: list[int] | None, now: float, hold: float, write: bool, run_dir: str,
+    avoid: set[int],
+) -> list[int]:
+    """One pick under this user's lock (see ``reserve``), ``avoid`` taken besides."""
+    uid = os.getuid()
+    with locked(prefix) as registry:
+        entries = read_entries(registry, uid)
+        mine = {p for p, e in entries.items() if e.get("run_id") == run_id and e.get("host") == me}
+        if ports:
+            chosen = list(ports)
+        else:
+            taken = {p for p, e in entries.items() if p not in mine and entry_live(e, now, listening, hold)}
+            taken |= avoid | _others_taken(prefix, uid, now, listening, hold)
+            chosen = pick_block(count, first, last, taken, free)
+        if not write:
+            return chosen
+        record = {"run_id": run_id, "host": me, "since": now, "ports": chosen, "pid": os.getpid(), "run_dir": run_dir}
+        for port in chosen:
+            previous = entries.get(port, {})
+            if previous.get("run_id") == run_id and previous.get("host") == me:
+                record = dict(record, since=previous.get("since", now))
+            if not _write(registry, port, dict(record, renewed=now)):
+                raise OSError(f"cannot write {_entry_path(registry, port)}")
+        for port in mine - set(chosen):  # an earlier pick of this run and host: given up
+            with contextlib.suppress(OSError):
+                os.unlink(_entry_path(registry, port))
+    return chosen
 
 
 def reserve(
@@ -174,41 +276,36 @@ def reserve(
     write: bool = True,
     run_dir: str = "",
 ) -> list[int]:
-    """Reserve ports for run ``run_id`` of inventory host ``me``, under the register's
-    lock: the ``ports`` given (a number in the inventory, or a run's recorded ports: they
-    are not refused here, the probe's bind test judges them), or else the lowest block of
-    ``count`` in ``first..last`` that no live reservation of another run (or of another
-    inventory host of this run on the same machine) holds and ``free`` accepts. Returns
-    the ports ([] when no block is free). Reservations over (``entry_live``) are replaced.
-    Without ``write`` (a dry run), it only picks."""
+    """Reserve ports for run ``run_id`` of inventory host ``me`` in this user's register
+    (``registry`` is the registers' prefix, ``REGISTRY``), under its lock: the ``ports``
+    given (a number in the inventory, or a run's recorded ports: they are not refused
+    here, the probe's bind test judges them), or else the lowest block of ``count`` in
+    ``first..last`` that no live reservation (of another run of this user, of another
+    inventory host of this run on the same machine, or of any other user) holds and
+    ``free`` accepts. Returns the ports ([] when no block is free). Reservations over
+    (``entry_live``) are replaced. Without ``write`` (a dry run), it only picks.
+
+    An automatic pick then reads the other users' registers again, and gives up (and picks
+    again, at most CROSS_USER_TRIES times) the ports another user reserved meanwhile."""
     now = time.time() if now is None else now
     uid = os.getuid()
-    if not write and not os.path.isdir(registry):  # a dry run makes nothing, not even the register
-        return list(ports) if ports else pick_block(count, first, last, set(), free)
-    with locked(registry):
-        entries = read_entries(registry)
-        mine = {p for p, e in entries.items() if e.get("run_id") == run_id and e.get("host") == me}
-        if ports:
-            chosen = list(ports)
-        else:
-            taken = {
-                p for p, e in entries.items()
-                if p not in mine and (entry_live(e, now, listening, hold) or e["uid"] != uid)
-            }
-            chosen = pick_block(count, first, last, taken, free)
-        if not write:
+    if not write and not os.path.isdir(own_register(registry, uid)):  # a dry run makes nothing
+        taken = set() if ports else _others_taken(registry, uid, now, listening, hold)
+        return list(ports) if ports else pick_block(count, first, last, taken, free)
+    avoid: set[int] = set()
+    for _try in range(CROSS_USER_TRIES):
+        chosen = _pick_once(registry, run_id, me, listening, free, count, first, last, ports, now, hold, write,
+                            run_dir, avoid)  # fmt: skip
+        if ports or not write or not chosen:
             return chosen
-        record = {"run_id": run_id, "host": me, "since": now, "ports": chosen, "pid": os.getpid(), "run_dir": run_dir}
-        kept = [p for p in chosen if p not in entries or entries[p]["uid"] == uid]
-        for port in kept:
-            previous = entries.get(port, {})
-            if previous.get("run_id") == run_id and previous.get("host") == me:
-                record = dict(record, since=previous.get("since", now))
-            _write(registry, port, dict(record, renewed=now))
-        for port in mine - set(chosen):  # an earlier pick of this run and host: given up
-            with contextlib.suppress(OSError):
-                os.unlink(_entry_path(registry, port))
-    return chosen
+        clash = set(chosen) & _others_taken(registry, uid, now, listening, hold)
+        if not clash:
+            return chosen
+        # Both users may have written at once: each one that sees the other gives way.
+        avoid |= clash
+        time.sleep(random.uniform(0.01, 0.2))
+    release(registry, run_id, me)
+    return []
 
 
 def host_ports(run_id: str, me: str, count: int, span: list[int], ports: list[int], write: bool,
@@ -224,7 +321,7 @@ def host_ports(run_id: str, me: str, count: int, span: list[int], ports: list[in
         chosen = reserve(registry, run_id, me, lambda p: bool(listening_inodes(p)), lambda p: bind_error(p) == 0,
                          count=count, first=first, last=last, ports=ports, write=write, run_dir=run_dir)
     except OSError as exc:
-        raise OSError(f"host {me}: cannot use the register of ports {registry}: {exc}") from exc
+        raise OSError(f"host {me}: cannot use the register of ports {own_register(registry)}: {exc}") from exc
     if count and not chosen:
         raise ValueError(
             f"host {me}: tf_worker_port auto found no {count} consecutive free port(s) in {first}..{last} (each "
@@ -234,30 +331,63 @@ def host_ports(run_id: str, me: str, count: int, span: list[int], ports: list[in
 
 
 def release(registry: str, run_id: str, me: str) -> list[int]:
-    """Give up the reservations of run ``run_id`` of inventory host ``me`` (a refused
-    preflight's); returns the ports released."""
-    released = []
-    if not os.path.isdir(registry):
+    """Give up this user's reservations of run ``run_id`` of inventory host ``me`` (a
+    refused preflight's); returns the ports released."""
+    return _release(registry, lambda entry: entry.get("run_id") == run_id and entry.get("host") == me)
+
+
+def release_run(run_dir: str, listening: Callable[[int], bool], registry: str = REGISTRY) -> list[int]:
+    """Give up this user's reservations of the run whose directory on this host is
+    ``run_dir`` (every inventory host of it here), once it ended: the wait's last module
+    run of a host whose workers all exited 0, the collect's and the operator's stop. A
+    port still listened on stays (a detached run collected while it trains). Returns the
+    ports released; nothing when this user has no register."""
+    wanted = os.path.realpath(run_dir)
+
+    def ended(entry: dict[str, Any]) -> bool:
+        named = entry.get("run_dir")
+        return isinstance(named, str) and bool(named) and os.path.realpath(named) == wanted and not listening(
+            int(entry["port"]))
+
+    return _release(registry, ended)
+
+
+def end_run(run_dir: str, registry: str = REGISTRY) -> list[int]:
+    """``release_run`` with the host's real listeners, in a module run that ends the run on
+    this host; never an error (a register it cannot use keeps its reservations until
+    they are over)."""
+    try:
+        return release_run(run_dir, lambda p: bool(listening_inodes(p)), registry)
+    except OSError:
+        return []
+
+
+def _release(registry: str, which: Callable[[dict[str, Any]], bool]) -> list[int]:
+    released: list[int] = []
+    if _register_owner(own_register(registry)) != os.getuid():
         return released
-    with locked(registry):
-        for port, entry in sorted(read_entries(registry).items()):
-            if entry.get("run_id") == run_id and entry.get("host") == me and entry["uid"] == os.getuid():
+    with locked(registry) as own:
+        for port, entry in sorted(read_entries(own, os.getuid()).items()):
+            if which(entry):
                 with contextlib.suppress(OSError):
-                    os.unlink(_entry_path(registry, port))
+                    os.unlink(_entry_path(own, port))
                     released.append(port)
     return released
 
 
 def live_runs(registry: str, listening: Callable[[int], bool], now: float | None = None,
               hold: float = HOLD, every: bool = False) -> list[dict[str, Any]]:
-    """The runs of the register that are alive on this host, one entry per run and
-    inventory host: ``run_id``, ``host``, ``user``, ``since`` (epoch seconds), ``ports``
-    (the reserved ones, sorted), ``listening`` (those a process listens on now) and
-    ``state`` (``running`` when one listens, else ``reserved``), oldest first. With
+    """The runs of every user's register that are alive on this host, one entry per run,
+    inventory host and user: ``run_id``, ``host``, ``user``, ``since`` (epoch seconds),
+    ``ports`` (the reserved ones, sorted), ``listening`` (those a process listens on now)
+    and ``state`` (``running`` when one listens, else ``reserved``), oldest first. A run
+    that ended released its reservations (``release_run``) and is not listed. With
     ``every``, the runs whose reservations are over too (``state`` ``ended``)."""
     now = time.time() if now is None else now
     runs: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for port, entry in sorted(read_entries(registry).items()):
+    entries = [e for uid, path in sorted(registers(registry).items()) for e in read_entries(path, uid).values()]
+    for entry in sorted(entries, key=lambda e: (e["port"], e["uid"])):
+        port = int(entry["port"])
         state = entry_live(entry, now, listening, hold)
         if not state and not every:
             continue

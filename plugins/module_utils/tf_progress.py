@@ -209,7 +209,8 @@ def grouped(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ``worker_progress`` or None, ``fallback``: its latest progress line) to the lines to
     print: one for every worker when they all agree (same state and
     ``agreement_key``; the slowest one's times), else one per worker. Each line has
-    ``who`` (``worker-1`` or ``workers 0,1``), ``state``, ``text`` and ``key``, the part
+    ``who`` (``worker-1``, with its task where the entry has one: ``worker-3 (ps:0)``, or
+    ``workers 0,1``), ``state``, ``text`` and ``key``, the part
     that is news when it changes (the times aside)."""
     def line(who: str, entry: dict[str, Any]) -> dict[str, Any]:
         progress = entry.get("progress")
@@ -227,4 +228,4 @@ def grouped(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             slowest = max(entries, key=lambda e: (e["progress"]["left"] or 0.0, e["progress"]["elapsed"] or 0.0))
             who = "workers " + ",".join(str(e.get("index")) for e in entries)
             return [line(who, {**slowest, "state": first.get("state")})]
-    return [line(f"worker-{e.get('index')}", e) for e in entries]
+    return [line(f"worker-{e.get('index')}" + (f" ({e['task']})" if e.get("task") else ""), e) for e in entries]

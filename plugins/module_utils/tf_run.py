@@ -130,6 +130,9 @@ SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
 ATTEMPT_FAILED_FLAG = ".attempt-{attempt}.failed"
 ATTEMPT_PROGRESS_DIR = ".attempt-{attempt}.progress"
+# Written by the wait of the chief's host when the chief (the coordinator of a
+# ParameterServerStrategy run) exited 0: every host's wait then stops its servers.
+ATTEMPT_COORDINATOR_ENDED = ".attempt-{attempt}.coordinator-ended"
 # On every host, in <base>/runs/<run_id>/: the heartbeat the wait renews; a supervisor
 # whose heartbeat is older than --controller-timeout stops its job (controller-lost).
 HEARTBEAT_FILE = "controller.heartbeat"
@@ -146,6 +149,12 @@ WORKER_STATES = (WORKER_STARTING, WORKER_RUNNING, WORKER_EXITED)
 def attempt_failed_flag(attempt: int) -> str:
     """The name of attempt ``attempt``'s failure flag in the run's controller directory."""
     return ATTEMPT_FAILED_FLAG.format(attempt=int(attempt))
+
+
+def attempt_coordinator_ended(attempt: int) -> str:
+    """The name of attempt ``attempt``'s record that its coordinator ended, beside its
+    failure flag."""
+    return ATTEMPT_COORDINATOR_ENDED.format(attempt=int(attempt))
 
 
 def attempt_record_file(attempt: int) -> str:

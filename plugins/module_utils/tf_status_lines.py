@@ -11,12 +11,23 @@ import math
 import time
 from typing import Any
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import COORDINATOR_GONE_KIND, SERVER_STOPPED_KIND
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_progress import grouped, worker_progress
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import WORKER_EXITED, printable
 
 # A wait prints a host's progress lines when they carry news (another epoch, state or
 # phase), and at least this often while they do not (the time left moves on).
 REPRINT_SECONDS = 60.0
+
+
+def task_labels(types: Any) -> dict[int, str]:
+    """Each worker's task (``chief:0``, ``worker:1``, ``ps:0``) by its index, from the
+    task types of the cluster spec's workers in index order; none for the first shape (every
+    worker a ``worker``), whose lines stay as they were."""
+    kinds = [str(t) for t in types] if isinstance(types, list) else []
+    if all(kind == "worker" for kind in kinds):
+        return {}
+    return {index: f"{kind}:{kinds[:index].count(kind)}" for index, kind in enumerate(kinds)}
 
 
 def worker_state_text(worker: dict[str, Any]) -> str:
@@ -27,9 +38,11 @@ def worker_state_text(worker: dict[str, Any]) -> str:
         ongoing = frozen.get("state") and frozen.get("until") is None
         return f"{state} ({printable(frozen['state'])})" if ongoing else str(state)
     rc = worker.get("returncode")
-    if rc == 0:
-        return "finished"
     cause = worker.get("cause") if isinstance(worker.get("cause"), dict) else {}
+    if rc == 0:
+        # A ParameterServerStrategy server ends well without finishing anything.
+        return {SERVER_STOPPED_KIND: "stopped (by the runbook: the coordinator ended)",
+                COORDINATOR_GONE_KIND: "stopped (by itself: the coordinator ended)"}.get(cause.get("kind"), "finished")  # fmt: skip
     kind = f"{printable(cause['kind'])}, " if cause.get("kind") else ""
     return f"FAILED rc={rc} ({kind}{printable(worker.get('reason'))})"
 
@@ -48,6 +61,7 @@ def progress_entries(result: dict[str, Any], controller_now: float) -> list[dict
             progress = {**progress, "text": printable(progress["text"])}
         entries.append({
             "index": worker.get("index"),
+            "task": worker.get("task"),
             "state": worker_state_text(worker),
             "progress": progress,
             "fallback": printable(worker.get("last_line") or "(no progress line yet)"),

@@ -15,8 +15,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import cause_of
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import SERVER_STOPPED, task_position
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import (
+    COORDINATOR_GONE_KIND,
+    SERVER_END_KINDS,
+    cause_of,
+)
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import task_position
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import (
     as_dict,
     cluster_list,
@@ -202,9 +206,12 @@ def check_exit_status(workers: list[Worker]) -> Check:
             problems.append(f"{who(w)}: exit status {exit_.get('returncode')} ({exit_.get('reason')})")
         else:
             by = stopped_by_runbook(exit_)
-            if by and not finished_by_itself(w):
+            # A ParameterServerStrategy server's end is the runbook's stop at the run's end.
+            stopped_at_end = is_server_worker(w) and cause_of(exit_).get("kind") in SERVER_END_KINDS
+            if by and not finished_by_itself(w) and not stopped_at_end:
                 problems.append(f"{who(w)}: exited 0, but the runbook ended it ({by}); the job did not finish by itself")
-    return check("exit_status", problems, "every worker exited 0 by itself")
+    return check("exit_status", problems, "every worker exited 0 (the servers stopped once the coordinator ended)"
+                 if any(is_server_worker(w) for w in workers) else "every worker exited 0 by itself")
 
 
 def runbook_index_of(worker: Worker, typed: bool) -> Any:
@@ -459,20 +466,25 @@ def check_chief_marker(workers: list[Worker], marker_name: str, contract: bool) 
 
 def check_servers_joined(servers: list[Worker]) -> Check:
     """ParameterServerStrategy: every server (ps and worker task, the runbook's
-    tf_ps_server.py) joined the cluster and ended because the coordinator had ended."""
+    tf_ps_server.py) joined the cluster and ended at the run's end: stopped by the runbook
+    once the coordinator ended (cause ``stopped``), or by itself where no runbook was left
+    to stop it (``coordinator-gone``), by its exit record's cause, never its log."""
     problems = []
-    at_end = 0
+    at_end = gone = 0
     for w in servers:
         exit_ = w.get("exit")
         if not isinstance(exit_, dict):
             continue  # exit_status names it
-        stopped_at_end = is_zero(exit_.get("returncode")) and SERVER_STOPPED in (w.get("log") or "").split()
+        kind = cause_of(exit_).get("kind")
+        stopped_at_end = is_zero(exit_.get("returncode")) and kind in SERVER_END_KINDS
         at_end += stopped_at_end
+        gone += stopped_at_end and kind == COORDINATOR_GONE_KIND
         if exit_.get("joined") is not True:
             problems.append(f"{who(w)}: its server never joined the cluster")
         elif is_zero(exit_.get("returncode")) and not stopped_at_end:
             problems.append(f"{who(w)}: exited 0 without the coordinator having ended")
-    ended = (", each stopped once the chief (coordinator) ended" if at_end == len(servers)
+    by_itself = f" ({gone} by itself, no runbook left to stop it)" if gone else ""
+    ended = (f", each stopped once the chief (coordinator) ended{by_itself}" if at_end == len(servers)
              else f"; {at_end} stopped once the chief (coordinator) ended, the others did not (exit_status)")  # fmt: skip
     return check("servers_joined", problems, f"{len(servers)} server(s) joined{ended}")
 

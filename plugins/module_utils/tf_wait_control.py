@@ -10,6 +10,14 @@ stall watchdog keeps one record per host in the attempt's progress directory
 Deadlines are judged on the controller's clock, a host's times converted with its clock
 read in the same module run; the host's files come with the wait only while the run is
 healthy (``bring_bundle``).
+
+A ParameterServerStrategy run ends when its chief (the coordinator, the runbook's index
+0) ends: the wait of the chief's host records that it exited 0 in the attempt's
+coordinator record (``tf_run.attempt_coordinator_ended``, beside the failure flag, and
+only while no host flagged a failure), and every host's wait that still has live workers
+(the servers, which never end by themselves) then stops them through tf_worker_stop,
+recorded as stopped by the runbook with the cause ``stopped`` (``server_stop_args``).
+A failure flagged first wins: a server that died before the chief ended is a failure.
 """
 
 from __future__ import annotations
@@ -24,7 +32,13 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_activity
     seconds_without_progress,
     stall_detail,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import (
+    SERVER_STOPPED_KIND,
+    SERVER_STOPPED_REASON,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    WORKER_EXITED,
+    attempt_coordinator_ended,
     attempt_failed_flag,
     attempt_progress_dir,
     make_private_dirs,
@@ -37,6 +51,38 @@ def attempt_paths(controller_dir: str, attempt: Any) -> tuple[str, str]:
     by the contract's names."""
     number = int(attempt or 0)
     return os.path.join(controller_dir, attempt_failed_flag(number)), os.path.join(controller_dir, attempt_progress_dir(number))
+
+
+# Seconds between the SIGTERM and the SIGKILL of a server's stop: the server ends at once
+# on the runbook's SIGTERM (tf_ps_server.py).
+SERVER_STOP_GRACE = 10.0
+# The index of the chief (the coordinator) in the runbook's numbering.
+COORDINATOR_INDEX = 0
+
+
+def coordinator_path(controller_dir: str, attempt: Any) -> str:
+    """The attempt's coordinator record in the run's controller directory."""
+    return os.path.join(controller_dir, attempt_coordinator_ended(int(attempt or 0)))
+
+
+def coordinator_ended(status: dict[str, Any]) -> bool:
+    """Whether this host's status shows the chief (the coordinator) exited 0."""
+    return any(
+        w.get("index") == COORDINATOR_INDEX and w.get("state") == WORKER_EXITED and w.get("returncode") == 0
+        for w in status.get("workers") or [] if isinstance(w, dict)
+    )  # fmt: skip
+
+
+def servers_left(status: dict[str, Any]) -> list[int]:
+    """The indices of this host's workers that have not exited: once the coordinator
+    ended, the servers to stop."""
+    return [w["index"] for w in status.get("workers") or [] if isinstance(w, dict) and w.get("state") != WORKER_EXITED]
+
+
+def server_stop_args(run_dir: str) -> dict[str, Any]:
+    """tf_worker_stop's options for the stop of a host's servers at the run's end."""
+    return {"run_dir": run_dir, "grace": SERVER_STOP_GRACE, "stopped_by": "runbook", "cause": SERVER_STOPPED_KIND,
+            "reason": SERVER_STOPPED_REASON}  # fmt: skip
 
 
 def bring_bundle(status: dict[str, Any], flag: dict[str, Any] | None, detached: bool) -> bool:

@@ -24,6 +24,8 @@ description:
     (M(tf_runbook.multiworker.tf_worker_status), its option C(collect)),
     with the same rules (one implementation, C(module_utils/tf_bundle.py)); the collect role then
     runs this module only on the hosts whose files did not come with the wait.
+  - Releases the ports this run had reserved on the host (C(tf_worker_port auto),
+    RV(ports_released)), except those still listened on, since the run ended.
   - In check mode nothing is packed, fetched or written; the files that would be fetched
     are returned (and shown in diff mode).
 extends_documentation_fragment:
@@ -98,6 +100,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ports_released:
+  description: The ports of C(tf_worker_port auto) that this run had reserved on the host
+    (in this user's register, C(module_utils/tf_ports_auto.py)) and that this module run
+    released, the run having ended here; a port still listened on stays reserved.
+  type: list
+  elements: int
+  returned: when the run's directory exists and not in check mode
 bundle:
   description: Path of the archive on the host ('' when no file matched, or in check mode).
   type: str
@@ -142,6 +151,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import pack_run
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import end_run
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import run_dir_of
 
 
@@ -167,6 +177,9 @@ def main() -> None:
         )
     # The packing rules are shared with the wait's last status run (module_utils/tf_bundle.py).
     result = pack_run(run_dir, params["patterns"], params["artifacts"], params["max_mb"], write=not module.check_mode)
+    if not module.check_mode:
+        # The collect ends the run here: its reservations of ports end with it.
+        result["ports_released"] = end_run(run_dir)
     module.exit_json(changed=False, **result)
 
 

@@ -153,7 +153,7 @@ options:
   pick:
     description: In V(host) mode, the number of consecutive ports to pick here (C(tf_worker_port=auto)),
       in place of O(ports) - the lowest block of O(port_range) that nothing listens on, that binds, and that
-      no other run reserved in the host's register of ports (C(/tmp/tf-runbook-ports)); 0 to probe O(ports).
+      no other run reserved in the host's registers of ports (each user's C(/tmp/tf-runbook-ports-<uid>)); 0 to probe O(ports).
     type: int
     default: 0
   port_range:

@@ -11,11 +11,13 @@ short_description: List the TensorFlow runs alive on this host, whoever started 
 version_added: "0.1.0"
 author: tf-runbook contributors (!UNKNOWN)
 description:
-  - Reads the host's register of ports (C(/tmp/tf-runbook-ports), written by the preflight's probe of every run,
+  - Reads the host's registers of ports (every user's C(/tmp/tf-runbook-ports-<uid>), written by the preflight's probe of every run,
     module_utils/tf_ports_auto.py) and returns the runs alive here, whoever started them, each with its run id,
     the inventory host it runs as, the user who started it, since when, and its ports.
   - A run is C(running) while a process listens on one of its ports, and C(reserved) for up to an hour after its
-    preflight reserved them with nothing listening yet (its deploy and launch; between two attempts; or ended).
+    preflight reserved them with nothing listening yet (its deploy and launch; between two attempts). A run that
+    ended released its reservations (the wait of a host whose workers all succeeded, the collect, an operator's
+    stop) and is not listed.
   - With O(run_id), every reservation of that run here instead, alive or not (a reattach finds the ports
     C(tf_worker_port=auto) picked).
   - Changes nothing.

@@ -60,7 +60,7 @@ options:
       C(exit.json) instead of the one O(stopped_by) implies. Empty for none.
     type: str
     choices: ["", completed, job-error, peer-lost, out-of-memory, killed, preempted, stalled, deadline, startup,
-      host-lost, controller-lost, operator, runbook, restore-mismatch, unknown]
+      host-lost, controller-lost, operator, runbook, restore-mismatch, stopped, coordinator-gone, unknown]
     default: ""
   capture_stacks:
     description: Take every running job's stacks (into its worker directory's
@@ -76,6 +76,13 @@ options:
       stacks.
     type: bool
     default: true
+  release_ports:
+    description: Once the run's processes are stopped, release the ports the run had
+      reserved on this host (C(tf_worker_port auto), C(module_utils/tf_ports_auto.py)),
+      since the stop ends the run (role tf_stop passes it for an operator's stop, after which
+      nothing restarts the run).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -136,6 +143,13 @@ run_dir:
   type: str
   returned: always
   sample: /home/train/tf-runbook/runs/r1
+ports_released:
+  description: The ports of C(tf_worker_port auto) that this run had reserved on the host
+    (in this user's register, C(module_utils/tf_ports_auto.py)) and that this module run
+    released, the run having ended here; a port still listened on stays reserved.
+  type: list
+  elements: int
+  returned: with O(release_ports), not in check mode
 stacks:
   description: With O(capture_stacks), each running job's stacks, per worker directory
     (C(stacks) is null when the job wrote none in time, or runs without the wrapper, and
@@ -177,6 +191,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     worker_index,
     write_json_atomic,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import end_run
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import (
     ENDED_STATES,
     group_members,
@@ -390,6 +405,7 @@ def main() -> None:
             "capture_stacks": {"type": "bool", "default": False},
             "stacks_timeout": {"type": "float", "default": 5},
             "stop": {"type": "bool", "default": True},
+            "release_ports": {"type": "bool", "default": False},
         },
         required_if=[("stop", True, ("grace",))],
         supports_check_mode=True,
@@ -442,6 +458,8 @@ def main() -> None:
     result = {
         "changed": bool(stopped), "stopped": stopped, "workers": worker_dirs, "run_dir": run_dir, "stacks": stacks,
     }  # fmt: skip
+    if params["release_ports"] and params["stop"] and not module.check_mode:
+        result["ports_released"] = end_run(run_dir)
     if problems:
         module.fail_json(msg="; ".join(problems), **result)
     module.exit_json(**result)

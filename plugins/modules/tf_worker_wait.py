@@ -115,6 +115,26 @@ options:
       the host has joined the cluster (a detached run); nothing is collected then.
     type: bool
     default: false
+  coordinator:
+    description:
+      - Used by the action on the controller. A ParameterServerStrategy run, whose chief (the
+        coordinator, worker 0) ends it. The wait of the chief's host records in O(controller_dir)
+        (the contract's C(tf_run.attempt_coordinator_ended)) that the chief exited 0, unless a host
+        flagged a failure first; the wait of every host whose workers (the servers) still run then stops
+        them with M(tf_runbook.multiworker.tf_worker_stop), recorded as stopped by the runbook with
+        the cause C(stopped), and waits for their exit records (RV(servers_stopped)).
+      - Not with O(until_joined) (a detached run), where a server ends by itself once the
+        chief's port stayed shut (cause C(coordinator-gone)).
+    type: bool
+    default: false
+  task_types:
+    description: Used by the action on the controller. The task type of each worker of the
+      cluster spec, in index order (C(chief), C(worker), C(ps)); where any is not C(worker),
+      each progress line names the worker's task (C(worker-3 (ps:0))), and each worker of
+      RV(workers) gets C(task).
+    type: list
+    elements: str
+    default: []
   rounds:
     description: Used by the action on the controller. Upper bound of module calls (a
       backstop to the deadline).
@@ -226,6 +246,11 @@ controller_gone:
     controller timeout.
   type: bool
   returned: when ansible-playbook ended during the wait
+servers_stopped:
+  description: Set by the action when it stopped this host's servers once the coordinator
+    ended (O(coordinator)), C(workers) (their indices), C(failed) and C(msg) (the stop's).
+  type: dict
+  returned: when the action stopped this host's servers
 stalled:
   description: Set by the action when the run stalled, C(seconds) without progress (no
     progress line, no CPU use) and C(detail), what was seen (C(no worker printed a
@@ -244,6 +269,13 @@ bundle_error:
     host's files then.
   type: str
   returned: when packing or bringing the bundle failed
+ports_released:
+  description: The ports of C(tf_worker_port auto) that this run had reserved on the host
+    (in this user's register, C(module_utils/tf_ports_auto.py)) and that this module run
+    released, the run having ended here; a port still listened on stays reserved.
+  type: list
+  elements: int
+  returned: with O(collect), when every worker of the host exited 0 (the run ended well here)
 collected:
   description: What the action brought of the host's bundle, as the collect's action
     reports it, C(files), C(left_out), C(truncated), C(updated) and C(dest) (the host's
@@ -257,6 +289,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import end_run
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import HEARTBEAT_FILE
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_records import (
     TAIL_LINES,
@@ -287,6 +320,8 @@ ARGUMENT_SPEC = {
     "attempt": {"type": "int", "default": 0},
     "until_joined": {"type": "bool", "default": False},
     "rounds": {"type": "int", "default": 100000},
+    "coordinator": {"type": "bool", "default": False},
+    "task_types": {"type": "list", "elements": "str", "default": []},
     "stall_timeout": {"type": "int", "default": 0},
 }
 
@@ -310,6 +345,9 @@ def main() -> None:
 
     current = with_activity(watch(params["workers"], progress, TAIL_LINES, marks, params["wait"], params["until_joined"], beat))
     bundle = packed_bundle(run_dir, params["collect"], current) if params["collect"] and not module.check_mode else {}
+    if bundle:
+        # Every worker of the host exited 0: the run ended well here, its ports are free.
+        bundle["ports_released"] = end_run(run_dir)
     module.exit_json(changed=False, workers=current, progress_marks=marks, now=time.time(), **report(current), **bundle)
 
 

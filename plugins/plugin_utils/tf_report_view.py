@@ -646,8 +646,12 @@ def tf_report_view(
         for i, a in enumerate(attempts)
     ]
     sources = epoch_sources(summary.get("epoch_sources"))
+    # Each worker's task (chief:0, worker:1, ps:0) where the inventory gave task types.
+    tasks = {w.get("index"): str(w["task"]) for w in summary.get("workers") or [] if isinstance(w, dict) and w.get("task")}
     for view in timelines:
         view["epochs_taken"] = epoch_ranges(sources.get(view["attempt"], []))
+        for row in view.get("rows") or []:
+            row["task"] = tasks.get(row.get("index"))
     # Worker index to its CUDA_VISIBLE_DEVICES, as the preflight planned it (None: not set).
     devices = (summary.get("context") or {}).get("devices") or {}
     cluster = [
@@ -658,6 +662,7 @@ def tf_report_view(
             "port": w.get("port"),
             "devices": _devices(devices, w.get("index")),
             "chief": w.get("index") == 0,
+            "task": tasks.get(w.get("index")),
             "color": colors.get(w.get("index"), "#555"),
         }
         for w in summary.get("workers") or []
@@ -691,6 +696,7 @@ def tf_report_view(
         "unchecked": sum(1 for c in checks if c.get("ok") is None),
         "cluster": cluster,
         "has_devices": bool(devices),
+        "has_tasks": bool(tasks),
         "charts": charts,
         "timelines": timelines,
         "stall": stall_view(summary),

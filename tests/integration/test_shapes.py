@@ -114,11 +114,18 @@ def test_parameter_server_strategy_trains_stops_its_servers_and_names_a_killed_p
     assert [remote_json(book, i, f"{RUN}/ps-ok/worker-{i}/tf_config.json")["task"] for i in range(4)] == [
         {"type": "chief", "index": 0}, {"type": "worker", "index": 0}, {"type": "worker", "index": 1},
         {"type": "ps", "index": 0}]  # fmt: skip
+    # The run ended when the chief ended: the wait stopped the servers, recorded as stopped
+    # by the runbook (exit 0, cause stopped), not failed and not completed.
+    assert re.search(r"node[123]: the coordinator ended: stopping the servers worker-[123]", out), out[-4000:]
+    assert re.search(r"node3 worker-3 \(ps:0\): stopped \(by the runbook: the coordinator ended\)", out), out[-4000:]
     for i in (1, 2, 3):
         exit_ = remote_json(book, i, f"{RUN}/ps-ok/worker-{i}/exit.json")
         assert exit_["returncode"] == 0 and exit_["joined"] is True, exit_
+        assert exit_["stopped_by"] == "runbook" and exit_["cause"]["kind"] == "stopped", exit_
+        assert exit_["cause"]["detail"] == "the coordinator ended: servers are stopped by the runbook", exit_
         log = log_of(book, i, f"{RUN}/ps-ok/worker-{i}/worker.log")
-        assert re.search(rf"^worker={i} task=(worker|ps):\d server_stopped coordinator=ended$", log, re.M), log[-2000:]
+        assert re.search(rf"^worker={i} task=(worker|ps):\d server_stopped by=runbook$", log, re.M), log[-2000:]
+    assert [w["cause"]["kind"] for w in summary["workers"]] == ["completed", "stopped", "stopped", "stopped"]
     assert "epoch=3 " in log_of(book, 0, f"{RUN}/ps-ok/worker-0/worker.log")
     no_process_left(book, "ps-ok")
 

@@ -2,7 +2,8 @@
 within a second of each other on the same two hosts both train, on ports each host's
 preflight picked and reserved, and never touch each other: a stop of one leaves the
 other running to success, status.yml without a run id lists both (id, user, since,
-ports), a reattach finds the picked ports, and a resume keeps them.
+ports), a reattach finds the picked ports, and a resume keeps them. A run's reservations
+end with it (the operator's stop, the wait of a run that succeeded).
 
 One pair of runs serves every assertion (the whole suite's time is short)."""
 
@@ -36,6 +37,13 @@ def worker_ports(book: Runbook, host: int, run_id: str, attempt: str = "") -> li
         config = json.loads(line)
         ports.append(int(config["cluster"]["worker"][config["task"]["index"]].rsplit(":", 1)[1]))
     return ports
+
+
+def reserved_runs(book: Runbook, host: int) -> list[str]:
+    """The run ids of the reservations in the registers of ports on ``host`` (every user's,
+    /tmp/tf-runbook-ports-<uid>), one per reserved port, sorted."""
+    rc, out, _ = book.hosts.run(host, "cat /tmp/tf-runbook-ports-*/*.json 2>/dev/null; echo")
+    return sorted(re.findall(r'"run_id": "([^"]+)"', out))
 
 
 def test_two_runs_started_together_on_auto_ports_train_apart_and_a_stop_touches_only_its_own(
@@ -88,6 +96,9 @@ def test_two_runs_started_together_on_auto_ports_train_apart_and_a_stop_touches_
     no_process_left(book, "share-a")
     for host in (0, 1):
         assert book.run_processes(host, "share-b"), f"run share-b stopped on node{host} by the stop of share-a"
+    # The operator's stop ended run a: its reservations are released at once, run b's stay.
+    for host in (0, 1):
+        assert reserved_runs(book, host) == ["share-b"], reserved_runs(book, host)
     # Reattached from the inventory (auto), the wait finds run b's picked ports on the hosts.
     waited = book.play("playbooks/wait.yml", extra={"tf_run_id": "share-b"})
     (tmp_path / "wait-b.out").write_text(waited.stdout)
@@ -97,6 +108,11 @@ def test_two_runs_started_together_on_auto_ports_train_apart_and_a_stop_touches_
     assert [(w["host"], w["port"]) for w in summary_b["workers"]] == [
         ("node0", ports["share-b"][0][0]), ("node1", ports["share-b"][1][0])]
     no_process_left(book, "share-b")
+    # Run b ended (its wait brought the files): nothing of it is reserved or listed any more.
+    for host in (0, 1):
+        assert reserved_runs(book, host) == [], reserved_runs(book, host)
+    listed = book.play("playbooks/status.yml")
+    assert listed.returncode == 0 and "run share-b" not in listed.stdout, listed.stdout[-3000:]
     # Its verdict, logs and checkpoints are its own: nothing of run a among them.
     assert not list((book.runs / "share-b").rglob("*share-a*"))
     for host in (0, 1):
@@ -112,3 +128,5 @@ def test_two_runs_started_together_on_auto_ports_train_apart_and_a_stop_touches_
     for host in (0, 1):
         assert worker_ports(book, host, "share-a", "retry-1/") == ports["share-a"][host]
     no_process_left(book, "share-a")
+    for host in (0, 1):
+        assert reserved_runs(book, host) == [], reserved_runs(book, host)

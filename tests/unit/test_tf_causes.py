@@ -208,6 +208,10 @@ def test_an_exit_record_with_the_wrappers_record_says_it_decided() -> None:
     ("content", "expected"),
     [
         ('{"exit": 3}', {"exit": 3}),
+        ('{"exit": 0, "ended": "coordinator-gone"}', {"exit": 0, "ended": "coordinator-gone"}),
+        # Only an exit 0 names how it ended, and only by a kind a job may name.
+        ('{"exit": 1, "ended": "coordinator-gone"}', {"exit": 1}),
+        ('{"exit": 0, "ended": "completed"}', {"exit": 0}),
         ('{"raised": {"type": "a.B", "message": "m"}}', {"raised": {"type": "a.B", "message": "m"}}),
         ('{"exit": true}', None),
         ('{"exit": "1"}', None),
@@ -314,3 +318,19 @@ def test_a_cause_has_one_text(cause: dict[str, Any], text: str) -> None:
 def test_a_kill_says_which_evidence_decided_it(kills: int, source: str, kind: str, detail: str) -> None:
     cause = tf_causes.classify(record(137, "SIGKILL"), [], kills, None, source)
     assert (cause["kind"], cause["detail"], cause["oom_source"]) == (kind, detail, source)
+
+
+def test_a_server_that_ended_with_the_coordinator_says_so_and_one_stopped_by_the_runbook_is_stopped() -> None:
+    """A ParameterServerStrategy server: ended by itself, the coordinator gone and no
+    runbook left to stop it (its end record names it), or stopped by the runbook at the
+    run's end (the stop request's cause). Neither is a failure nor a victim's stop."""
+    gone = tf_causes.classify(record(0), [], None, {"exit": 0, "ended": "coordinator-gone"})
+    assert gone["kind"] == "coordinator-gone" and "ended with the coordinator" in gone["detail"]
+    assert tf_causes.classify(record(0), [], None, {"exit": 0})["kind"] == "completed"
+    stopped = {"returncode": 0, "stopped_by": "runbook", "reason": tf_causes.SERVER_STOPPED_REASON,
+               "cause": {"kind": "stopped", "detail": tf_causes.SERVER_STOPPED_REASON}}  # fmt: skip
+    assert tf_causes.cause_of(stopped)["kind"] == "stopped"
+    assert tf_causes.cause_text(tf_causes.cause_of(stopped)) == (
+        "stopped (the coordinator ended: servers are stopped by the runbook)")
+    assert {"stopped", "coordinator-gone"} <= set(tf_causes.CAUSES) and tf_causes.SERVER_END_KINDS.isdisjoint(
+        tf_causes.RESTARTABLE_CAUSES)

@@ -15,6 +15,7 @@ import tf_launch
 import tf_worker_config
 from conftest import load_module
 from tf_cluster import AnsibleFilterError, tf_cluster_spec
+from tf_causes import SERVER_STOPPED_REASON
 from tf_verdict import judge
 
 from test_tf_verdict import METRICS, checks_of, worker_log
@@ -121,6 +122,8 @@ def test_the_servers_of_the_ps_shape_start_the_runbooks_own_entry() -> None:
     for name in ("w1", "w2", "p0"):
         assert tf_launch.tf_launch_entry(spec, name, "train.py", ["--strategy=ps"], "cluster_workers=") == {
             "script": "tf_ps_server.py", "job_args": [], "startup_pattern": "server_started", "evaluator": ""}  # fmt: skip
+        # With the controller timeout: how long a server no runbook stopped waits for one.
+        assert tf_launch.tf_launch_entry(spec, name, "train.py", [], "x", None, 60)["job_args"] == ["--coordinator-grace", "60"]
     mirrored = tf_cluster_spec([host("c", "chief"), host("w1")])
     assert tf_launch.tf_launch_entry(mirrored, "w1", "train.py", [], "x")["script"] == "train.py"
     assert any(f["name"] == "tf_ps_server.py" for f in tf_launch.tf_supervisor_files())
@@ -196,6 +199,49 @@ def test_the_server_entry_ends_once_the_coordinator_it_saw_is_gone(supervisor_pa
     assert [watch.ended(False, 25), watch.ended(False, 27), watch.ended(False, 28)] == [False, False, True]
 
 
+def test_the_server_exits_0_on_the_runbooks_stop_at_the_end_and_dies_of_any_other_sigterm(
+    supervisor_path: Path, tmp_path: Path
+) -> None:
+    """The runbook's stop at the run's end (its stop request naming the cause ``stopped``)
+    ends a server with exit status 0; a SIGTERM without it (a preemption, a stop for a
+    failure) kills it as a signal does, and the supervisor records that."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, sys, time\n"
+        f"sys.path.insert(0, {str(supervisor_path.parent)!r})\n"
+        "import tf_ps_server\n"
+        "signal.signal(signal.SIGTERM, tf_ps_server.on_stop('worker=3 task=ps:0'))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    for request, status, line in (
+        ({"by": "runbook", "reason": "x", "cause": "stopped"}, 0, "worker=3 task=ps:0 server_stopped by=runbook"),
+        ({"by": "runbook", "reason": "x", "cause": "stalled"}, -15, ""),
+        (None, -15, ""),
+    ):
+        stop = tmp_path / "stop.json"
+        stop.unlink(missing_ok=True)
+        if request is not None:
+            stop.write_text(json.dumps(request))
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.terminate()
+        out, _ = proc.communicate(timeout=20)
+        assert (proc.returncode, out.strip()) == (status, line)
+
+
+def test_a_server_no_runbook_stopped_is_judged_ended_with_the_coordinator() -> None:
+    gone = {"returncode": 0, "reason": "exited", "stopped_by": None, "joined": True,
+            "cause": {"kind": "coordinator-gone", "detail": "ended with the coordinator"}}  # fmt: skip
+    checks = checks_of(judge([ps_worker(i, **({"exit": gone} if i == 3 else {})) for i in range(4)], 4,
+                             "multiworker-complete.txt"))  # fmt: skip
+    assert all(c["ok"] is not False for c in checks.values()), {n: c["detail"] for n, c in checks.items()}
+    assert checks["servers_joined"]["detail"] == (
+        "3 server(s) joined, each stopped once the chief (coordinator) ended (1 by itself, no runbook left to stop it)")
+
+
 # --- the verdict ---------------------------------------------------------------------------
 
 PS_CLUSTER = {"chief": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222", "10.0.0.3:2222"], "ps": ["10.0.0.4:2222"]}
@@ -208,13 +254,18 @@ def ps_worker(index: int, **changes: Any) -> dict[str, Any]:
         log = worker_log(0, cluster_workers=2, replicas=1)
     else:
         log = f"worker={index} task={kind}:{number} server_started target=grpc://x\n" \
-              f"worker={index} task={kind}:{number} server_stopped coordinator=ended\n"
+              f"worker={index} task={kind}:{number} server_stopped by=runbook\n"
+    exit_ = {"returncode": 0, "signal": None, "reason": "exited", "stopped_by": None, "joined": True}
+    if kind != "chief":
+        # Stopped by the runbook once the coordinator ended (the wait's stop, tf_worker_stop).
+        exit_ = {**exit_, "stopped_by": "runbook", "reason": SERVER_STOPPED_REASON,
+                 "cause": {"kind": "stopped", "detail": SERVER_STOPPED_REASON}}  # fmt: skip
     entry: dict[str, Any] = {
         "index": index,
         "host": f"node{index}",
         "dir": f"/runs/r/node{index}/worker-{index}",
         "log": log,
-        "exit": {"returncode": 0, "signal": None, "reason": "exited", "stopped_by": None, "joined": True},
+        "exit": exit_,
         "config": {"cluster": PS_CLUSTER, "task": {"type": kind, "index": number}},
         "marker": index == 0,
     }
@@ -236,7 +287,7 @@ def test_the_ps_shape_judges_the_chiefs_metrics_and_that_every_server_joined() -
     [
         (3, {"exit": {"returncode": 0, "reason": "exited", "stopped_by": None, "joined": False}}, "servers_joined",
          "worker 3 (node3, ps:0): its server never joined the cluster"),
-        (2, {"log": "worker=2 task=worker:1 server_started\n"}, "servers_joined",
+        (2, {"exit": {"returncode": 0, "reason": "exited", "stopped_by": None, "joined": True}}, "servers_joined",
          "worker 2 (node2, worker:1): exited 0 without the coordinator having ended"),
         (3, {"exit": {"returncode": 137, "signal": "SIGKILL", "reason": "exited", "stopped_by": None, "joined": True},
              "log": "worker=3 task=ps:0 server_started\n"},
@@ -294,7 +345,36 @@ def test_the_summary_and_its_table_show_each_task_where_the_inventory_gave_types
     assert summary["status"] == "succeeded", summary["checks"]
     assert [w["task"] for w in summary["workers"]] == ["chief:0", "worker:0", "worker:1", "ps:0"]
     rows = [line for line in table(summary) if line.lstrip().startswith(("0 ", "3 "))]
-    assert rows[0].endswith("completed        0  chief:0") and rows[1].endswith("completed        0  ps:0"), rows
+    assert rows[0].endswith("completed        0  chief:0") and rows[1].endswith("stopped          0  ps:0"), rows
+
+
+def test_the_report_has_a_task_column_where_the_inventory_gave_types(tmp_path: Path) -> None:
+    """The HTML report: each worker row of an attempt and of the cluster names its task
+    (chief, worker, ps), and a server stopped at the end shows its cause, stopped."""
+    import re
+
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import load_attempts
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import summarize_run, timeline_of
+    from report_runs import render
+
+    def report(run_dir: Path, size: int) -> str:
+        summary = summarize_run(run_dir.name, str(run_dir), "multiworker-complete.txt", size, {}, {})
+        summary["timeline"] = timeline_of(summary, str(run_dir), load_attempts(str(run_dir), "multiworker-complete.txt"))
+        return render(summary)
+
+    write_run(tmp_path, [ps_worker(i) for i in range(4)])
+    html = report(tmp_path, 4)
+    assert html.count("<th>task</th>") == 2, html
+    assert re.findall(r'<td class="task">([^<]*)</td>', html) == ["chief:0", "worker:0", "worker:1", "ps:0"] * 2
+    assert '<span class="cause stopped">stopped</span> the coordinator ended: servers are stopped by the runbook' in html
+    # Without types (the first shape): no task column, the cluster's role as before.
+    plain = tmp_path / "plain"
+    workers = [ps_worker(i) for i in range(2)]
+    for w in workers:
+        w["config"] = {"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}, "task": {"type": "worker", "index": w["index"]}}
+    write_run(plain, workers)
+    html = report(plain, 2)
+    assert "<th>task</th>" not in html and "<th>role</th>" in html
 
 
 def test_a_killed_ps_is_named_with_its_task_as_the_runs_reason(tmp_path: Path) -> None:

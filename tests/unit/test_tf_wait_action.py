@@ -55,7 +55,7 @@ class FastHost:
 
 
 def run_action(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, execute: Any, plugin_of: Any = action,
-               **args: Any) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+               hostname: str = "node1", **args: Any) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
     """The wait's action (or, with plugin_of, the status's) with execute for the host's module."""
     shown: list[str] = []
     monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
@@ -64,7 +64,7 @@ def run_action(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, execute: Any, plu
     wait_args = {"controller_dir": str(tmp_path), "attempt": 0, "workers": [], "wait": 0}
     plugin._task = SimpleNamespace(args={**wait_args, **args} if plugin_of is action else args)
     plugin._execute_module = execute
-    return plugin.run(task_vars={"inventory_hostname": "node1"}), shown
+    return plugin.run(task_vars={"inventory_hostname": hostname}), shown
 
 
 def test_a_host_31_minutes_fast_does_not_end_the_wait(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
@@ -419,3 +419,103 @@ def test_the_wait_prints_a_new_epoch_at_once_and_the_same_one_again_only_after_a
     _result, shown = run_action(monkeypatch, tmp_path, host, rounds=4)
     assert [line.split("worker-0: ")[1].split(";")[0] for line in shown] == ["running  epoch 1 of 6 (loss 0.5)",
                                                                           "running  epoch 2 of 6 (loss 0.5)"]
+
+
+# --- ParameterServerStrategy: the chief's end ends the run, and the wait stops the servers --
+
+
+class ServerHost:
+    """A host whose one worker (index 3, a ParameterServerStrategy server) serves until the
+    runbook's stop (tf_worker_stop) comes, then has exited 0 with the cause it named."""
+
+    def __init__(self, fails_first: bool = False) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.stopped = False
+        self.fails_first = fails_first
+
+    def __call__(self, module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
+        self.calls.append((module_name, dict(module_args)))
+        if module_name.endswith("tf_worker_stop"):
+            self.stopped = True
+            return {"changed": True, "stopped": [{"dir": "/r/worker-3", "pids": [42]}]}
+        if self.fails_first:
+            entry = worker(index=3, state="exited", returncode=137, cause={"kind": "killed", "detail": "SIGKILL"})
+            return {"workers": [entry], "done": True, "failed_workers": [3], "deadline_passed": False}
+        if self.stopped:
+            cause = {"kind": "stopped", "detail": "the coordinator ended: servers are stopped by the runbook"}
+            entry = worker(index=3, state="exited", returncode=0, stopped_by="runbook", cause=cause)
+            return {"workers": [entry], "done": True, "failed_workers": [], "deadline_passed": False}
+        return {"workers": [worker(index=3)], "done": False, "failed_workers": [], "deadline_passed": False}
+
+
+def chief_host(module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
+    """The chief's host: the coordinator (index 0) exited 0."""
+    return {"workers": [worker(index=0, state="exited", returncode=0)], "done": True, "failed_workers": [],
+            "deadline_passed": False}  # fmt: skip
+
+
+def test_the_chiefs_end_makes_the_wait_stop_the_servers_recorded_as_stopped_by_the_runbook(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The chief's host first: its wait records the coordinator's end.
+    chief, _ = run_action(monkeypatch, tmp_path, chief_host, hostname="node0", coordinator=True, run_dir="/r")
+    assert chief["done"] and "servers_stopped" not in chief
+    assert json.loads((tmp_path / ".attempt-0.coordinator-ended").read_text())["host"] == "node0"
+    # A server's host: one window with its server running, then the stop, then its exit.
+    host = ServerHost()
+    result, shown = run_action(monkeypatch, tmp_path, host, coordinator=True, run_dir="/r",
+                               task_types=["chief", "worker", "worker", "ps"])
+    names = [name.rsplit(".", 1)[-1] for name, _args in host.calls]
+    assert names == ["tf_worker_wait", "tf_worker_stop", "tf_worker_wait"]
+    stop = host.calls[1][1]
+    assert stop == {"run_dir": "/r", "grace": 10.0, "stopped_by": "runbook", "cause": "stopped",
+                    "reason": "the coordinator ended: servers are stopped by the runbook"}  # fmt: skip
+    assert result["done"] and result["failed_workers"] == [] and result["servers_stopped"]["workers"] == [3]
+    assert not (tmp_path / ".attempt-0.failed").exists()
+    assert "  node1: the coordinator ended: stopping the servers worker-3" in shown
+    # The lines name each worker's task where the inventory gave types.
+    assert any("node1 worker-3 (ps:0): stopped (by the runbook: the coordinator ended)" in line for line in shown), shown
+
+
+def test_a_server_that_died_before_the_chief_ended_is_a_failure_not_a_stop(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    host = ServerHost(fails_first=True)
+    result, _ = run_action(monkeypatch, tmp_path, host, hostname="node3", coordinator=True, run_dir="/r")
+    assert result["failed_workers"] == [3] and "servers_stopped" not in result
+    assert json.loads((tmp_path / ".attempt-0.failed").read_text())["workers"] == [3]
+    # The chief's end that comes after the failure ends nothing well: no coordinator record,
+    # and no host stops its servers as if the run had ended.
+    run_action(monkeypatch, tmp_path, chief_host, hostname="node0", coordinator=True, run_dir="/r")
+    assert not (tmp_path / ".attempt-0.coordinator-ended").exists()
+    later = ServerHost()
+    result, _ = run_action(monkeypatch, tmp_path, later, coordinator=True, run_dir="/r")
+    assert [name.rsplit(".", 1)[-1] for name, _args in later.calls] == ["tf_worker_wait"]
+    assert result["peer_failed"]["workers"] == [3]
+
+
+def test_without_the_ps_shape_the_wait_stops_nothing_when_worker_0_ends(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run_action(monkeypatch, tmp_path, chief_host, run_dir="/r")
+    assert not (tmp_path / ".attempt-0.coordinator-ended").exists()
+    # Nor a detached wait, which leaves the run running.
+    run_action(monkeypatch, tmp_path, chief_host, coordinator=True, until_joined=True, run_dir="/r")
+    assert not (tmp_path / ".attempt-0.coordinator-ended").exists()
+
+
+@pytest.mark.parametrize(
+    ("types", "labels"),
+    [
+        (["chief", "worker", "worker", "ps"], {0: "chief:0", 1: "worker:0", 2: "worker:1", 3: "ps:0"}),
+        (["chief", "worker", "evaluator"], {0: "chief:0", 1: "worker:0", 2: "evaluator:0"}),
+        # The first shape: every worker a worker, the lines as they were.
+        (["worker", "worker"], {}),
+        ([], {}),
+        (None, {}),
+    ],
+)
+def test_the_lines_name_each_workers_task_only_where_the_inventory_gave_types(types: Any, labels: dict[int, str]) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_status_lines import task_labels
+
+    assert task_labels(types) == labels

@@ -11,11 +11,18 @@ server's end is the runbook's own rule, written once:
 - it prints ``worker=I task=TYPE:N server_started`` once its server listens (``I`` the
   runbook's index; the line is the server's startup pattern: the supervisor records it as
   joined);
-- it watches the chief's port: the coordinator's own server listens there while it
-  trains. Once seen listening, a port refused for ``GONE_SECONDS`` means the coordinator
-  ended; the server then prints ``worker=I task=TYPE:N server_stopped
-  coordinator=ended`` and exits 0. The run ends when the chief ends, and the servers'
-  exit records say they were stopped at its end, not that they failed.
+- the run ends when the chief ends: the wait sees the chief exit 0, and the runbook then
+  stops every server through its stop (tf_worker_stop, its stop request naming the cause
+  ``stopped``). On that SIGTERM the server prints ``worker=I task=TYPE:N server_stopped
+  by=runbook`` and exits 0: its exit record says it was stopped by the runbook at the
+  run's end, not that it failed;
+- the fallback, where no runbook stops it (a detached run, a lost controller): it watches
+  the chief's port, where the coordinator's own server listens while it trains. Once seen
+  listening, a port refused for ``--coordinator-grace`` seconds (longer than the wait
+  takes to stop it) means the coordinator ended and nobody stopped this server: it prints
+  ``server_stopped coordinator=gone``, writes ``{"exit": 0, "ended": "coordinator-gone"}``
+  as its end record (tf_run.JOB_END_FILE, the cause ``coordinator-gone``) and exits 0, so
+  that no server outlives its run.
 
 A server that dies before the chief ends (killed, out of memory) exits non-zero: its
 supervisor records the cause and tells its peers, which stops the attempt (see
@@ -24,11 +31,14 @@ docs/your-project.md, "ParameterServerStrategy").
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import time
+from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCE_UTILS = os.path.join(_HERE, "..", "..", "..", "plugins", "module_utils")
@@ -37,14 +47,16 @@ if not os.path.exists(os.path.join(_HERE, "tf_run.py")) and os.path.isdir(_SOURC
     # the deploy ships it next to this file.
     sys.path.insert(0, os.path.realpath(_SOURCE_UTILS))
 
-from tf_run import SERVER_STARTED, SERVER_STOPPED, task_position  # noqa: E402
+from tf_causes import COORDINATOR_GONE_KIND, SERVER_STOPPED_KIND  # noqa: E402
+from tf_run import JOB_END_FILE, SERVER_STARTED, SERVER_STOPPED, STOP_FILE, read_json, task_position, write_json_atomic  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# How often the chief's port is tried, and how long it must stay shut, once seen open,
-# for the coordinator to count as ended.
+# How often the chief's port is tried, and by default how long it must stay shut, once
+# seen open, before the server ends by itself (the launch passes --coordinator-grace: the
+# wait's poll interval and more, so that a runbook that is there stops it first).
 POLL_SECONDS = 1.0
-GONE_SECONDS = 3.0
+GONE_SECONDS = 60.0
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
@@ -81,13 +93,47 @@ class CoordinatorWatch:
         return now - self.shut_since >= self.gone
 
 
-def main() -> int:
+def stopped_at_the_end(worker_dir: str = ".") -> bool:
+    """Whether the SIGTERM this server got is the runbook's stop at the run's end: the
+    stop request (tf_run.STOP_FILE, in the worker directory, the job's working directory)
+    names the cause ``stopped``. Any other SIGTERM ends it as a signal does."""
+    request = read_json(os.path.join(worker_dir, STOP_FILE)) or {}
+    return request.get("cause") == SERVER_STOPPED_KIND
+
+
+def leave(line: str) -> None:
+    """Print ``line`` and exit 0 at once: the server's threads never end by themselves."""
+    print(line, flush=True)
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def on_stop(me: str) -> Any:
+    def handler(signum: int, _frame: Any) -> None:
+        if stopped_at_the_end():
+            leave(f"{me} {SERVER_STOPPED} by=runbook")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    return handler
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="tf_ps_server.py")
+    parser.add_argument("--coordinator-grace", type=float, default=GONE_SECONDS,
+                        help="seconds the chief's port must stay shut before the server ends by itself")  # fmt: skip
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     config = json.loads(os.environ["TF_CONFIG"])
     task = config["task"]
     kind, number = str(task["type"]), int(task["index"])
     if kind not in ("ps", "worker") or not config["cluster"].get("chief"):
         raise SystemExit(f"tf_ps_server.py serves a ps or worker task of a cluster with a chief, not {kind}:{number}")
     me = f"worker={task_position(config)} task={kind}:{number}"
+    signal.signal(signal.SIGTERM, on_stop(me))
     import tensorflow as tf  # noqa: PLC0415 - after the environment is set
 
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -95,14 +141,13 @@ def main() -> int:
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=kind, task_index=number, protocol="grpc", start=True)
     print(f"{me} {SERVER_STARTED} target={server.target}", flush=True)
     chief_host, chief_port = parse_endpoint(str(config["cluster"]["chief"][0]))
-    watch = CoordinatorWatch()
+    watch = CoordinatorWatch(args.coordinator_grace)
     while not watch.ended(listening(chief_host, chief_port), time.monotonic()):
         time.sleep(POLL_SECONDS)
-    print(f"{me} {SERVER_STOPPED} coordinator=ended", flush=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # The server's threads never end by themselves: leave without waiting for them.
-    os._exit(0)
+    # No runbook stopped this server: it ends by itself, and says why in its end record.
+    write_json_atomic(JOB_END_FILE, {"exit": 0, "ended": COORDINATOR_GONE_KIND})
+    leave(f"{me} {SERVER_STOPPED} coordinator=gone")
+    return 0
 
 
 if __name__ == "__main__":
