@@ -44,7 +44,7 @@ def command_runner(module: Any) -> Runner:
         finally:
             for timer in timers:
                 timer.cancel()
-                timer.join()  # no thread left when the host mode forks its listener
+                timer.join()  # no thread left when the host look forks its listener
         if expired.is_set():
             raise TimeoutError(f"{argv[0]} timed out after {timeout:g} seconds")
         return rc, out, err
