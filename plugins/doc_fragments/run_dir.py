@@ -33,7 +33,7 @@ options:
       C(run_id), C(indices), C(attempt), C(checkpoint_root), C(job_files), C(configs),
       C(job_archive), C(job_env), C(visible_devices), C(pythonpath), C(interpreter));
       this attempt's files are written first, in this module run. Omitted, the worker
-      directories O(dirs) must exist already.
+      directories O(launch.dirs) must exist already.
     type: dict
     suboptions:
 """
