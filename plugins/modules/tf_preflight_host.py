@@ -219,17 +219,19 @@ versions:
   type: dict
   returned: with O(python)
 failures:
-  description: Each endpoint of O(reach.endpoints) that could not be reached, with C(reason) ([] without O(reach)).
+  description: With O(reach), the C(failures) of M(tf_runbook.multiworker.tf_preflight_reach) for
+    O(reach.endpoints); [] without it.
   type: list
   elements: dict
   returned: always
 listener_gone:
-  description: Whether this host's listener had ended, and freed O(ports), when the module returned
-    (true when none was started).
+  description: As M(tf_runbook.multiworker.tf_preflight_reach) returns it, for the listener this
+    module run started (true when none was started).
   type: bool
   returned: always
 ports_held:
-  description: The ports of O(ports) still held when the module returned ([] once the listener is gone).
+  description: As M(tf_runbook.multiworker.tf_preflight_reach) returns it; where no O(reach)
+    waited, O(ports) while this module run's listener holds them.
   type: list
   elements: int
   returned: always

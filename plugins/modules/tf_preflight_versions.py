@@ -30,7 +30,7 @@ options:
 attributes:
   check_mode:
     support: full
-    details: It only reads.
+    details: It runs O(code), which is expected only to read; nothing else is done.
   diff_mode:
     support: none
   platform:
