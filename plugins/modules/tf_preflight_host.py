@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Look at a worker host before anything of a run is launched there: its worker ports (picked
 here for ``tf_worker_port: auto``), its base directory, an earlier launch of the run, its
-GPUs, interpreter, checkpoint directory and addresses. With ``listen``, hold the ports with
+GPUs, interpreter, checkpoint directory and addresses (with ``versions``, the interpreter's
+versions too). With ``listen``, hold the ports with
 probe listeners; with ``reach`` too, reach the peers in the same run (the one-run probe).
 The module only parses its options and calls ``module_utils/tf_probe_*`` and ``tf_ports_auto``.
 """
@@ -56,15 +57,10 @@ options:
     type: list
     elements: str
     default: []
-  python:
-    description: A worker interpreter to ask for its versions with O(versions_code); empty,
-      no versions are read.
-    type: str
-    default: ""
   interpreter:
     description: C(tf_worker_python) as given (a path, or a command found on the remote
-      user's C(PATH)), looked up; where O(python) is empty (its versions are not read in this
-      run), the file found is also run once, as C(<interpreter> -c <code>), to show that it
+      user's C(PATH)), looked up; where O(versions) is omitted (its versions are not read in
+      this run), the file found is also run once, as C(<interpreter> -c <code>), to show that it
       runs as Python 3. Empty for the managed virtualenv.
     type: path
     default: ""
@@ -72,10 +68,20 @@ options:
     description: C(tf_checkpoint_dir) as given; empty for the default under the run's directory.
     type: path
     default: ""
-  versions_code:
-    description: Python code that prints the interpreter's versions as JSON.
-    type: str
-    default: ""
+  versions:
+    description: Ask a worker interpreter for its versions in this module run, as
+      M(tf_runbook.multiworker.tf_preflight_versions) does (which saves a round trip per host
+      after the deploy). Omitted, no versions are read.
+    type: dict
+    suboptions:
+      python:
+        description: The worker interpreter to ask.
+        type: str
+        required: true
+      code:
+        description: The code that prints its versions as JSON.
+        type: str
+        default: ""
   pick:
     description: The number of consecutive ports to pick here (C(tf_worker_port=auto)), in
       place of O(ports) - the lowest block of O(port_range) that nothing listens on, that
@@ -215,9 +221,9 @@ listener_pid:
   type: int
   returned: always
 versions:
-  description: What O(versions_code) printed, or C(error).
+  description: What O(versions.code) printed, or C(error).
   type: dict
-  returned: with O(python)
+  returned: with O(versions)
 failures:
   description: With O(reach), the C(failures) of M(tf_runbook.multiworker.tf_preflight_reach) for
     O(reach.endpoints); [] without it.
@@ -246,7 +252,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import host_ports
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_host import look_host
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_interpreter import command_runner
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_interpreter import VERSIONS_SPEC, command_runner
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_listen import listen_failure, probe_token, start_listener
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_reach import REACH_SPEC, connect_and_await
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import run_dir_of
@@ -257,10 +263,9 @@ ARGUMENT_SPEC = {
     "run_id": {"type": "str", "required": True},
     "me": {"type": "str", "default": ""},
     "addresses": {"type": "list", "elements": "str", "default": []},
-    "python": {"type": "str", "default": ""},
     "interpreter": {"type": "path", "default": ""},
     "checkpoint_dir": {"type": "path", "default": ""},
-    "versions_code": {"type": "str", "default": ""},
+    "versions": {"type": "dict", "options": VERSIONS_SPEC},
     "pick": {"type": "int", "default": 0},
     "port_range": {"type": "list", "elements": "int", "default": []},
     "reserve": {"type": "bool", "default": False},
@@ -284,9 +289,10 @@ def main() -> None:
                                run_dir=run_dir)
     except (ValueError, OSError) as exc:
         module.fail_json(msg=str(exc))
+    versions = params["versions"] or {"python": "", "code": ""}
     seen = look_host(
         command_runner(module), ports, params["base_dir"], params["run_id"],
-        interpreter=params["interpreter"], python=params["python"], versions_code=params["versions_code"],
+        interpreter=params["interpreter"], python=versions["python"], versions_code=versions["code"],
         checkpoint_dir=params["checkpoint_dir"], addresses=params["addresses"],
     )
     clean = not seen["busy_ports"]

@@ -14,7 +14,7 @@ version_added: "0.1.0"
 author: tf-runbook contributors (!UNKNOWN)
 description:
   - Runs O(code) with the worker interpreter O(python) and returns the JSON it prints
-    (M(tf_runbook.multiworker.tf_preflight_host) does the same in its look when given O(python)).
+    (M(tf_runbook.multiworker.tf_preflight_host) does the same in its look, given C(versions)).
   - A missing interpreter or code that fails is reported in C(versions.error), not as a task error.
 extends_documentation_fragment:
   - tf_runbook.multiworker.attributes
@@ -55,12 +55,13 @@ versions:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_interpreter import command_runner, interpreter_versions
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_interpreter import (
+    VERSIONS_SPEC,
+    command_runner,
+    interpreter_versions,
+)
 
-ARGUMENT_SPEC = {
-    "python": {"type": "str", "required": True},
-    "code": {"type": "str", "default": ""},
-}
+ARGUMENT_SPEC = VERSIONS_SPEC
 
 
 def main() -> None:

@@ -68,6 +68,8 @@ def test_the_reach_options_are_one_spec_for_the_reach_and_the_one_run_probe() ->
     # The host's own options are its look's; listening and reaching are suboptions apart.
     assert not set(reach) & set(tf_preflight_host.ARGUMENT_SPEC)
     assert set(tf_preflight_host.ARGUMENT_SPEC["listen"]["options"]) == {"peers", "lifetime"}
+    # Reading the versions in the look takes the versions module's own options.
+    assert tf_preflight_host.ARGUMENT_SPEC["versions"]["options"] is tf_preflight_versions.ARGUMENT_SPEC
 
 
 def test_a_listener_nobody_must_reach_is_not_started(tmp_path: Path) -> None:
