@@ -41,7 +41,7 @@ options:
     default: 10
   settle:
     description: Seconds to keep trying an endpoint that refuses the connection (its
-      listener may not be up yet), when longer than O(timeout).
+      listener may not be up yet), when longer than the timeout of one endpoint.
     type: float
     default: 0
   wait:

@@ -25,6 +25,7 @@ VERSIONS_SPEC: dict[str, dict[str, Any]] = {
     "code": {"type": "str", "default": ""},
 }
 
+
 def command_runner(module: Any) -> Runner:
     """The run_command of ``module`` (an AnsibleModule) as a Runner: arguments passed as
     given (no ``~`` or ``$`` expansion, no shell), the command killed once ``timeout``
