@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -158,6 +159,13 @@ def proc_stat(pid: int | str) -> tuple[str, list[str]] | None:
         return None
     end = data.rfind(")")
     return data[: end + 1], data[end + 2 :].split()
+
+
+def free_port() -> int:
+    """A TCP port free on this machine a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def kill_quietly(pid: int) -> None:

@@ -39,11 +39,11 @@ options:
   modules:
     description:
       - The modules to pack, as fully qualified names, in the order the run first sends
-        them. The default is the train playbook's (preflight probe, launch, go, wait).
+        them. The default is the train playbook's (preflight host look, launch, go, wait).
     type: list
     elements: str
     default:
-      - tf_runbook.multiworker.tf_preflight_probe
+      - tf_runbook.multiworker.tf_preflight_host
       - tf_runbook.multiworker.tf_worker_launch
       - tf_runbook.multiworker.tf_worker_go
       - tf_runbook.multiworker.tf_worker_wait

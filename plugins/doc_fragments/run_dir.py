@@ -12,12 +12,7 @@ Both modules' argument specs come from ``module_utils/tf_run_files.py``'s one sp
 
 from __future__ import annotations
 
-
-def _as_deploy_suboptions(documentation: str) -> str:
-    """``documentation``'s options, indented as the suboptions of an option ``deploy``."""
-    options = documentation.split("options:\n", 1)[1]
-    indented = "".join("    " + line if line.strip() else line for line in options.splitlines(keepends=True))
-    return DEPLOY_HEAD + indented
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_doc_suboptions import as_suboptions
 
 
 def _only_options(documentation: str, names: tuple[str, ...]) -> str:
@@ -38,7 +33,7 @@ options:
       C(run_id), C(indices), C(attempt), C(checkpoint_root), C(job_files), C(configs),
       C(job_archive), C(job_env), C(visible_devices), C(pythonpath), C(interpreter));
       this attempt's files are written first, in this module run. Omitted, the worker
-      directories O(dirs) must exist already.
+      directories O(launch.dirs) must exist already.
     type: dict
     suboptions:
 """
@@ -114,7 +109,7 @@ options:
 
     # An annotated assignment, as ansible-test's yamllint reads each plain one of this class
     # as a YAML string constant; Ansible reads the attribute like any other fragment.
-    DEPLOY: str = _as_deploy_suboptions(DOCUMENTATION)
+    DEPLOY: str = as_suboptions(DOCUMENTATION, DEPLOY_HEAD)
     # Where a run lives on a host (base_dir, run_id), for a module that reads a run rather
     # than writes one (tf_run_resume).
     RUN: str = _only_options(DOCUMENTATION, ("base_dir", "run_id"))

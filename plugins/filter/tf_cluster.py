@@ -355,6 +355,58 @@ def tf_cluster_host_ports(spec: dict[str, Any]) -> dict[str, list[int]]:
     return ports
 
 
+# Which task type must reach which (from, to), by the spec's shape (issue 41):
+# MultiWorkerMirroredStrategy's chief and workers all talk to each other; under
+# ParameterServerStrategy the chief (the coordinator) talks to every worker and ps, and every
+# worker to every ps, both ways, but workers need not reach each other, nor ps each other.
+# In both, the chief pushes its checkpoints to the sidecar evaluator's port, and the
+# evaluator reaches nothing.
+MUST_REACH: dict[str, frozenset[tuple[str, str]]] = {
+    "mirrored": frozenset({(a, b) for a in ("chief", "worker") for b in ("chief", "worker")} | {("chief", EVALUATOR)}),
+    "ps": frozenset({("chief", "worker"), ("worker", "chief"), ("chief", "ps"), ("ps", "chief"),
+                     ("worker", "ps"), ("ps", "worker"), ("chief", EVALUATOR)}),
+}
+
+
+def host_roles(spec: dict[str, Any]) -> tuple[dict[str, set[str]], set[str]]:
+    """Each host's roles (the task types of its workers; worker 0 is the chief where no
+    host is typed chief) and the spares. A spare takes the place of any lost host of the
+    cluster (tf_attempts_takeover), the chief's too, so it holds every role of the cluster."""
+    roles: dict[str, set[str]] = {}
+    for worker in spec["workers"]:
+        kind = worker.get("type", "worker")
+        roles.setdefault(worker["host"], set()).add("chief" if worker["index"] == 0 and kind == "worker" else kind)
+    cluster = {role for held in roles.values() for role in held if role != EVALUATOR}
+    spares = {s["host"] for s in spec.get("spares", [])}
+    for spare in spares:
+        roles[spare] = set(cluster)
+    return roles, spares
+
+
+def must_reach(spec: dict[str, Any], roles: dict[str, set[str]], spares: set[str], source: str, dest: str) -> bool:
+    """Whether ``source`` must reach ``dest``'s ports. A spare holds one role at a time: to
+    reach its own ports it must hold a role that reaches its own kind."""
+    talks = MUST_REACH["ps" if spec.get("shape") == "ps" or "ps" in spec.get("cluster", {}) else "mirrored"]
+    if source == dest and source in spares:
+        return any((role, role) in talks for role in roles[source])
+    return any((a, b) in talks for a in roles.get(source, ()) for b in roles.get(dest, ()))
+
+
+def tf_preflight_pairs(spec: dict[str, Any], host: str) -> dict[str, list[Any]]:
+    """What ``host``'s preflight probe checks: ``endpoints``, the worker and spare endpoints
+    it must reach (tf_cluster_endpoints, in that order), and ``peers``, the hosts that must
+    reach its own ports (its listener waits to hear from each of them)."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("workers"), list):
+        raise AnsibleFilterError(f"tf_preflight_pairs: a cluster spec (tf_cluster_spec) is needed, got {spec!r}")
+    roles, spares = host_roles(spec)
+    endpoints = tf_cluster_endpoints(spec)
+    hosts = list(dict.fromkeys(e["host"] for e in endpoints))
+    return {
+        "endpoints": [e for e in endpoints if must_reach(spec, roles, spares, host, e["host"])],
+        "peers": [h for h in hosts if must_reach(spec, roles, spares, h, host)],
+    }
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -367,4 +419,5 @@ class FilterModule:
             "tf_ports_on": tf_ports_on,
             "tf_cluster_ports": tf_cluster_ports,
             "tf_cluster_host_ports": tf_cluster_host_ports,
+            "tf_preflight_pairs": tf_preflight_pairs,
         }

@@ -1,8 +1,8 @@
 # Copyright: (c) 2026, tf-runbook contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the preflight probe's V(host) mode looks at on a worker host, read only: its worker
+"""What the preflight's host look (``tf_preflight_host``) sees on a worker host, read only: its worker
 ports, the free space and state of its base directory, an earlier launch of the run id,
-the GPUs it shows and the checkpoint directory (the module ``tf_preflight_probe`` calls
+the GPUs it shows and the checkpoint directory (the module ``tf_preflight_host`` calls
 ``probe_host`` and ``checkpoint_state``; the pieces live in ``tf_probe_*``)."""
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def look_host(
     run: Runner, ports: list[int], base_dir: str, run_id: str, interpreter: str = "", python: str = "",
     versions_code: str = "", checkpoint_dir: str = "", addresses: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Everything V(host) mode reports before it listens: ``probe_host``, then where the
+    """Everything the host look reports before it listens: ``probe_host``, then where the
     worker interpreter is (run once as Python 3 where its versions are not read, since an
     executable that is not Python 3 would otherwise first fail at the launch), the
     checkpoint directory, what the cluster's ``addresses`` resolve to and come from, and

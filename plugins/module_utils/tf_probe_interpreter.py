@@ -18,6 +18,14 @@ from typing import Any, Callable
 Runner = Callable[[list[str], float], tuple[int, str, str]]
 
 
+# The options of reading an interpreter's versions, as ``tf_preflight_versions``'s own and as
+# the suboptions of ``tf_preflight_host``'s ``versions`` (the host look reads them in its run).
+VERSIONS_SPEC: dict[str, dict[str, Any]] = {
+    "python": {"type": "str", "required": True},
+    "code": {"type": "str", "default": ""},
+}
+
+
 def command_runner(module: Any) -> Runner:
     """The run_command of ``module`` (an AnsibleModule) as a Runner: arguments passed as
     given (no ``~`` or ``$`` expansion, no shell), the command killed once ``timeout``
@@ -44,7 +52,7 @@ def command_runner(module: Any) -> Runner:
         finally:
             for timer in timers:
                 timer.cancel()
-                timer.join()  # no thread left when the host mode forks its listener
+                timer.join()  # no thread left when the host look forks its listener
         if expired.is_set():
             raise TimeoutError(f"{argv[0]} timed out after {timeout:g} seconds")
         return rc, out, err

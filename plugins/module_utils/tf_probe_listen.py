@@ -3,7 +3,7 @@
 """The preflight probe's listeners: short-lived servers on a host's worker ports that stand
 in for TensorFlow, answer with the token of their host and run, end once every peer said
 hello (or on a ``stop`` carrying that token, or at their lifetime), and the ways to wait for
-them or stop them (the module ``tf_preflight_probe`` runs them on the host)."""
+them or stop them (the modules ``tf_preflight_host`` and ``tf_preflight_stop`` run them on the host)."""
 
 from __future__ import annotations
 

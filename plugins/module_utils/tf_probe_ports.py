@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A host's worker ports as the preflight probe looks at them: whether each can be bound as
 TensorFlow binds it, and which process holds a taken one (standard library only; the
-module ``tf_preflight_probe`` runs it on the host)."""
+module ``tf_preflight_host`` runs it on the host)."""
 
 from __future__ import annotations
 

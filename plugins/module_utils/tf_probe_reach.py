@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The preflight probe's connect side: from this host, reach every worker endpoint of the
 cluster as TensorFlow will, check that the probe of the right host and run answers, and
-wait for this host's own listener to end (the module ``tf_preflight_probe`` runs it)."""
+wait for this host's own listener to end (the modules ``tf_preflight_reach`` and, for the
+one-run probe, ``tf_preflight_host`` run it)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,17 @@ from typing import Any
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_listen import await_listener_end, probe_token
 
-# Most connections one host's connect mode has open at once.
+# Most connections one host's reach has open at once.
 CONNECT_PARALLEL = 32
+
+# The options of the reach, as ``tf_preflight_reach``'s own and as the suboptions of
+# ``tf_preflight_host``'s ``reach`` (the doc fragment ``probe_reach`` documents them once).
+REACH_SPEC: dict[str, dict[str, Any]] = {
+    "endpoints": {"type": "list", "elements": "dict", "default": []},
+    "timeout": {"type": "float", "default": 10},
+    "settle": {"type": "float", "default": 0},
+    "wait": {"type": "float", "default": 0},
+}
 
 
 def read_line(conn: socket.socket, timeout: float) -> bytes:
@@ -98,14 +108,15 @@ def connect_all(
     return [{**endpoint, "reason": reason} for endpoint, reason in zip(endpoints, reasons) if reason]
 
 
-def connect_and_await(params: dict[str, Any], listener_pid: int) -> dict[str, Any]:
-    """Connect to every endpoint of ``params``, then wait for this host's listener
-    ``listener_pid`` to end: the results of the connect part (``failures``,
-    ``listener_gone``, ``ports_held``), in V(connect) mode or after V(host) mode's look."""
-    connect_timeout = params["probe_timeout"] if params["mode"] == "host" else params["timeout"]
+def connect_and_await(
+    reach_options: dict[str, Any], me: str, run_id: str | None, ports: list[int], listener_pid: int
+) -> dict[str, Any]:
+    """Connect as ``me`` to every endpoint of ``reach_options`` (REACH_SPEC's options), then
+    wait for this host's listener ``listener_pid`` on ``ports`` to end: ``failures``,
+    ``listener_gone`` and ``ports_held``."""
     failures = connect_all(
-        params["endpoints"], params["me"], connect_timeout, params["run_id"], settle=params["settle"]
+        reach_options["endpoints"], me, reach_options["timeout"], run_id, settle=reach_options["settle"]
     )
     # A failed connection refuses the run, whose rescue stops the listeners: no wait.
-    held = await_listener_end(params["ports"], listener_pid, 0 if failures else params["wait"])
+    held = await_listener_end(ports, listener_pid, 0 if failures else reach_options["wait"])
     return {"failures": failures, "listener_gone": not held, "ports_held": held}

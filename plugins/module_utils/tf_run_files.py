@@ -533,6 +533,19 @@ def read_back_problems(read_back: list[dict[str, Any]], cluster: list[str]) -> l
     return problems
 
 
+def deploy_attempt(params: dict[str, Any], cluster: list[str], check: bool, want_diff: bool) -> dict[str, Any]:
+    """The deploy of a launch (tf_worker_launch's ``deploy``): ``prepare_run``, then, where
+    ``cluster`` is given and something was written, every TF_CONFIG read back must name that
+    cluster and its own worker's index. Raises RunFilesError (with the deploy's result but
+    its diff as ``deploy``) when it does not: nothing may start then."""
+    deployed = prepare_run(params, check, want_diff)
+    problems = [] if check or not cluster else read_back_problems(deployed["read_back"], cluster)
+    if problems:
+        raise RunFilesError("TF_CONFIG check failed: " + "; ".join(problems),
+                            deploy={k: v for k, v in deployed.items() if k != "diff"})
+    return deployed
+
+
 def run_facts(
     run_dir: str, job_dir: str, checkpoint_dir: str, worker_dirs: dict[str, str], interpreter: str,
     jobs: list[dict[str, Any]],

@@ -3,8 +3,8 @@
 
     flock /tmp/tf-integration.lock .venv/bin/python tests/bench/probe_scale.py --hosts 48
 
-Each host holds a probe listener on one worker port (as ``tf_preflight_probe`` mode
-``host`` with ``listen`` starts it), then every host runs the ``connect`` part against all
+Each host holds a probe listener on one worker port (as ``tf_preflight_host`` with
+``listen`` starts it), then every host runs the reach (``tf_preflight_reach``) against all
 N endpoints at once (as with ``--forks`` >= N), with the preflight's default per-endpoint
 timeout. No Ansible: each host runs the module's own functions, loaded from the module
 file, in a Python of the controller's virtualenv entered into the host's namespaces, so
@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-MODULE = Path("plugins/modules/tf_preflight_probe.py")
+MODULE = Path("plugins/modules/tf_preflight_host.py")
+# The probe's module at a baseline before issue 40 split it into one module per job.
+BASELINE_MODULE = Path("plugins/modules/tf_preflight_probe.py")
 PORT = 2222
 
 
@@ -124,7 +126,7 @@ def main() -> None:
         workdir = Path(scratch)
         baseline = workdir / "baseline_probe.py"
         baseline.write_text(subprocess.run(
-            ["git", "show", f"{args.baseline_ref}:{MODULE}"], cwd=REPO, capture_output=True, text=True, check=True
+            ["git", "show", f"{args.baseline_ref}:{BASELINE_MODULE}"], cwd=REPO, capture_output=True, text=True, check=True
         ).stdout)
         variants = {f"baseline ({args.baseline_ref})": str(baseline), "this tree": str(REPO / MODULE)}
         with NamespaceHosts(args.hosts, workdir / "ns", static_neighbors=args.hosts >= 16) as hosts:

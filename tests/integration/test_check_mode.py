@@ -84,7 +84,7 @@ def test_check_and_diff_on_local_hosts_preview_the_run_and_change_nothing(tmp_pa
     # look's own module run (the one-run probe: --forks covers both hosts), so the
     # two-step connect was skipped (skipped tasks are not shown).
     assert "Look at this host's worker ports, free disk, GPUs and earlier runs" in output
-    assert "Connect from this host to every worker port of the cluster" not in output
+    assert "Connect from this host to the worker ports it must reach" not in output
     # Its listeners ended by themselves once both hosts connected (a listener that did
     # not hear every peer is reported held, and stopped by the task below): no stop ran on
     # any host, and the ports are free (below).

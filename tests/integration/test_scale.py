@@ -26,7 +26,7 @@ HOSTS = 64
 TRIVIAL_JOB = Path(__file__).parent / "jobs" / "trivial_job.py"
 
 
-TWO_STEP_CONNECT = "Connect from this host to every worker port of the cluster"
+TWO_STEP_CONNECT = "Connect from this host to the worker ports it must reach"
 
 
 @pytest.mark.parametrize("forks", [None, 32], ids=["default-forks", "forks-32"])

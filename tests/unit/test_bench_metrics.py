@@ -400,8 +400,8 @@ def test_module_execs_per_host_and_phase_from_unordered_records() -> None:
     events = [
         {"event": "play", "t": 1.0, "file": "/r/playbooks/preflight.yml", "name": "Check"},
         {"event": "module", "t": 4.5, "host": "a", "module": "tf_worker_status"},  # written before the play mark
-        {"event": "module", "t": 1.5, "host": "a", "module": "tf_preflight_probe"},
-        {"event": "module", "t": 1.6, "host": "b", "module": "tf_preflight_probe"},
+        {"event": "module", "t": 1.5, "host": "a", "module": "tf_preflight_host"},
+        {"event": "module", "t": 1.6, "host": "b", "module": "tf_preflight_host"},
         {"event": "play", "t": 3.0, "file": "/r/playbooks/launch.yml", "name": "Start"},
         {"event": "module", "t": 3.5, "host": "a", "module": "tf_worker_launch"},
         {"event": "play", "t": 4.0, "file": "/r/playbooks/wait.yml", "name": "Wait"},

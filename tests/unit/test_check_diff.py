@@ -104,8 +104,9 @@ def test_the_launch_shows_the_same_diff_and_starts_nothing_in_check_mode(tmp_pat
 
     args = diff_args(tmp_path / "fresh")
     deploy = {k: v for k, v in args.items() if not k.startswith("_")}
-    launch = {"workers": [{"index": 0}, {"index": 1}], "python": "~/venv/bin/python", "deploy": deploy,
-              "script": "train.py", "cluster": CLUSTER, "host": "node-a", "_ansible_diff": True}  # fmt: skip
+    launch = {"deploy": deploy, "host": "node-a", "_ansible_diff": True,
+              "launch": {"workers": [{"index": 0}, {"index": 1}], "python": "~/venv/bin/python",
+                         "script": "train.py", "cluster": CLUSTER}}  # fmt: skip
     launched = run_module(tf_worker_launch.__file__, launch, check_mode=True)
     alone = run_module(tf_run_dir.__file__, args, check_mode=True)
     assert launched.get("failed") is not True, launched

@@ -29,7 +29,7 @@ def recipe(title: str) -> str:
         ("A new output format", ["plugins/module_utils/tf_metrics.py", "tests/unit/test_tf_verdict_formats.py"]),
         ("A new failure cause", ["plugins/module_utils/tf_causes.py", "roles/tf/meta/argument_specs.yml",
                                  "docs/operating.md"]),
-        ("A new preflight check", ["plugins/module_utils/tf_probe_", "plugins/modules/tf_preflight_probe.py",
+        ("A new preflight check", ["plugins/module_utils/tf_probe_", "plugins/modules/tf_preflight_host.py",
                                    "plugins/filter/tf_preflight.py", "docs/preflight.md"]),
         ("A new role variable", ["defaults/main.yml", "meta/argument_specs.yml", "meta/ranges.yml",
                                  "tests/docs/docs_variables.py", "docs/variables.md"]),
@@ -155,7 +155,7 @@ def test_a_cause_added_only_to_causes_is_named_for_each_forgotten_step() -> None
 
 
 def probe_return() -> dict[str, Any]:
-    source = (PLUGINS / "modules" / "tf_preflight_probe.py").read_text(encoding="utf-8")
+    source = (PLUGINS / "modules" / "tf_preflight_host.py").read_text(encoding="utf-8")
     return yaml.safe_load(source.split('RETURN = r"""', 1)[1].split('"""', 1)[0])
 
 
@@ -167,7 +167,7 @@ def readers() -> str:
 
 def probe_field_problems(fields: set[str]) -> list[str]:
     documented, read = probe_return(), readers()
-    problems = [f"{f}: not in tf_preflight_probe's RETURN" for f in sorted(fields) if f not in documented]
+    problems = [f"{f}: not in tf_preflight_host's RETURN" for f in sorted(fields) if f not in documented]
     problems += [f"{f}: read by no filter or task" for f in sorted(fields)
                  if not re.search(rf"[\"'.]{re.escape(f)}\b", read)]  # fmt: skip
     return problems
@@ -191,7 +191,7 @@ def test_a_probe_field_without_its_doc_and_its_check_is_named(tmp_path: Path, mo
     monkeypatch.setattr(tf_probe_host, "probe_host", lambda *a, **k: {**look(*a, **k), "swap_mb": 0})
     fields = host_look_fields(tmp_path)
     assert probe_field_problems(fields) == [
-        "swap_mb: not in tf_preflight_probe's RETURN", "swap_mb: read by no filter or task",
+        "swap_mb: not in tf_preflight_host's RETURN", "swap_mb: read by no filter or task",
     ]  # fmt: skip
 
 

@@ -47,11 +47,11 @@ def cache_name(module: str) -> str:
 def test_pack_fills_the_cache_the_workers_read_and_skips_what_it_cannot_pack(tmp_path: Path) -> None:
     out = run(tmp_path, """
         names = payloads.pack(["tf_runbook.multiworker.tf_worker_go", "tf_runbook.multiworker.no_such_module",
-                               "tf_runbook.multiworker.tf_preflight_probe"])
+                               "tf_runbook.multiworker.tf_preflight_host"])
         print(json.dumps({"names": names, "packed": packed()}))
     """)
-    assert out["names"] == ["tf_runbook.multiworker.tf_worker_go", "tf_runbook.multiworker.tf_preflight_probe"]
-    assert out["packed"] == sorted([cache_name("tf_worker_go"), cache_name("tf_preflight_probe")])
+    assert out["names"] == ["tf_runbook.multiworker.tf_worker_go", "tf_runbook.multiworker.tf_preflight_host"]
+    assert out["packed"] == sorted([cache_name("tf_worker_go"), cache_name("tf_preflight_host")])
 
 
 def test_a_packed_module_is_what_the_worker_would_build(tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ def test_a_playbook_that_ends_at_once_stops_the_packer(tmp_path: Path) -> None:
         from ansible.plugins.loader import callback_loader
         callback = callback_loader.get("tf_runbook.multiworker.tf_module_payloads")
         names = ["tf_runbook.multiworker." + name for name in
-                 ("tf_preflight_probe", "tf_worker_launch", "tf_worker_go", "tf_worker_wait")] * 5
+                 ("tf_preflight_host", "tf_worker_launch", "tf_worker_go", "tf_worker_wait")] * 5
         callback.set_options(direct={"modules": names})
         callback.v2_playbook_on_start(None)
         child = callback._packer
@@ -126,6 +126,6 @@ def test_the_project_enables_it_and_its_modules_are_the_ones_the_run_sends() -> 
     assert "callbacks_enabled = tf_runbook.multiworker.tf_module_payloads" in config
     source = (REPO / "plugins" / "callback" / "tf_module_payloads.py").read_text()
     roles = "\n".join(path.read_text() for path in (REPO / "roles").glob("*/tasks/*.yml"))
-    for module in ("tf_preflight_probe", "tf_worker_launch", "tf_worker_go", "tf_worker_wait"):
+    for module in ("tf_preflight_host", "tf_worker_launch", "tf_worker_go", "tf_worker_wait"):
         assert f"- tf_runbook.multiworker.{module}" in source
         assert f"tf_runbook.multiworker.{module}:" in roles, module

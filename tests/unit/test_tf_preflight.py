@@ -26,8 +26,9 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils import (
 from conftest import PLUGINS
 from helpers import kill_quietly, run_module, wait_until
 
-# The module, run as Ansible runs it; its functions live in module_utils/tf_probe_*.py.
-PROBE_MODULE = PLUGINS / "modules" / "tf_preflight_probe.py"
+# The modules, run as Ansible runs them; their functions live in module_utils/tf_probe_*.py.
+HOST_MODULE = PLUGINS / "modules" / "tf_preflight_host.py"
+REACH_MODULE = PLUGINS / "modules" / "tf_preflight_reach.py"
 
 SPEC = {
     "workers": [
@@ -288,8 +289,8 @@ def test_an_endpoint_nobody_listens_on_is_reported_with_the_reason() -> None:
 
 def test_the_probe_module_runs_as_ansible_runs_it(tmp_path: Path) -> None:
     """The module file itself, through AnsibleModule's JSON arguments."""
-    args = {"mode": "host", "ports": [free_port()], "base_dir": str(tmp_path), "run_id": "x"}
-    result = run_module(PROBE_MODULE, args)
+    args = {"ports": [free_port()], "base_dir": str(tmp_path), "run_id": "x"}
+    result = run_module(HOST_MODULE, args)
     assert result["busy_ports"] == [] and result["run_launched"] == "" and result["free_mb"] > 0
 
 
@@ -421,15 +422,15 @@ def test_a_detached_listener_missing_a_peer_ends_at_its_deadline() -> None:
 
 
 def test_connect_waits_until_its_own_listener_heard_the_last_peer() -> None:
-    """The module in connect mode, as host a: returns once host b connected too, and
+    """tf_preflight_reach, as host a: returns once host b connected too, and
     says that its listener is gone and its ports free."""
     ports = [free_port(), free_port()]
     pid = tf_probe_listen.start_listener(ports, ["a", "b"], 60, tf_probe_listen.probe_token("r1", "a"))  # forks: before any thread
     try:
-        args = {"mode": "connect", "me": "a", "run_id": "r1", "endpoints": local_endpoints(ports, "a"),
+        args = {"me": "a", "run_id": "r1", "endpoints": local_endpoints(ports, "a"),
                 "timeout": 2, "ports": ports, "listener_pid": pid, "wait": 20}
         result: dict[str, Any] = {}
-        thread = threading.Thread(target=lambda: result.update(run_module(PROBE_MODULE, args)))
+        thread = threading.Thread(target=lambda: result.update(run_module(REACH_MODULE, args)))
         started = time.monotonic()
         thread.start()
         time.sleep(1.5)
@@ -470,10 +471,10 @@ def test_connect_waits_a_bounded_time_and_says_what_is_still_held() -> None:
     ports = [free_port()]
     pid = tf_probe_listen.start_listener(ports, ["a", "never-comes"], 60, tf_probe_listen.probe_token("r1", "a"))
     try:
-        args = {"mode": "connect", "me": "a", "run_id": "r1", "endpoints": local_endpoints(ports, "a"),
+        args = {"me": "a", "run_id": "r1", "endpoints": local_endpoints(ports, "a"),
                 "timeout": 2, "ports": ports, "listener_pid": pid, "wait": 1}
         started = time.monotonic()
-        result = run_module(PROBE_MODULE, args)
+        result = run_module(REACH_MODULE, args)
         assert 1 <= time.monotonic() - started < 10
         assert result["failures"] == [] and result["listener_gone"] is False and result["ports_held"] == ports
         assert not tf_probe_listen.process_gone(pid)
@@ -487,10 +488,10 @@ def test_connect_that_failed_does_not_wait_and_one_without_a_listener_has_none_t
     pid = tf_probe_listen.start_listener(ports, ["a", "never-comes"], 60, tf_probe_listen.probe_token("r1", "a"))
     try:
         dead = {"index": 1, "host": "b", "address": "127.0.0.1", "port": free_port()}
-        args = {"mode": "connect", "me": "a", "run_id": "r1", "endpoints": [*local_endpoints(ports, "a"), dead],
+        args = {"me": "a", "run_id": "r1", "endpoints": [*local_endpoints(ports, "a"), dead],
                 "timeout": 0.5, "ports": ports, "listener_pid": pid, "wait": 30}
         started = time.monotonic()
-        result = run_module(PROBE_MODULE, args)
+        result = run_module(REACH_MODULE, args)
         assert time.monotonic() - started < 10  # not the 30 s wait: the run is refused anyway
         assert [f["index"] for f in result["failures"]] == [1]
         assert result["listener_gone"] is False and result["ports_held"] == ports

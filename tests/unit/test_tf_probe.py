@@ -18,8 +18,8 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils import (
 from conftest import PLUGINS
 from helpers import run_module, tcp_server_side, wait_until
 
-# The module, run as Ansible runs it; its functions live in module_utils/tf_probe_*.py.
-PROBE_MODULE = PLUGINS / "modules" / "tf_preflight_probe.py"
+# The modules, run as Ansible runs them; their functions live in module_utils/tf_probe_*.py.
+HOST_MODULE = PLUGINS / "modules" / "tf_preflight_host.py"
 
 # Generous margins: this machine's cores are shared with other test runs.
 MARGIN = 1.5
@@ -294,13 +294,12 @@ def test_a_refused_endpoint_is_tried_again_for_the_settle_time_and_no_longer() -
 
 
 def one_run_args(me: str, ports: list[int], endpoints: list[dict[str, Any]], base_dir: str, **extra: Any) -> dict[str, Any]:
-    return {"mode": "host", "me": me, "run_id": "r1", "ports": ports, "base_dir": base_dir, "listen": True,
-            "peers": ["a", "b"], "timeout": 60, "endpoints": endpoints, "probe_timeout": 1, "settle": 10,
-            "wait": 10, **extra}
+    return {"me": me, "run_id": "r1", "ports": ports, "base_dir": base_dir, "listen": {"peers": ["a", "b"], "lifetime": 60},
+            "reach": {"endpoints": endpoints, "timeout": 1, "settle": 10, "wait": 10, **extra}}
 
 
 def test_the_one_run_probe_looks_listens_connects_and_returns_once_its_listener_ended(tmp_path: Any) -> None:
-    """Two hosts a and b (two ports on this machine), each one module run in host mode with
+    """Two hosts a and b (two ports on this machine), each one run of tf_preflight_host with
     endpoints; b starts 1.5 s after a, so a's first connections to b are refused and tried
     again. Both return the look and no failure, their listeners ended, every port free."""
     port_a, port_b = free_port(), free_port()
@@ -310,7 +309,7 @@ def test_the_one_run_probe_looks_listens_connects_and_returns_once_its_listener_
 
     def host(me: str, port: int, delay: float) -> None:
         time.sleep(delay)
-        results[me] = run_module(PROBE_MODULE, one_run_args(me, [port], endpoints, str(tmp_path)))
+        results[me] = run_module(HOST_MODULE, one_run_args(me, [port], endpoints, str(tmp_path)))
 
     threads = [threading.Thread(target=host, args=("a", port_a, 0)), threading.Thread(target=host, args=("b", port_b, 1.5))]
     began = time.monotonic()
@@ -332,7 +331,7 @@ def test_the_one_run_probe_names_a_peer_that_never_listens_and_does_not_wait(tmp
     endpoints = [{"index": 0, "host": "a", "address": "127.0.0.1", "port": port_a},
                  {"index": 1, "host": "b", "address": "127.0.0.1", "port": port_b}]
     began = time.monotonic()
-    result = run_module(PROBE_MODULE, one_run_args("a", [port_a], endpoints, str(tmp_path), settle=1, wait=30))
+    result = run_module(HOST_MODULE, one_run_args("a", [port_a], endpoints, str(tmp_path), settle=1, wait=30))
     assert time.monotonic() - began < 15  # not the 30 s wait: the run is refused anyway
     assert [f["index"] for f in result["failures"]] == [1] and "refused" in result["failures"][0]["reason"].lower()
     assert result["listener_gone"] is False and result["ports_held"] == [port_a]
@@ -342,13 +341,13 @@ def test_the_one_run_probe_names_a_peer_that_never_listens_and_does_not_wait(tmp
 
 def test_the_host_probe_without_endpoints_connects_to_nothing(tmp_path: Any) -> None:
     port = free_port()
-    args = {"mode": "host", "me": "a", "run_id": "r1", "ports": [port], "base_dir": str(tmp_path)}
-    result = run_module(PROBE_MODULE, args)
+    args = {"me": "a", "run_id": "r1", "ports": [port], "base_dir": str(tmp_path)}
+    result = run_module(HOST_MODULE, args)
     assert result["listener_pid"] == 0 and result["failures"] == [] and result["listener_gone"] is True
     # Listening without endpoints (the two-step probe): the listener is up, for the
-    # connect mode's runs, and the result says so.
-    args.update({"listen": True, "peers": ["a", "never-comes"], "timeout": 30})
-    result = run_module(PROBE_MODULE, args)
+    # tf_preflight_reach's runs, and the result says so.
+    args.update({"listen": {"peers": ["a", "never-comes"], "lifetime": 30}})
+    result = run_module(HOST_MODULE, args)
     try:
         assert result["listener_pid"] > 0 and result["failures"] == []
         assert result["listener_gone"] is False and result["ports_held"] == [port]

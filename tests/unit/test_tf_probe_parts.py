@@ -1,7 +1,8 @@
-"""The preflight probe is a dispatcher (issue 40, point 2): ``tf_preflight_probe`` parses its
-options and calls one function per concern in ``plugins/module_utils/tf_probe_*.py``. These
+"""The preflight probe is four dispatchers (issue 40, point 2), one module per job
+(``tf_preflight_host``, ``tf_preflight_reach``, ``tf_preflight_stop``, ``tf_preflight_versions``):
+each parses its options and calls the concerns in ``plugins/module_utils/tf_probe_*.py``. These
 test the pieces the older tests (test_tf_probe.py, test_tf_preflight.py) reach only
-through the module: the busy-port look, the one ``nearest_existing``, the host mode's look
+through the module: the busy-port look, the one ``nearest_existing``, the host's look
 with a fake command runner, and the dispatch itself."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,20 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils import (
     tf_base_dir,
     tf_probe_addresses,
     tf_probe_host,
+    tf_probe_listen,
     tf_probe_ports,
+    tf_probe_reach,
 )
-from ansible_collections.tf_runbook.multiworker.plugins.modules import tf_preflight_probe
+from ansible_collections.tf_runbook.multiworker.plugins.modules import (
+    tf_preflight_host,
+    tf_preflight_reach,
+    tf_preflight_stop,
+    tf_preflight_versions,
+)
 from conftest import PLUGINS
+from helpers import free_port, run_module
 
-PROBE_MODULE = PLUGINS / "modules" / "tf_preflight_probe.py"
+PROBE_MODULES = [tf_preflight_host, tf_preflight_reach, tf_preflight_stop, tf_preflight_versions]
 
 
 def code_lines(path: Path) -> int:
@@ -41,13 +51,53 @@ def code_lines(path: Path) -> int:
     return len(text.splitlines()) - docs
 
 
-def test_the_module_only_dispatches() -> None:
-    assert code_lines(PROBE_MODULE) < 500
-    tree = ast.parse(PROBE_MODULE.read_text(encoding="utf-8"))
-    functions = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
-    assert functions == ["host_mode", "versions_mode", "connect_mode", "stop_mode", "main"]
-    # One function per mode, for exactly the modes the option accepts.
-    assert sorted(tf_preflight_probe.MODES) == sorted(tf_preflight_probe.ARGUMENT_SPEC["mode"]["choices"])
+@pytest.mark.parametrize("module", PROBE_MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[1])
+def test_each_probe_module_only_dispatches(module: Any) -> None:
+    path = Path(module.__file__)
+    assert code_lines(path) < 100
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    assert [node.name for node in tree.body if isinstance(node, ast.FunctionDef)] == ["main"]
+    # No mode: a module does one job; its options are that job's.
+    assert "mode" not in module.ARGUMENT_SPEC
+
+
+def test_the_reach_options_are_one_spec_for_the_reach_and_the_one_run_probe() -> None:
+    reach = tf_preflight_host.ARGUMENT_SPEC["reach"]["options"]
+    assert reach is tf_probe_reach.REACH_SPEC
+    assert {k: v for k, v in tf_preflight_reach.ARGUMENT_SPEC.items() if k in reach} == reach
+    # The host's own options are its look's; listening and reaching are suboptions apart.
+    assert not set(reach) & set(tf_preflight_host.ARGUMENT_SPEC)
+    assert set(tf_preflight_host.ARGUMENT_SPEC["listen"]["options"]) == {"peers", "lifetime"}
+    # Reading the versions in the look takes the versions module's own options.
+    assert tf_preflight_host.ARGUMENT_SPEC["versions"]["options"] is tf_preflight_versions.ARGUMENT_SPEC
+
+
+def test_a_listener_nobody_must_reach_is_not_started(tmp_path: Path) -> None:
+    """``listen.peers`` empty (no host must reach this one): the ports are looked at and
+    nothing listens."""
+    port = free_port()
+    result = run_module(PLUGINS / "modules" / "tf_preflight_host.py",
+                        {"me": "e", "run_id": "r1", "ports": [port], "base_dir": str(tmp_path),
+                         "listen": {"peers": [], "lifetime": 30}})
+    assert result["busy_ports"] == [] and result["listener_pid"] == 0 and result["listener_gone"] is True
+
+
+def test_the_versions_module_asks_the_interpreter_and_refuses_none() -> None:
+    path = PLUGINS / "modules" / "tf_preflight_versions.py"
+    code = "import json, sys; print(json.dumps({'python': sys.version.split()[0]}))"
+    result = run_module(path, {"python": sys.executable, "code": code})
+    assert result["versions"]["python"] == sys.version.split()[0]
+    result = run_module(path, {"python": "", "code": code})
+    assert result["failed"] is True and "needs python" in result["msg"]
+
+
+def test_the_stop_module_frees_the_ports_of_its_listener(tmp_path: Path) -> None:
+    port = free_port()
+    pid = tf_probe_listen.start_listener([port], ["never-comes"], 60, tf_probe_listen.probe_token("r1", "a"))
+    result = run_module(PLUGINS / "modules" / "tf_preflight_stop.py",
+                        {"ports": [port], "run_id": "r1", "me": "a", "listener_pid": pid})
+    assert result.get("failed") is not True and result["released"] == []
+    assert tf_probe_ports.bind_error(port) == 0
 
 
 def test_a_taken_port_is_named_with_the_process_that_holds_it() -> None:

@@ -25,7 +25,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
 from helpers import server_closed, start_with_secrets, tcp_server_side, wait_until
 from tf_launch import tf_launch_go_timeout, tf_launched_workers
 from tf_worker_go import go, go_all
-from tf_worker_launch import launch, plan, supervisor_argv
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_start import launch, plan, supervisor_argv
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_records import find_workers, worker_state
 from tf_worker_stop import stop_worker
 

@@ -16,7 +16,13 @@ import helpers
 import pytest
 from conftest import PLUGINS
 
-from tf_worker_launch import launch, plan, refusals
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_start import (
+    deployed_args,
+    launch,
+    launch_slots,
+    plan,
+    refusals,
+)
 
 MODULE = PLUGINS / "modules" / "tf_worker_launch.py"
 
@@ -198,11 +204,13 @@ def test_an_interpreter_that_cannot_run_fails_the_slot(tmp_path: Path, fake: Pat
 
 def module_args(dirs: dict[str, str], fake: Path) -> dict[str, Any]:
     return {
-        "workers": [{"index": int(i)} for i in dirs],
-        "dirs": dirs,
-        "python": sys.executable,
-        "supervisor": str(fake),
-        "args": ["--python", "py", "--"],
+        "launch": {
+            "workers": [{"index": int(i)} for i in dirs],
+            "dirs": dirs,
+            "python": sys.executable,
+            "supervisor": str(fake),
+            "args": ["--python", "py", "--"],
+        },
         "host": "node-a",
     }
 
@@ -286,17 +294,19 @@ def deploy_args(tmp_path: Path, fake: Path, cluster: list[str] | None = None, **
         for i in (0, 1)
     ]
     return {
-        "workers": [{"index": 0}, {"index": 1}],
-        "python": sys.executable,
         "deploy": {
             "base_dir": str(tmp_path / "base"), "run_id": "r1", "indices": [0, 1], "configs": configs,
             "job_files": [{"name": "tf_supervisor.py", "content": fake.read_text()},
                           {"name": "train.py", "content": "print('train')\n"}],
             **deploy,
         },
-        "script": "train.py",
-        "cluster": CLUSTER if cluster is None else cluster,
-        "args": ["--run-id", "r1", "--", "--epochs", "2"],
+        "launch": {
+            "workers": [{"index": 0}, {"index": 1}],
+            "python": sys.executable,
+            "script": "train.py",
+            "cluster": CLUSTER if cluster is None else cluster,
+            "args": ["--run-id", "r1", "--", "--epochs", "2"],
+        },
         "host": "node-a",
     }  # fmt: skip
 
@@ -328,7 +338,6 @@ def test_deploy_writes_the_attempt_then_starts_its_workers_in_one_run(tmp_path: 
 
 def test_the_heartbeat_file_is_the_contracts() -> None:
     from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import HEARTBEAT_FILE
-    from tf_worker_launch import deployed_args
 
     args = deployed_args({"job_dir": "/r/job", "run_dir": "/r", "checkpoint_dir": "/c"}, "py", "t.py", ["--"])
     assert args[args.index("--heartbeat-file") + 1] == f"/r/{HEARTBEAT_FILE}"
@@ -381,5 +390,56 @@ def test_check_mode_with_deploy_writes_and_starts_nothing_and_shows_the_diff(tmp
 
 
 def test_without_deploy_the_directories_and_supervisor_are_required(tmp_path: Path, fake: Path) -> None:
-    result = helpers.run_module(MODULE, {"workers": [{"index": 0}], "python": sys.executable, "host": "node-a"})
-    assert result["failed"] is True and "one of the following is required: deploy, dirs" in result["msg"]
+    result = helpers.run_module(MODULE, {"launch": {"workers": [{"index": 0}], "python": sys.executable}, "host": "node-a"})
+    assert result["failed"] is True and "host node-a: one of the following is required: deploy, launch.dirs" in result["msg"]
+
+
+# --- the two jobs apart: the module only parses and dispatches (issue 40) -------------------
+
+
+def test_the_module_has_one_option_group_per_job_and_only_dispatches() -> None:
+    import ast
+
+    import tf_worker_launch
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import RUN_FILES_SPEC
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_start import LAUNCH_SPEC
+
+    spec = tf_worker_launch.ARGUMENT_SPEC
+    assert sorted(spec) == ["deploy", "host", "launch"]
+    assert spec["deploy"]["options"] is RUN_FILES_SPEC and spec["launch"]["options"] is LAUNCH_SPEC
+    tree = ast.parse(MODULE.read_text(encoding="utf-8"))
+    assert [node.name for node in tree.body if isinstance(node, ast.FunctionDef)] == ["main"]
+    main = next(node for node in tree.body if isinstance(node, ast.FunctionDef))
+    assert main.end_lineno - main.lineno < 60
+
+
+def test_the_launch_slots_come_from_the_deploy_of_the_same_run_or_from_dirs() -> None:
+    options = {"workers": [{"index": 1}, {"index": 0}], "dirs": {"0": "/d0", "1": "/d1"}, "python": "py",
+               "supervisor": "/s.py", "script": "t.py", "args": ["--"], "go_token": "", "announce_key": ""}
+    assert [s["argv"] for s in launch_slots(options, {})] == [
+        ["py", "/s.py", "--worker-dir", "/d0", "--"], ["py", "/s.py", "--worker-dir", "/d1", "--"]]  # fmt: skip
+    deployed = {"worker_dirs": {"0": "/r/w0", "1": "/r/w1"}, "job_dir": "/r/job", "run_dir": "/r",
+                "checkpoint_dir": "/c"}
+    slots = launch_slots(dict(options, supervisor=""), deployed)
+    assert slots[0]["argv"][:4] == ["py", "/r/job/tf_supervisor.py", "--worker-dir", "/r/w0"]
+    assert slots[0]["argv"][4:] == deployed_args(deployed, "py", "t.py", ["--"])
+    with pytest.raises(ValueError, match="worker 1 has no directory"):
+        launch_slots(dict(options, dirs={"0": "/d0"}), {})
+    with pytest.raises(ValueError, match="4096"):
+        launch_slots(dict(options, go_token="x" * 5000), {})
+
+
+def test_the_deploy_refuses_read_backs_of_another_cluster_with_its_result(tmp_path: Path, fake: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run_files import (
+        RunFilesError,
+        deploy_attempt,
+    )
+
+    args = deploy_args(tmp_path, fake)
+    params = {"checkpoint_root": "", "attempt": 0, "job_archive": "", "job_env": {}, "visible_devices": {},
+              "pythonpath": False, "interpreter": "", **args["deploy"]}
+    # In check mode nothing is read back: no check.
+    assert deploy_attempt(params, ["127.0.0.1:1"], True, False)["run_dir"] == str(tmp_path / "base" / "runs" / "r1")
+    with pytest.raises(RunFilesError, match=r"^TF_CONFIG check failed: worker-0: cluster list") as refused:
+        deploy_attempt(params, ["127.0.0.1:1"], False, False)
+    assert sorted(refused.value.fields["deploy"]["worker_dirs"]) == ["0", "1"]
