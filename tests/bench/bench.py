@@ -1171,6 +1171,10 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
     if "baseline" in data:
         lines.append(f"- baseline: commit {data['baseline']} (`--baseline-ref`), its own ansible.cfg and playbooks, "
                      "measured by this tree's instruments, runs interleaved with this tree's")
+    # A report merged from runs against different baselines says which part had which.
+    by_part = data.get("baselines", {})
+    if len(set(by_part.values())) > 1:
+        lines.append("- baseline of each part: " + ", ".join(f"{part}: {commit[:10]}" for part, commit in sorted(by_part.items())))
     lines += ["", "## Targets (issue 26)", "", *metrics.md_table(TARGET_HEADERS, targets(data))]
     if "smoke" in data:
         lines += _smoke_lines(data["smoke"])
@@ -1427,6 +1431,13 @@ def main() -> int:
         if args.baseline_ref and parts & {"smoke", "restart", "orch"}:
             base, commit = checkout(args.baseline_ref, tmp)
             data["baseline"] = commit
+            earlier_baseline = earlier_figures.get("baseline")
+            data.setdefault("baselines", {})
+            for part in ("smoke", "restart", "orch"):  # the parts kept from an earlier run keep their baseline
+                if part not in parts and part in data.get("measured", {}) and earlier_baseline:
+                    data["baselines"].setdefault(part, earlier_baseline)
+            for part in parts & {"smoke", "restart", "orch"}:
+                data["baselines"][part] = commit
             baseline = Variant("baseline", base, retry_extra=args.baseline_retry_vars, retry_from=args.baseline_retry_from)
         if "smoke" in parts:
             print("smoke vs hand launch ...", flush=True)
