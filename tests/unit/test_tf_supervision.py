@@ -726,6 +726,24 @@ def test_a_stop_ends_the_announcement(tmp_path: Path) -> None:
     assert time.monotonic() - started < 4
 
 
+def test_the_announcer_waits_between_probes_in_slices_a_stop_ends_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42: the restart's stop reaches a supervisor that announces its job's failure;
+    its waits between two probes of the peers are slices of a poll, so that the stop ends
+    it after one slice, not after the rest of WATCH_SECONDS (counted, not timed)."""
+    port = free_port()
+    peer = socket.create_server(("127.0.0.1", 0))  # a peer that never stops
+    slept: list[float] = []
+    monkeypatch.setattr(tf_supervisor.time, "sleep", slept.append)
+    try:
+        tf_supervisor.announce_failure(
+            port, [(1, "127.0.0.1", peer.getsockname()[1])], tf_supervisor.announcement(KEY, "r1", "x"), 20,
+            lambda: bool(slept), KEY, "r1",
+        )  # fmt: skip
+    finally:
+        peer.close()
+    assert len(slept) == 1 and 0 < slept[0] <= tf_supervisor.POLL_SECONDS, slept
+
+
 def test_two_workers_that_failed_together_stop_announcing_to_each_other() -> None:
     """Both jobs failed: each supervisor hears the other's announcement, so no peer's job is
     left to tell and both return at once, not after the whole window (their supervisors

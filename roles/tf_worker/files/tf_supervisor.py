@@ -594,7 +594,11 @@ def announce_failure(
     answering.start()
     try:
         while time.monotonic() < end and not stopped():
-            time.sleep(min(WATCH_SECONDS, max(0.0, end - time.monotonic())))
+            # In slices: a stop (the restart's, issue 42) ends the announcing at once, not
+            # after the rest of a WATCH_SECONDS sleep (a signal handler does not cut one short).
+            until = time.monotonic() + min(WATCH_SECONDS, max(0.0, end - time.monotonic()))
+            while time.monotonic() < until and not stopped():
+                time.sleep(min(POLL_SECONDS, max(0.0, until - time.monotonic())))
             if peers and not stopped():
                 probes = probe_peers(peers, 1.0, key, run_id, stopped)
                 if all(status in ("refused", "unreachable", "failed") for status, _ in probes.values()):
