@@ -1335,8 +1335,9 @@ def estimate(parts: list[str], args: argparse.Namespace, earlier: dict[str, Any]
             sec = 3 * args.reps * smoke["playbook"] + metrics.estimate_seconds(plan, model)
             text = f"smoke x 3 strategies and N = {args.mitogen_sizes} x 2 strategies, {args.reps} reps"
         elif part == "restart":
-            sec = args.restart_reps * trees * 50.0
-            text = f"{args.restart_reps} reps x {trees} tree(s), about 50 s each (2 namespace hosts, a kill, a restart)"
+            sec = args.restart_reps * (trees + 1) * 50.0
+            text = (f"{args.restart_reps} reps x {trees} tree(s) and this tree without the pre-go import, about 50 s "
+                    "each (2 namespace hosts, a kill, a restart)")
         elif part == "hosts":
             sizes = [int(n) for n in args.sizes.split(",")]
             sec = metrics.estimate_seconds([("tf", n, args.reps) for n in sizes], {"tf": (20.0, 3.0)})
@@ -1447,7 +1448,9 @@ def main() -> int:
             save()
         if "restart" in parts:
             print("a restart's latency ...", flush=True)
-            data["restart"] = part_restart(args.restart_reps, tmp, inst, [mine, *([baseline] if baseline else [])])
+            # The pre-go import measured apart: this tree again with it off.
+            cold = Variant("new-no-preimport", REPO, extra={"tf_launch_preimport": []})
+            data["restart"] = part_restart(args.restart_reps, tmp, inst, [mine, cold, *([baseline] if baseline else [])])
             save()
         if "hosts" in parts:
             print("namespace hosts ...", flush=True)
