@@ -15,8 +15,8 @@ description:
   - Writes O(content) as JSON (indented by 4, keys sorted, as C(to_nice_json) writes it) into O(path) on the
     controller, mode 0600, whole or not at all (a temporary file in the same directory, renamed over O(path)),
     then removes every file of O(remove) (a missing one is no error).
-  - Runs in the task's own worker process on the controller (an action), not as a module started there:
-    the restart path's records (the decision, what the checkpoint copy moved) cost a module run each before
+  - Runs in the task's own worker process on the controller (an action), not as a module started there. The
+    restart path's records (the decision, what the checkpoint copy moved) cost a module run each before
     (see docs/architecture.md, Cost rules, 4).
   - In check mode nothing is written or removed.
 options:
