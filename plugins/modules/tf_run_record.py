@@ -11,6 +11,8 @@ module: tf_run_record
 short_description: Write one of a run's records on the controller, without a module process
 version_added: "0.1.0"
 author: tf-runbook contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - tf_runbook.multiworker.attributes
 description:
   - Writes O(content) as JSON (indented by 4, keys sorted, as C(to_nice_json) writes it) into O(path) on the
     controller, mode 0600, whole or not at all (a temporary file in the same directory, renamed over O(path)),
@@ -34,6 +36,14 @@ options:
     default: []
 notes:
   - Runs on the controller only; the task's host is never contacted.
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is written or removed.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""
