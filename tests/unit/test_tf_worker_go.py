@@ -186,8 +186,11 @@ def test_arming_without_a_token_is_refused(supervisor_path: Path, tmp_path: Path
     assert "--go-timeout needs the go's token" in reason and "--secrets-stdin" in reason
 
 
-def test_a_job_that_cannot_start_is_reported_to_the_go(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
-    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30", python=str(tmp_path / "no" / "python3"))
+@pytest.mark.parametrize("options", [(), ("--preimport", "json")], ids=["at the go", "held"])
+def test_a_job_that_cannot_start_is_reported_to_the_go(
+    supervisor_path: Path, tmp_path: Path, procs: list, options: tuple[str, ...]
+) -> None:
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30", *options, python=str(tmp_path / "no" / "python3"))
     wait_armed(wdir, proc)
     result = go(target(port), TOKEN, 10)
     assert result["started"] is False and "could not start the job" in result["error"], result
