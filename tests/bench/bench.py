@@ -1140,6 +1140,38 @@ def targets(data: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def targets42(data: dict[str, Any]) -> list[list[Any]]:
+    """Issue 42's targets, this tree beside the baseline where the baseline was measured
+    (each from its own part: see the parts' dates and baselines above)."""
+    nan = float("nan")
+    rows: list[list[Any]] = []
+    restart = data.get("restart", {}).get("variants", {})
+
+    def kill_to_joined(label: str) -> float:
+        return _med([s for s in restart.get(label, []) if "total" in s and s.get("rc") == 0], lambda s: s["total"])
+
+    rows.append(["a restart: kill to every worker joined, s (2 hosts, default job)", kill_to_joined("new"),
+                 kill_to_joined("baseline"), "<= 10 s", metrics.verdict(kill_to_joined("new"), 10.0)])
+    ratios = smoke_ratios(data.get("smoke", {})) if data.get("smoke", {}).get("hand") else {}
+    smoke_new, smoke_base = ratios.get("new", {}).get("ratio", nan), ratios.get("baseline", {}).get("ratio", nan)
+    rows.append(["smoke / hand launch (wall, medians of the paired runs)", smoke_new, smoke_base, "<= 1.5x",
+                 metrics.verdict(smoke_new, 1.5)])
+    table = data.get("controller", {})
+    cpu = {label: cpu_by_n(table, label) for label in ("new", "baseline")}
+
+    def step(label: str, low: int, high: int) -> float:
+        return metrics.marginal(cpu[label], low, high) if low in cpu[label] and high in cpu[label] else nan
+
+    rows.append(["controller CPU s per extra host, 2 to 16 (trivial job)", step("new", 2, 16), step("baseline", 2, 16),
+                 "<= 0.4 s", metrics.verdict(step("new", 2, 16), 0.4)])
+    top = max((n for n in cpu["new"] if n > 16), default=None)
+    if top is not None:
+        spread = {label: step(label, 16, top) / step(label, 2, 16) for label in cpu}
+        rows.append([f"CPU per extra host, 16 to {top} over 2 to 16", spread["new"], spread["baseline"], "within 1.2x",
+                     metrics.verdict(spread["new"], 1.2)])
+    return rows
+
+
 # The key of data each part writes.
 PART_KEYS = {"smoke": "smoke", "restart": "restart", "hosts": "hosts", "orch": "controller", "mitogen": "mitogen", "faults": "faults"}
 
@@ -1175,6 +1207,8 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
     by_part = data.get("baselines", {})
     if len(set(by_part.values())) > 1:
         lines.append("- baseline of each part: " + ", ".join(f"{part}: {commit[:10]}" for part, commit in sorted(by_part.items())))
+    if "restart" in data:
+        lines += ["", "## Targets (issue 42)", "", *metrics.md_table(TARGET_HEADERS, targets42(data))]
     lines += ["", "## Targets (issue 26)", "", *metrics.md_table(TARGET_HEADERS, targets(data))]
     if "smoke" in data:
         lines += _smoke_lines(data["smoke"])

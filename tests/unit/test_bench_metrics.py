@@ -652,3 +652,12 @@ def test_a_restarts_latency_is_split_by_the_runs_own_records() -> None:
                      "total": 11.0, "modules_per_host": 1.5}
     with pytest.raises(ValueError, match="no decision or no launch"):
         metrics.restart_split(100.0, failed, restarted, marks[:3])
+
+
+def test_issue42s_targets_read_the_restart_part() -> None:
+    data = {"restart": {"variants": {
+        "new": [{"rc": 0, "total": 9.0}, {"rc": 0, "total": 11.0}, {"rc": 0, "total": 9.5}, {"rc": 2, "total": 1.0}],
+        "baseline": [{"rc": 0, "total": 14.0}]}}}
+    rows = _bench().targets42(data)
+    assert rows[0][1:] == [9.5, 14.0, "<= 10 s", "met"]
+    assert rows[1][-1] == "not measured" and rows[2][-1] == "not measured"
