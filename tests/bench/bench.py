@@ -742,7 +742,9 @@ def restart_records(hosts: Any, run_id: str, attempt_dir: str) -> list[dict[str,
             record = json.loads(state.read_text())
             end = state.parent / "exit.json"
             if end.exists():
-                record["finished_at"] = json.loads(end.read_text()).get("finished_at")
+                ending = json.loads(end.read_text())
+                record["finished_at"] = ending.get("finished_at")
+                record["ending"] = {key: ending.get(key) for key in ("returncode", "stopped_by", "reason", "cause")}
             out.append(record)
     return out
 
@@ -790,8 +792,13 @@ def part_restart(reps: int, tmp: Path, inst: Instruments, variants: list[Variant
                     if not killed:
                         raise ValueError("the kill never happened")
                     marks = metrics.read_events(inst.tmp / f"m{inst.count}" / "events.jsonl")
-                    sample.update(metrics.restart_split(killed[0], restart_records(hosts, run_id, run_id),
+                    failed = restart_records(hosts, run_id, run_id)
+                    sample.update(metrics.restart_split(killed[0], failed,
                                                         restart_records(hosts, run_id, f"{run_id}/retry-1"), marks))
+                    # How each worker of the killed attempt ended, and when after the kill: the
+                    # detection's spread (a survivor that waits out its grace) is read here.
+                    sample["failed_workers"] = [{"after_kill": w["finished_at"] - killed[0], **w.get("ending", {})}
+                                                for w in failed if w.get("finished_at")]
                 except (ValueError, KeyError, TypeError, OSError) as exc:
                     sample["error"] = str(exc)
                     sample.setdefault("rc", 1)
