@@ -843,3 +843,15 @@ def test_a_record_the_job_wrote_before_the_supervisor_wrote_again_is_named_not_o
     tf_supervisor.write_json_atomic(tmp_path / "state.json", {"started": True})
     guard.wrote("state.json")
     assert guard.foreign(1.0, False) == "state.json"
+
+
+def test_a_stop_for_a_peers_failure_takes_a_short_grace_every_other_the_whole() -> None:
+    """Issue 42: TensorFlow's coordination service catches SIGTERM, and a synchronous save
+    cannot finish without the failed peer: a peer's stop gives at most PEER_STOP_GRACE."""
+    ending = tf_supervisor.Ending()
+    assert tf_supervisor.stop_grace(ending, 5.0) == 5.0
+    for stopped_by, grace, expected in (("peer", 5.0, tf_supervisor.PEER_STOP_GRACE), ("peer", 0.2, 0.2),
+                                        ("controller", 5.0, 5.0), ("deadline", 5.0, 5.0), ("startup-deadline", 5.0, 5.0)):
+        ending.stop(stopped_by, "why")
+        assert tf_supervisor.stop_grace(ending, grace) == expected, stopped_by
+    assert tf_supervisor.PEER_STOP_GRACE <= 1.0

@@ -166,6 +166,11 @@ MAX_TIMED_LINES = 20000
 JOB_GATE_ENV = "TF_RUNBOOK_JOB_GATE"
 JOB_PREIMPORT_ENV = "TF_RUNBOOK_JOB_PREIMPORT"
 JOB_GATE_OPEN = b"g"
+# The grace of a stop for a peer's failure (issue 42), at most: the save a grace is for
+# needs every worker of a synchronous strategy, the failed peer included, so it cannot
+# finish; and TensorFlow's coordination service catches SIGTERM (its preemption notice),
+# so a TensorFlow job stopped so would live out the whole grace, seconds of every restart.
+PEER_STOP_GRACE = 1.0
 # A module's dotted name, as --preimport takes them.
 MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -1450,6 +1455,12 @@ class JobWatch:
                 ending.stop("peer", found)
 
 
+def stop_grace(ending: Ending, grace: float) -> float:
+    """The grace of the supervisor's own stop: ``--grace``, or at most PEER_STOP_GRACE for a
+    stop because a peer failed (``stopped_by: peer``)."""
+    return min(grace, PEER_STOP_GRACE) if ending.stopped_by == "peer" else grace
+
+
 def watch_job(run: Plan, job: Job, watch: JobWatch, stop_reason: list[tuple[str, str, str | None]]) -> Ending:
     """Watch the job until it ends, or stop it: asked to (a signal, tf_worker_stop), or for
     a reason of its own (``JobWatch.check``); an error of the supervisor stops it too, as
@@ -1469,7 +1480,7 @@ def watch_job(run: Plan, job: Job, watch: JobWatch, stop_reason: list[tuple[str,
             watch.check(ending)
             if ending.stopped_by is not None:
                 ending.stopped_at.append(time.time())
-                stop_group(job.pgid, child, grace, keeper=job.keeper)
+                stop_group(job.pgid, child, stop_grace(ending, grace), keeper=job.keeper)
                 break
             # Returns as soon as the job ends (Popen polls every few ms while it waits), so
             # that its exit is recorded at once rather than up to a poll later.
