@@ -733,7 +733,17 @@ def test_the_announcer_waits_between_probes_in_slices_a_stop_ends_at_once(monkey
     port = free_port()
     peer = socket.create_server(("127.0.0.1", 0))  # a peer that never stops
     slept: list[float] = []
-    monkeypatch.setattr(tf_supervisor.time, "sleep", slept.append)
+    me, real_sleep = threading.get_ident(), time.sleep
+
+    def sleep(seconds: float) -> None:
+        # Only this thread's sleeps are the announcer's: other threads (left by other
+        # tests, the announcer's own answering thread) sleep for real.
+        if threading.get_ident() == me:
+            slept.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(tf_supervisor.time, "sleep", sleep)
     try:
         tf_supervisor.announce_failure(
             port, [(1, "127.0.0.1", peer.getsockname()[1])], tf_supervisor.announcement(KEY, "r1", "x"), 20,
