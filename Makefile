@@ -12,13 +12,13 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: help setup smoke test docs lint unit sanity molecule integration multihost integration-local integration-hosts bench bench-issue26 bench-controller bench-mitogen clean
+.PHONY: help setup smoke test docs lint unit sanity molecule integration multihost integration-local integration-hosts bench bench-issue26 bench-issue42 bench-controller bench-mitogen clean
 
 help:
 	@echo "make smoke  - set up and run the two-worker smoke training on localhost"
 	@echo "make test   - set up and run every test (lint, unit, molecule, integration)"
 	@echo "make docs   - regenerate the variable tables of docs/variables.md (checked by make unit)"
-	@echo "make lint | unit | sanity | molecule | integration | multihost | bench | bench-issue26 | bench-controller | bench-mitogen"
+	@echo "make lint | unit | sanity | molecule | integration | multihost | bench | bench-issue26 | bench-issue42 | bench-controller | bench-mitogen"
 
 # The controller needs Python >= 3.12 (ansible-core 2.21). Look on PATH, then in pyenv and
 # the usual prefixes; say clearly what was tried when none is found.
@@ -143,6 +143,14 @@ bench: setup
 # controller's CPU per host at N = 2 to 64, this tree beside the baseline commit.
 bench-issue26: setup
 	$(VENV)/bin/python tests/bench/bench.py --parts issue26 --merge
+
+# Issue 42's figures, merged into the last run's: the smoke against the hand launch, a
+# restart's latency split into its steps, and the controller's CPU per host at N = 2, 16
+# and 64 (add 128 with ORCH_SIZES=2,16,64,128, one run, on a quiet machine), this tree
+# beside c5c7618 (the tree before issue 42), runs interleaved.
+ORCH_SIZES ?= 2,16,64
+bench-issue42: setup
+	$(VENV)/bin/python tests/bench/bench.py --parts issue42 --baseline-ref c5c7618 --orch-sizes $(ORCH_SIZES) --merge
 
 # The controller's cost per host (this tree vs the baseline commit), and Mitogen vs the
 # default strategy.

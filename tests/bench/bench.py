@@ -728,6 +728,113 @@ def supervision(tmp: Path, results: dict[str, float]) -> None:
         print(f"  {name}: {results[name]:.1f} s", flush=True)
 
 
+# -- issue 42: a restart's latency ----------------------------------------------------------
+
+RESTART_JOB_ARGS = ["--epochs=5", "--steps-per-epoch=40"]
+
+
+def restart_records(hosts: Any, run_id: str, attempt_dir: str) -> list[dict[str, Any]]:
+    """Every worker's state.json of one attempt (with its exit.json's finished_at where
+    there is one), read through each namespace host's root."""
+    out = []
+    for host_home in (h.private_path("/home") for h in hosts.hosts):
+        for state in host_home.glob(f"**/runs/{attempt_dir}/worker-*/state.json"):
+            record = json.loads(state.read_text())
+            end = state.parent / "exit.json"
+            if end.exists():
+                ending = json.loads(end.read_text())
+                record["finished_at"] = ending.get("finished_at")
+                record["ending"] = {key: ending.get(key) for key in ("returncode", "stopped_by", "reason", "cause")}
+            out.append(record)
+    return out
+
+
+def part_restart(reps: int, tmp: Path, inst: Instruments, variants: list[Variant]) -> dict[str, Any]:
+    """Issue 42's restart latency: the default job on 2 namespace hosts, tf_restart_attempts 1,
+    worker 1's job killed (SIGKILL) once it logged its first epoch; from the kill to every
+    worker of the next attempt joined, split by metrics.restart_split from the workers'
+    records and the callback's task marks. Each rep runs every variant, on the same hosts."""
+    import threading
+
+    from faults import remote_pid, wait_for_log
+    from nshosts import NamespaceHosts
+    from workerenv import shared_venv
+
+    groupvars = {"tf_worker_python": str(shared_venv()), "tf_train_args": RESTART_JOB_ARGS, "tf_restart_attempts": 1,
+                 "tf_startup_timeout": 60, "tf_job_timeout": 600}
+    out: dict[str, Any] = {"variants": {v.label: [] for v in variants}, "job_args": RESTART_JOB_ARGS}
+    workdir = tmp / "restart"
+    with NamespaceHosts(2, workdir / "ns") as hosts:
+        inventory = hosts.write_inventory(workdir / "inventory.yml", groupvars=groupvars)
+        for rep in range(reps):
+            for v in variants:
+                run_id = f"restart-{v.label}-{rep}"
+                killed: list[float] = []
+
+                def inject(run_id: str = run_id, killed: list[float] = killed) -> None:
+                    try:
+                        worker = f"~/tf-runbook/runs/{run_id}/worker-1"
+                        wait_for_log(hosts, 1, f"{worker}/worker.log", "epoch=1 ", timeout=240)
+                        pid = remote_pid(hosts, 1, worker)
+                        killed.append(time.time())
+                        hosts.run(1, f"kill -9 {pid}")
+                    except Exception as exc:  # noqa: BLE001 - the run's result says what broke
+                        print(f"  restart {run_id}: no kill: {exc}", flush=True)
+
+                thread = threading.Thread(target=inject, daemon=True)
+                thread.start()
+                result = inst.run(v.tree, "train.yml", ["-i", str(inventory), *v.args],
+                                  {"tf_run_id": run_id, "tf_runs_dir": str(workdir / "runs"), **v.extra},
+                                  env_extra=v.env, hosts=hosts.hosts, timeout=600)
+                thread.join(timeout=5)
+                sample: dict[str, Any] = {"rc": result["rc"], "wall": result["wall"], "cpu": result["cpu"]}
+                try:
+                    if not killed:
+                        raise ValueError("the kill never happened")
+                    marks = metrics.read_events(inst.tmp / f"m{inst.count}" / "events.jsonl")
+                    failed = restart_records(hosts, run_id, run_id)
+                    sample.update(metrics.restart_split(killed[0], failed,
+                                                        restart_records(hosts, run_id, f"{run_id}/retry-1"), marks))
+                    # How each worker of the killed attempt ended, and when after the kill: the
+                    # detection's spread (a survivor that waits out its grace) is read here.
+                    sample["failed_workers"] = [{"after_kill": w["finished_at"] - killed[0], **w.get("ending", {})}
+                                                for w in failed if w.get("finished_at")]
+                except (ValueError, KeyError, TypeError, OSError) as exc:
+                    sample["error"] = str(exc)
+                    sample.setdefault("rc", 1)
+                out["variants"][v.label].append(sample)
+                if "total" in sample:
+                    print(f"  restart {v.label} rep {rep}: {sample['total']:.1f} s from the kill to every worker "
+                          "joined (" + ", ".join(f"{k} {sample[k]:.2f}" for k in RESTART_STEPS) +
+                          f"), {sample['modules_per_host']:.1f} module runs per host, rc={result['rc']}", flush=True)
+                else:
+                    print(f"  restart {v.label} rep {rep}: FAILED rc={result['rc']}: {sample.get('error')}\n"
+                          f"{result.get('error', '')[-1500:]}", flush=True)
+    return out
+
+
+RESTART_STEPS = ("detection", "decision", "prepare", "copy", "launch", "join")
+
+
+def restart_lines(restart: dict[str, Any]) -> list[str]:
+    """The report's section: medians per variant of each step of a restart."""
+    headers = ["tree", "kill to every worker joined s", *[f"{step} s" for step in RESTART_STEPS],
+               "module runs per host, kill to go", "runs ok / failed"]
+    rows = []
+    for label, samples in restart.get("variants", {}).items():
+        good = [s for s in samples if "total" in s and s.get("rc") == 0]
+        rows.append([label, _med(good, lambda s: s["total"]), *[_med(good, lambda s, k=k: s[k]) for k in RESTART_STEPS],
+                     _med(good, lambda s: s["modules_per_host"]), f"{len(good)} / {len(samples) - len(good)}"])
+    return ["", "## A restart's latency (issue 42)", "",
+            "The default job (`tf_train_args` " + json.dumps(restart.get("job_args", [])) + ") on 2 namespace hosts, "
+            "`tf_restart_attempts: 1`; worker 1's job killed (SIGKILL) once it logged its first epoch. Each step "
+            "runs from the end of the one before: detection (every worker of the attempt stopped, their "
+            "exit.json), decision (the controller's task mark of the recorded decision), prepare (to the "
+            "checkpoint copy's first task), copy (to the new attempt's launch task), launch (to the last "
+            "worker's start, the go), join (to the last worker joined, state.json). Medians.", "",
+            *metrics.md_table(headers, rows)]
+
+
 def versions() -> dict[str, str]:
     out = subprocess.run([str(PLAYBOOK_BIN), "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     tf = subprocess.run([str(PYTHON), "-c", "import tensorflow as tf; print(tf.__version__)"], capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout.strip()
@@ -1040,8 +1147,40 @@ def targets(data: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def targets42(data: dict[str, Any]) -> list[list[Any]]:
+    """Issue 42's targets, this tree beside the baseline where the baseline was measured
+    (each from its own part: see the parts' dates and baselines above)."""
+    nan = float("nan")
+    rows: list[list[Any]] = []
+    restart = data.get("restart", {}).get("variants", {})
+
+    def kill_to_joined(label: str) -> float:
+        return _med([s for s in restart.get(label, []) if "total" in s and s.get("rc") == 0], lambda s: s["total"])
+
+    rows.append(["a restart: kill to every worker joined, s (2 hosts, default job)", kill_to_joined("new"),
+                 kill_to_joined("baseline"), "<= 10 s", metrics.verdict(kill_to_joined("new"), 10.0)])
+    ratios = smoke_ratios(data.get("smoke", {})) if data.get("smoke", {}).get("hand") else {}
+    smoke_new, smoke_base = ratios.get("new", {}).get("ratio", nan), ratios.get("baseline", {}).get("ratio", nan)
+    rows.append(["smoke / hand launch (wall, medians of the paired runs)", smoke_new, smoke_base, "<= 1.5x",
+                 metrics.verdict(smoke_new, 1.5)])
+    table = data.get("controller", {})
+    cpu = {label: cpu_by_n(table, label) for label in ("new", "baseline")}
+
+    def step(label: str, low: int, high: int) -> float:
+        return metrics.marginal(cpu[label], low, high) if low in cpu[label] and high in cpu[label] else nan
+
+    rows.append(["controller CPU s per extra host, 2 to 16 (trivial job)", step("new", 2, 16), step("baseline", 2, 16),
+                 "<= 0.4 s", metrics.verdict(step("new", 2, 16), 0.4)])
+    top = max((n for n in cpu["new"] if n > 16), default=None)
+    if top is not None:
+        spread = {label: step(label, 16, top) / step(label, 2, 16) for label in cpu}
+        rows.append([f"CPU per extra host, 16 to {top} over 2 to 16", spread["new"], spread["baseline"], "within 1.2x",
+                     metrics.verdict(spread["new"], 1.2)])
+    return rows
+
+
 # The key of data each part writes.
-PART_KEYS = {"smoke": "smoke", "hosts": "hosts", "orch": "controller", "mitogen": "mitogen", "faults": "faults"}
+PART_KEYS = {"smoke": "smoke", "restart": "restart", "hosts": "hosts", "orch": "controller", "mitogen": "mitogen", "faults": "faults"}
 
 
 def provenance(data: dict[str, Any]) -> list[str]:
@@ -1071,9 +1210,17 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
     if "baseline" in data:
         lines.append(f"- baseline: commit {data['baseline']} (`--baseline-ref`), its own ansible.cfg and playbooks, "
                      "measured by this tree's instruments, runs interleaved with this tree's")
+    # A report merged from runs against different baselines says which part had which.
+    by_part = data.get("baselines", {})
+    if len(set(by_part.values())) > 1:
+        lines.append("- baseline of each part: " + ", ".join(f"{part}: {commit[:10]}" for part, commit in sorted(by_part.items())))
+    if "restart" in data:
+        lines += ["", "## Targets (issue 42)", "", *metrics.md_table(TARGET_HEADERS, targets42(data))]
     lines += ["", "## Targets (issue 26)", "", *metrics.md_table(TARGET_HEADERS, targets(data))]
     if "smoke" in data:
         lines += _smoke_lines(data["smoke"])
+    if "restart" in data:
+        lines += restart_lines(data["restart"])
     if "hosts" in data:
         lines += ["", "## Namespace hosts, default TensorFlow job", "", "| N | end to end s | first start s | start skew s | last exit to verdict s | job s | overhead s | runs ok / failed |", "|---|---|---|---|---|---|---|---|"]
         for n, row in sorted(data["hosts"].items(), key=lambda kv: int(kv[0])):
@@ -1157,11 +1304,14 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
     path.write_text("\n".join(lines) + "\n")
 
 
-ALL_PARTS = ("smoke", "hosts", "orch", "mitogen", "faults")
+ALL_PARTS = ("smoke", "restart", "hosts", "orch", "mitogen", "faults")
 PRESETS = {
     # Issue 26's figures alone: the smoke against the hand launch and the controller's CPU per
     # host from 2 to 64 hosts, this tree beside the baseline (about 25 minutes on 2 cores).
     "issue26": ("smoke", "orch"),
+    # Issue 42's figures: the smoke, a restart's latency and the controller's CPU per host,
+    # this tree beside the tree before the issue (--baseline-ref c5c7618 in make bench-issue42).
+    "issue42": ("smoke", "restart", "orch"),
     "all": ALL_PARTS,
 }
 
@@ -1225,6 +1375,10 @@ def estimate(parts: list[str], args: argparse.Namespace, earlier: dict[str, Any]
             plan = [("new", n, args.reps) for n in sizes for _ in range(2)]
             sec = 3 * args.reps * smoke["playbook"] + metrics.estimate_seconds(plan, model)
             text = f"smoke x 3 strategies and N = {args.mitogen_sizes} x 2 strategies, {args.reps} reps"
+        elif part == "restart":
+            sec = args.restart_reps * (trees + 1) * 50.0
+            text = (f"{args.restart_reps} reps x {trees} tree(s) and this tree without the pre-go import, about 50 s "
+                    "each (2 namespace hosts, a kill, a restart)")
         elif part == "hosts":
             sizes = [int(n) for n in args.sizes.split(",")]
             sec = metrics.estimate_seconds([("tf", n, args.reps) for n in sizes], {"tf": (20.0, 3.0)})
@@ -1239,9 +1393,11 @@ def estimate(parts: list[str], args: argparse.Namespace, earlier: dict[str, Any]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="all",
-                        help="comma-separated: smoke, hosts, orch, mitogen, faults; or a preset: "
-                             "issue26 (smoke and orch: issue 26's figures, about 25 min), all")
+                        help="comma-separated: smoke, restart, hosts, orch, mitogen, faults; or a preset: "
+                             "issue26 (smoke and orch: issue 26's figures, about 25 min), "
+                             "issue42 (smoke, restart and orch), all")
     parser.add_argument("--reps", type=int, default=5, help="runs of the smoke, hosts and mitogen parts")
+    parser.add_argument("--restart-reps", type=int, default=3, help="runs of each tree in the restart part")
     parser.add_argument("--sizes", default="2,4,8")
     parser.add_argument("--orch-sizes", default="2,8,16,32,64")
     parser.add_argument("--orch-reps", type=int, default=3, help="runs of each tree at each N of the orch part")
@@ -1314,15 +1470,28 @@ def main() -> int:
         inst = Instruments(tmp)
         mine = Variant("new", REPO)
         baseline: Variant | None = None
-        if args.baseline_ref and parts & {"smoke", "orch"}:
+        if args.baseline_ref and parts & {"smoke", "restart", "orch"}:
             base, commit = checkout(args.baseline_ref, tmp)
             data["baseline"] = commit
+            earlier_baseline = earlier_figures.get("baseline")
+            data.setdefault("baselines", {})
+            for part in ("smoke", "restart", "orch"):  # the parts kept from an earlier run keep their baseline
+                if part not in parts and part in data.get("measured", {}) and earlier_baseline:
+                    data["baselines"].setdefault(part, earlier_baseline)
+            for part in parts & {"smoke", "restart", "orch"}:
+                data["baselines"][part] = commit
             baseline = Variant("baseline", base, retry_extra=args.baseline_retry_vars, retry_from=args.baseline_retry_from)
         if "smoke" in parts:
             print("smoke vs hand launch ...", flush=True)
             data["smoke"] = part_smoke(args.reps, tmp, inst, [mine, *([baseline] if baseline else [])])
             print("  " + ", ".join(f"{label}: {r['ratio']:.2f}x the hand launch (paired {r['paired']:.2f}x)"
                                    for label, r in data["smoke"].get("ratios", {}).items()), flush=True)
+            save()
+        if "restart" in parts:
+            print("a restart's latency ...", flush=True)
+            # The pre-go import measured apart: this tree again with it off.
+            cold = Variant("new-no-preimport", REPO, extra={"tf_launch_preimport": []})
+            data["restart"] = part_restart(args.restart_reps, tmp, inst, [mine, cold, *([baseline] if baseline else [])])
             save()
         if "hosts" in parts:
             print("namespace hosts ...", flush=True)

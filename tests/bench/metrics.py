@@ -406,3 +406,56 @@ def module_execs(events: Sequence[Mapping[str, Any]]) -> dict[str, Counter[str]]
         counts[phase] += 1
         counts["total"] += 1
     return dict(out)
+
+
+# -- issue 42: a restart's latency, split ------------------------------------------------------
+
+# The restart path's steps as the callback's task marks name them (tf_attempts' tasks): the
+# decision recorded, the checkpoint copy's first task, the new attempt's launch.
+RESTART_MARKS = {
+    "decided": "Record the decision",
+    "copy": "Choose the marker of the chief's checkpoint directory",
+    "launch": "Launch the new attempt",
+}
+
+
+def _first_mark(marks: list[dict[str, Any]], needle: str, after: float) -> float | None:
+    return next((m["t"] for m in marks if m.get("event") == "task" and needle in str(m.get("name", ""))
+                 and m["t"] >= after), None)
+
+
+def restart_split(killed_at: float, failed: list[dict[str, Any]], restarted: list[dict[str, Any]],
+                  marks: list[dict[str, Any]]) -> dict[str, float]:
+    """A restart's latency from the run's own records, split into its steps.
+
+    `killed_at`: when the bench's SIGKILL was sent; `failed`: every worker's state.json of
+    the attempt killed, each with its exit.json's `finished_at`; `restarted`: every worker's
+    state.json of the next attempt (`started_at`, `joined_at`); `marks`: the bench callback's
+    events. Steps, each from the end of the one before: `detection` (every worker of the
+    killed attempt stopped), `decision` (the controller saw it, stopped what was left and
+    recorded its decision), `prepare` (to the checkpoint copy's first task), `copy` (to the
+    launch's first task), `launch` (to the last worker's start, the go), `join` (to the last
+    worker joined); `total` from the kill to the last worker joined. `modules_per_host`: the
+    module runs the hosts ran from the kill to the go, per host.
+    """
+    stopped = max(w["finished_at"] for w in failed)
+    decided = _first_mark(marks, RESTART_MARKS["decided"], killed_at)
+    copy = _first_mark(marks, RESTART_MARKS["copy"], decided or killed_at)
+    launch = _first_mark(marks, RESTART_MARKS["launch"], copy or decided or killed_at)
+    started = max(w["started_at"] for w in restarted)
+    joined = max(w["joined_at"] for w in restarted)
+    if decided is None or launch is None:
+        raise ValueError("the run's events hold no decision or no launch of a new attempt after the kill")
+    copy = launch if copy is None else copy  # no copy step in this tree: it costs nothing
+    hosts = {m["host"] for m in marks if m.get("event") == "module"}
+    path = [m for m in marks if m.get("event") == "module" and killed_at <= m["t"] <= started]
+    return {
+        "detection": stopped - killed_at,
+        "decision": decided - stopped,
+        "prepare": copy - decided,
+        "copy": launch - copy,
+        "launch": started - launch,
+        "join": joined - started,
+        "total": joined - killed_at,
+        "modules_per_host": len(path) / max(len(hosts), 1),
+    }

@@ -97,6 +97,46 @@ def run_processes(hosts: NamespaceHosts, host: int, run_id: str) -> list[str]:
     return [line for line in out.splitlines() if line.strip() and "for p in" not in line]
 
 
+# -- the restart path's module runs, counted (issue 42) -------------------------------------
+
+BENCH_CALLBACKS = helpers.REPO / "tests" / "bench" / "callback"
+# The restart path in the callback's records: from the stop of the failed attempt to the
+# go of the next one (tf_attempts' decide.yml, tf_launch's go.yml).
+RESTART_PATH_FROM = "Stop every worker of the failed attempt"
+RESTART_PATH_TO = "tf_runbook.multiworker.tf_worker_go"
+
+
+def counting_env(events: Path) -> dict[str, str]:
+    """The environment that has the bench's callback (tests/bench/callback/tf_bench.py)
+    note every task start and every module run into ``events``, beside the callbacks of
+    the clone's ansible.cfg."""
+    import configparser
+
+    config = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
+    config.read(helpers.REPO / "ansible.cfg", encoding="utf-8")
+    enabled = [name.strip() for name in config.get("defaults", "callbacks_enabled", fallback="").split(",") if name.strip()]
+    return {"ANSIBLE_CALLBACK_PLUGINS": str(BENCH_CALLBACKS), "ANSIBLE_CALLBACKS_ENABLED": ",".join(["tf_bench", *enabled]),
+            "TF_BENCH_EVENTS": str(events)}
+
+
+def restart_path_module_runs(events: Path) -> list[dict[str, Any]]:
+    """The module runs (host, module) of the first restart path in the callback's
+    ``events``: from the start of the task that stops the failed attempt to the go of the
+    next attempt, that go included. Counted, never timed."""
+    records = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    records.sort(key=lambda r: r["t"])
+    start = next((r["t"] for r in records if r["event"] == "task" and RESTART_PATH_FROM in str(r.get("name"))), None)
+    assert start is not None, "no stop of a failed attempt in the run's events"
+    runs = []
+    for record in records:
+        if record["event"] != "module" or record["t"] < start:
+            continue
+        runs.append({"host": record["host"], "module": record["module"]})
+        if record["task_action"] == RESTART_PATH_TO:
+            return runs
+    raise AssertionError("no go of a next attempt after the stop in the run's events")
+
+
 # -- supervision scenarios (issue 10), shared by tests/integration/test_supervision.py and
 # the fault part of tests/bench/bench.py --------------------------------------------------
 

@@ -63,6 +63,7 @@ MODULES: dict[str, Path] = {
     "tf_worker_wait_action": PLUGINS / "action" / "tf_worker_wait.py",
     "tf_role_inputs_action": PLUGINS / "action" / "tf_role_inputs.py",
     "tf_run_claim_action": PLUGINS / "action" / "tf_run_claim.py",
+    "tf_run_record_action": PLUGINS / "action" / "tf_run_record.py",
 }
 
 

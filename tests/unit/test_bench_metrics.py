@@ -440,7 +440,8 @@ def test_the_callback_counts_every_module_an_action_runs(tmp_path: Path) -> None
 @pytest.mark.parametrize(("text", "parts"), [
     ("issue26", ["smoke", "orch"]),
     ("orch,smoke", ["smoke", "orch"]),
-    ("all", ["smoke", "hosts", "orch", "mitogen", "faults"]),
+    ("all", ["smoke", "restart", "hosts", "orch", "mitogen", "faults"]),
+    ("issue42", ["smoke", "restart", "orch"]),
     ("issue26,mitogen", ["smoke", "orch", "mitogen"]),
 ])
 def test_expand_parts(text: str, parts: list) -> None:
@@ -631,3 +632,32 @@ def test_part_compare_runs_fewer_reps_where_asked_and_retries_a_failed_baseline_
     assert [(tree, args, extra.get("tf_preflight_reach_check")) for tree, args, extra in at64] == [
         ("/n", (), None), ("/b", (), None), ("/b", (), False), ("/n", ("--forks", "64"), None)]
     assert at64[2][2]["tf_run_id"].endswith("-retry")
+
+
+def test_a_restarts_latency_is_split_by_the_runs_own_records() -> None:
+    marks = [
+        {"event": "task", "t": 99.0, "name": "tf_attempts : Record the decision, its culprit and every worker's cause"},
+        {"event": "task", "t": 103.0, "name": "tf_attempts : Record the decision, its culprit and every worker's cause"},
+        {"event": "module", "t": 103.5, "host": "a", "module": "m"},
+        {"event": "task", "t": 104.0, "name": "tf_attempts : Choose the marker of the chief's checkpoint directory and start the clock"},
+        {"event": "module", "t": 104.5, "host": "b", "module": "m"},
+        {"event": "task", "t": 106.0, "name": "Launch the new attempt"},
+        {"event": "module", "t": 106.5, "host": "a", "module": "launch"},
+        {"event": "module", "t": 109.0, "host": "b", "module": "wait, after the go"},
+    ]
+    failed = [{"finished_at": 101.0}, {"finished_at": 102.0}]
+    restarted = [{"started_at": 107.0, "joined_at": 110.0}, {"started_at": 107.5, "joined_at": 111.0}]
+    split = metrics.restart_split(100.0, failed, restarted, marks)
+    assert split == {"detection": 2.0, "decision": 1.0, "prepare": 1.0, "copy": 2.0, "launch": 1.5, "join": 3.5,
+                     "total": 11.0, "modules_per_host": 1.5}
+    with pytest.raises(ValueError, match="no decision or no launch"):
+        metrics.restart_split(100.0, failed, restarted, marks[:3])
+
+
+def test_issue42s_targets_read_the_restart_part() -> None:
+    data = {"restart": {"variants": {
+        "new": [{"rc": 0, "total": 9.0}, {"rc": 0, "total": 11.0}, {"rc": 0, "total": 9.5}, {"rc": 2, "total": 1.0}],
+        "baseline": [{"rc": 0, "total": 14.0}]}}}
+    rows = _bench().targets42(data)
+    assert rows[0][1:] == [9.5, 14.0, "<= 10 s", "met"]
+    assert rows[1][-1] == "not measured" and rows[2][-1] == "not measured"

@@ -726,6 +726,34 @@ def test_a_stop_ends_the_announcement(tmp_path: Path) -> None:
     assert time.monotonic() - started < 4
 
 
+def test_the_announcer_waits_between_probes_in_slices_a_stop_ends_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42: the restart's stop reaches a supervisor that announces its job's failure;
+    its waits between two probes of the peers are slices of a poll, so that the stop ends
+    it after one slice, not after the rest of WATCH_SECONDS (counted, not timed)."""
+    port = free_port()
+    peer = socket.create_server(("127.0.0.1", 0))  # a peer that never stops
+    slept: list[float] = []
+    me, real_sleep = threading.get_ident(), time.sleep
+
+    def sleep(seconds: float) -> None:
+        # Only this thread's sleeps are the announcer's: other threads (left by other
+        # tests, the announcer's own answering thread) sleep for real.
+        if threading.get_ident() == me:
+            slept.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(tf_supervisor.time, "sleep", sleep)
+    try:
+        tf_supervisor.announce_failure(
+            port, [(1, "127.0.0.1", peer.getsockname()[1])], tf_supervisor.announcement(KEY, "r1", "x"), 20,
+            lambda: bool(slept), KEY, "r1",
+        )  # fmt: skip
+    finally:
+        peer.close()
+    assert len(slept) == 1 and 0 < slept[0] <= tf_supervisor.POLL_SECONDS, slept
+
+
 def test_two_workers_that_failed_together_stop_announcing_to_each_other() -> None:
     """Both jobs failed: each supervisor hears the other's announcement, so no peer's job is
     left to tell and both return at once, not after the whole window (their supervisors
@@ -825,3 +853,15 @@ def test_a_record_the_job_wrote_before_the_supervisor_wrote_again_is_named_not_o
     tf_supervisor.write_json_atomic(tmp_path / "state.json", {"started": True})
     guard.wrote("state.json")
     assert guard.foreign(1.0, False) == "state.json"
+
+
+def test_a_stop_for_a_peers_failure_takes_a_short_grace_every_other_the_whole() -> None:
+    """Issue 42: TensorFlow's coordination service catches SIGTERM, and a synchronous save
+    cannot finish without the failed peer: a peer's stop gives at most PEER_STOP_GRACE."""
+    ending = tf_supervisor.Ending()
+    assert tf_supervisor.stop_grace(ending, 5.0) == 5.0
+    for stopped_by, grace, expected in (("peer", 5.0, tf_supervisor.PEER_STOP_GRACE), ("peer", 0.2, 0.2),
+                                        ("controller", 5.0, 5.0), ("deadline", 5.0, 5.0), ("startup-deadline", 5.0, 5.0)):
+        ending.stop(stopped_by, "why")
+        assert tf_supervisor.stop_grace(ending, grace) == expected, stopped_by
+    assert tf_supervisor.PEER_STOP_GRACE <= 1.0

@@ -66,13 +66,15 @@ def procs(reaper: None) -> Iterator[list[subprocess.Popen]]:
 
 def arm(
     procs: list, supervisor: Path, wdir: Path, *options: str, token: str | None = TOKEN,
-    python: str = sys.executable, job_args: tuple[str, ...] = ("0",),
+    python: str = sys.executable, job_args: tuple[str, ...] = ("0",), env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
     script = wdir.parent / "job.py"
     script.write_text(JOB)
     argv = [sys.executable, str(supervisor), "--worker-dir", str(wdir), "--python", python, "--script", str(script),
             *options, "--", *job_args]  # fmt: skip
     popen: dict[str, Any] = {"cwd": wdir, "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "text": True}
+    if env is not None:
+        popen["env"] = env
     proc = start_with_secrets(argv, token, **popen) if token is not None else subprocess.Popen(argv, **popen)
     procs.append(proc)
     return proc
@@ -184,8 +186,11 @@ def test_arming_without_a_token_is_refused(supervisor_path: Path, tmp_path: Path
     assert "--go-timeout needs the go's token" in reason and "--secrets-stdin" in reason
 
 
-def test_a_job_that_cannot_start_is_reported_to_the_go(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
-    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30", python=str(tmp_path / "no" / "python3"))
+@pytest.mark.parametrize("options", [(), ("--preimport", "json")], ids=["at the go", "held"])
+def test_a_job_that_cannot_start_is_reported_to_the_go(
+    supervisor_path: Path, tmp_path: Path, procs: list, options: tuple[str, ...]
+) -> None:
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30", *options, python=str(tmp_path / "no" / "python3"))
     wait_armed(wdir, proc)
     result = go(target(port), TOKEN, 10)
     assert result["started"] is False and "could not start the job" in result["error"], result
@@ -555,3 +560,99 @@ def test_the_supervisor_reads_its_secrets_from_a_file_and_gives_up_on_a_silent_p
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+# -- the held start (issue 42): the job's interpreter started when armed, its imports done --------
+
+# Imported before the go: notes the process and the moment it was imported.
+PREIMPORTED = """
+import json, os, time
+with open(os.path.join(os.environ["PREIMPORT_NOTES"], f"imported-{os.getpid()}.json"), "w") as handle:
+    json.dump({"pid": os.getpid(), "at": time.time(), "gate_in_env": "TF_RUNBOOK_JOB_GATE" in os.environ}, handle)
+"""
+
+
+def held(procs: list, supervisor: Path, root: Path, timeout: str) -> tuple[int, Path, subprocess.Popen, Path]:
+    """A supervisor armed with --preimport of a module that notes its import."""
+    modules, notes = root / "modules", root / "notes"
+    modules.mkdir()
+    notes.mkdir()
+    (modules / "preimport_probe.py").write_text(PREIMPORTED)
+    env = dict(os.environ, PYTHONPATH=str(modules), PREIMPORT_NOTES=str(notes))
+    port, wdir, proc = armed(procs, supervisor, root, timeout, "--preimport", "preimport_probe,json", env=env)
+    return port, wdir, proc, notes
+
+
+def imported(notes: Path) -> dict[str, Any]:
+    return wait_until(lambda: [json.loads(p.read_text()) for p in notes.glob("imported-*.json")], 20, "the pre-import")[0]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
+
+
+def test_a_held_job_imports_its_modules_when_armed_and_runs_its_script_only_at_the_go(
+    supervisor_path: Path, tmp_path: Path, procs: list
+) -> None:
+    port, wdir, proc, notes = held(procs, supervisor_path, tmp_path, "30")
+    early = imported(notes)
+    state = wait_armed(wdir, proc)
+    assert state["pid"] is None and state["started_at"] is None
+    time.sleep(0.5)
+    assert not (wdir / "seen.json").exists(), "the script ran before the go"
+    assert alive(early["pid"])
+
+    result = go(target(port), TOKEN, 10)
+    assert result["started"] is True, result
+    assert proc.wait(20) == 0, proc.stderr.read() if proc.stderr else ""
+    seen = json.loads((wdir / "seen.json").read_text())
+    state = json.loads((wdir / "state.json").read_text())
+    # The held process is the job: the import happened in it, before the go started it.
+    assert result["pid"] == state["pid"] == seen["pid"] == early["pid"]
+    assert early["at"] < state["started_at"] <= seen["at"]
+    # The gate and the module list are the wrapper's: the script never sees them.
+    assert not any(name.startswith("TF_RUNBOOK_JOB_") for name in seen["env"]), seen["env"]
+    assert early["gate_in_env"] is False
+    assert json.loads((wdir / "exit.json").read_text())["returncode"] == 0
+
+
+@pytest.mark.parametrize("ending", ["no go", "stop"])
+def test_a_held_job_that_gets_no_go_ends_with_its_supervisor_and_runs_nothing(
+    supervisor_path: Path, tmp_path: Path, procs: list, ending: str
+) -> None:
+    port, wdir, proc, notes = held(procs, supervisor_path, tmp_path, "2" if ending == "no go" else "60")
+    early = imported(notes)
+    if ending == "stop":
+        wait_armed(wdir, proc)
+        assert stop_worker(str(wdir), 5.0, "operator", "stopped by the operator (stop.yml)") == [proc.pid]
+        assert proc.wait(20) == 128 + signal.SIGTERM
+    else:
+        assert proc.wait(20) == 124
+    wait_until(lambda: not alive(early["pid"]), 10, "the held job gone")
+    assert not (wdir / "seen.json").exists() and not (wdir / "job_end.json").exists()
+    exit_ = json.loads((wdir / "exit.json").read_text())
+    assert "before the job started" in exit_["reason"] or "no go from the launch" in exit_["reason"], exit_
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_a_preimport_that_is_no_module_name_is_refused_naming_it(
+    supervisor_path: Path, tmp_path: Path, procs: list
+) -> None:
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30", "--preimport", "tensorflow,os;rm")
+    assert proc.wait(20) == 2
+    reason = json.loads((wdir / "exit.json").read_text())["reason"]
+    assert "--preimport 'tensorflow,os;rm' (tf_launch_preimport): 'os;rm' is not a Python module's dotted name" in reason
+
+
+def test_a_module_that_fails_to_import_is_left_to_the_script(supervisor_path: Path, tmp_path: Path, procs: list) -> None:
+    port, wdir, proc = armed(procs, supervisor_path, tmp_path, "30", "--preimport", "no_such_module_here")
+    wait_armed(wdir, proc)
+    assert go(target(port), TOKEN, 10)["started"] is True
+    assert proc.wait(20) == 0, proc.stderr.read() if proc.stderr else ""
+    assert (wdir / "seen.json").exists()
+    assert "no_such_module_here" not in (wdir / "worker.log").read_text()

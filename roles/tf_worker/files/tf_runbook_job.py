@@ -24,6 +24,15 @@ named like one of TensorFlow's is told apart), ``{"exit": N}`` for ``sys.exit(N)
 script's end. A job that ends in C (``os._exit``, TensorFlow's own abort) or by a signal
 leaves no END_FILE.
 
+Held until the go (issue 42): started by a supervisor armed with ``--preimport``, the
+environment names a gate (``TF_RUNBOOK_JOB_GATE``: a pipe's read end) and modules to import
+first (``TF_RUNBOOK_JOB_PREIMPORT``, e.g. ``tensorflow``). Both are taken out of the
+environment; the modules are imported (one that fails to import is left to the script's
+own import to report), then the wrapper waits for the gate's byte before the script runs.
+The gate closed without it (no go: the launch was refused or stopped) ends the wrapper,
+status 0, with no END_FILE and nothing of the script run. The interpreter's start and
+TensorFlow's import so happen while the launch arms the other hosts, not after the go.
+
 Standard library only, and it imports nothing of the runbook: the job's own modules are
 never shadowed.
 """
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib
 import json
 import os
 import runpy
@@ -43,6 +53,10 @@ from types import TracebackType
 
 USAGE = "usage: tf_runbook_job.py STACKS_FILE SIGNUM END_FILE SCRIPT [ARGS...]"
 MAX_MESSAGE = 1000
+# The held start (tf_supervisor.py's JOB_GATE_ENV, JOB_PREIMPORT_ENV, JOB_GATE_OPEN).
+GATE_ENV = "TF_RUNBOOK_JOB_GATE"
+PREIMPORT_ENV = "TF_RUNBOOK_JOB_PREIMPORT"
+GATE_OPEN = b"g"
 
 
 def qualified_name(kind: type) -> str:
@@ -118,12 +132,44 @@ def run(script: str, args: list[str], end_file: str) -> None:
     write_end(end_file, {"exit": 0})
 
 
+def hold_until_go(environ: dict) -> bool:
+    """With a gate in ``environ`` (taken out of it, with the modules to import first):
+    import those modules, then wait for the gate's byte. False when the gate closed
+    without it (no go); True when it opened, or with no gate at all."""
+    gate = environ.pop(GATE_ENV, "")
+    modules = environ.pop(PREIMPORT_ENV, "")
+    if not gate.isdigit():
+        return True
+    for name in filter(None, (item.strip() for item in modules.split(","))):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S110 - the script's own import reports what is wrong
+            pass
+    fd = int(gate)
+    try:
+        while True:
+            try:
+                data = os.read(fd, 1)
+                break
+            except InterruptedError:
+                continue
+    except OSError:
+        data = b""
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    return data == GATE_OPEN
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 4 or not argv[1].lstrip("-").isdigit():
         print(USAGE, file=sys.stderr)
         raise SystemExit(2)
     stacks_file, signum, end_file, script, *args = argv
     keep = register_stacks(stacks_file, int(signum))  # noqa: F841 - kept open while the job runs
+    if not hold_until_go(os.environ):
+        sys.stdout.flush()
+        os._exit(0)  # no go: nothing of the script ran, and no interpreter's exit handlers either
     run(script, args, end_file)
 
 

@@ -169,6 +169,19 @@ PR_SET_PDEATHSIG = 1
 
 # At most how many timed lines exit.json keeps (which lines: tf_metrics.is_timed).
 MAX_TIMED_LINES = 20000
+# The held job (``--preimport``, issue 42): the wrapper's gate (a pipe's read end, its
+# number) and the modules it imports before it waits there; both taken out of the
+# environment by the wrapper before the script runs. The byte that opens the gate.
+JOB_GATE_ENV = "TF_RUNBOOK_JOB_GATE"
+JOB_PREIMPORT_ENV = "TF_RUNBOOK_JOB_PREIMPORT"
+JOB_GATE_OPEN = b"g"
+# The grace of a stop for a peer's failure (issue 42), at most: the save a grace is for
+# needs every worker of a synchronous strategy, the failed peer included, so it cannot
+# finish; and TensorFlow's coordination service catches SIGTERM (its preemption notice),
+# so a TensorFlow job stopped so would live out the whole grace, seconds of every restart.
+PEER_STOP_GRACE = 1.0
+# A module's dotted name, as --preimport takes them.
+MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 def group_alive(pgid: int, keeper: int | None = None) -> bool:
@@ -600,7 +613,11 @@ def announce_failure(
     answering.start()
     try:
         while time.monotonic() < end and not stopped():
-            time.sleep(min(WATCH_SECONDS, max(0.0, end - time.monotonic())))
+            # In slices: a stop (the restart's, issue 42) ends the announcing at once, not
+            # after the rest of a WATCH_SECONDS sleep (a signal handler does not cut one short).
+            until = time.monotonic() + min(WATCH_SECONDS, max(0.0, end - time.monotonic()))
+            while time.monotonic() < until and not stopped():
+                time.sleep(min(POLL_SECONDS, max(0.0, until - time.monotonic())))
             if peers and not stopped():
                 probes = probe_peers(peers, 1.0, key, run_id, stopped)
                 if all(status in ("refused", "unreachable", "failed") for status, _ in probes.values()):
@@ -797,6 +814,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--go-timeout", type=float, default=0, help="0: start at once; else await the launch's go that long"
     )
     parser.add_argument(
+        "--preimport", default="",
+        help="with --go-timeout: start the job's interpreter when armed, import these modules (comma-separated) "
+             "and hold it before the script until the go ('' for none: the job starts at the go)",
+    )  # fmt: skip
+    parser.add_argument(
         SECRETS_FLAG, dest="secrets_stdin", action="store_true",
         help="first read the launch's secrets, one JSON line, from stdin",
     )  # fmt: skip
@@ -866,6 +888,10 @@ def validate(args: argparse.Namespace, config_text: str | None, secrets_: dict[s
         re.compile(args.startup_pattern)
     except re.error as exc:
         problems.append(f"--startup-pattern {args.startup_pattern!r} is not a valid regular expression: {exc}")
+    bad = [name for name in args.preimport.split(",") if name and not MODULE_NAME.match(name)]
+    if bad:
+        problems.append(f"--preimport {args.preimport!r} (tf_launch_preimport): {', '.join(map(repr, bad))} "
+                        "is not a Python module's dotted name")
     if args.controller_timeout > 0 and not args.heartbeat_file:
         problems.append("--controller-timeout needs --heartbeat-file")
     if args.go_timeout > 0 and not secrets_.get(SECRET_GO_TOKEN):
@@ -1062,6 +1088,18 @@ class Plan:
     # The sidecar evaluator's part: "evaluator" (this is it), "chief" (it pushes its
     # checkpoints to it) or "" (no part).
     sidecar: str = ""
+    # The job started when armed and held before its script (``--preimport``), if any.
+    held: Held | None = None
+
+
+@dataclasses.dataclass
+class Held:
+    """A job started when armed and held by the wrapper before its script: its process,
+    the keeper's pipe (as start_job makes it) and the write end of the wrapper's gate."""
+
+    child: subprocess.Popen
+    keeper_write: int
+    gate_write: int
 
 
 @dataclasses.dataclass
@@ -1267,12 +1305,15 @@ def arm(run: Plan, stop_reason: list[tuple[str, str, str | None]]) -> tuple[sock
         print(f"{worker_dir}: {reason}", file=sys.stderr)
         finish(worker_dir, exit_record(2, reason, None, run.started, False), cause="startup", nonce=run.nonce)
         raise Refused(2)
+    if args.preimport and run.has_wrapper:
+        run.held = hold_job(run)
     armed_at = time.time()
     run.record.update(armed_at=armed_at, go_port=run.own_port)
     write_json_atomic(worker_dir / STATE_FILE, run.record)
     with listener:
         go_conn, outcome = await_go(listener, run.go_token, args.go_timeout, lambda: bool(stop_reason))
     if go_conn is None:
+        drop_held(run)
         if outcome == "stopped":
             stopped_by, reason, cause = stop_reason[0]
             result = exit_record(-signal.SIGTERM, f"{reason} (before the job started)", stopped_by, armed_at, False)
@@ -1285,6 +1326,44 @@ def arm(run: Plan, stop_reason: list[tuple[str, str, str | None]]) -> tuple[sock
         finish(worker_dir, result, cause=cause, nonce=run.nonce)
         raise Refused(int(result["returncode"]))
     return go_conn, time.time()
+
+
+def hold_job(run: Plan) -> Held | None:
+    """Start the job now, armed, as start_job would at the go, but held by the wrapper
+    before its script: the interpreter starts and imports ``--preimport``'s modules while
+    the launch arms the other hosts, and the go only opens the gate. None (the job then
+    starts at the go, as without ``--preimport``) when it cannot be started now."""
+    keeper_read, keeper_write = os.pipe()
+    gate_read, gate_write = os.pipe()
+    env = {**run.env, JOB_GATE_ENV: str(gate_read), JOB_PREIMPORT_ENV: run.args.preimport}
+    try:
+        with open(run.worker_dir / LOG_FILE, "ab", buffering=0) as log:
+            child = subprocess.Popen(
+                run.job_argv, cwd=run.worker_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(gate_read,),
+                preexec_fn=job_preexec(keeper_read, os.getpid()),  # noqa: PLW1509 - single-threaded
+            )  # fmt: skip
+    except OSError:
+        for fd in (keeper_write, gate_write):
+            os.close(fd)
+        return None
+    finally:
+        os.close(keeper_read)
+        os.close(gate_read)
+    return Held(child, keeper_write, gate_write)
+
+
+def drop_held(run: Plan) -> None:
+    """End a held job that will never get its go: the gate closed (the wrapper exits), and
+    the keeper's pipe with it (the keeper kills the job's whole group)."""
+    held, run.held = run.held, None
+    if held is None:
+        return
+    for fd in (held.gate_write, held.keeper_write):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        held.child.wait(timeout=5)
 
 
 def job_time_left(run: Plan) -> float:
@@ -1300,13 +1379,42 @@ def start_job(run: Plan, started: float, go_conn: socket.socket | None) -> Job:
     keeper (whose pipe the supervisor holds for as long as it lives); record its state and
     answer the go."""
     args, worker_dir = run.args, run.worker_dir
-    keeper_read, keeper_write = os.pipe()
     log_path = worker_dir / LOG_FILE
     oom_before = oom_kill_counts()
     # The armed record is the supervisor's: whatever changes it from here is the job's.
     guard = RecordGuard(worker_dir)
     guard.wrote(STATE_FILE)
-    with open(log_path, "ab", buffering=0) as log:
+    held, run.held = run.held, None
+    if held is not None:
+        # The job held since the arming: the go opens its gate (a job that ended meanwhile
+        # is found ended by the watch, its log says why).
+        with contextlib.suppress(OSError):
+            os.write(held.gate_write, JOB_GATE_OPEN)
+        os.close(held.gate_write)
+        child, keeper_write = held.child, held.keeper_write
+    else:
+        child, keeper_write = spawn_job(run, started, go_conn)
+    state: dict[str, Any] = {
+        **run.record,
+        "pid": child.pid,
+        "pgid": child.pid,
+        "keeper_pid": next((p for p in group_members(child.pid) if p != child.pid), None),
+        "started_at": started,
+    }
+    guard.rewrite(STATE_FILE)
+    write_json_atomic(worker_dir / STATE_FILE, state)
+    guard.wrote(STATE_FILE)
+    if go_conn is not None:
+        answer_go(go_conn, GO_STARTED + str(child.pid).encode())
+    return Job(child, state["keeper_pid"], keeper_write, state, guard, log_path, oom_before, started)
+
+
+def spawn_job(run: Plan, started: float, go_conn: socket.socket | None) -> tuple[subprocess.Popen, int]:
+    """The job's process, started now (start_job's, without a held job), and the write
+    end of its keeper's pipe."""
+    args, worker_dir = run.args, run.worker_dir
+    keeper_read, keeper_write = os.pipe()
+    with open(worker_dir / LOG_FILE, "ab", buffering=0) as log:
         try:
             child = subprocess.Popen(
                 run.job_argv,
@@ -1324,19 +1432,7 @@ def start_job(run: Plan, started: float, go_conn: socket.socket | None) -> Job:
                 answer_go(go_conn, GO_FAILED + f"cannot start the job: {exc}".encode("utf-8", "replace"))
             raise Refused(127) from exc
     os.close(keeper_read)
-    state: dict[str, Any] = {
-        **run.record,
-        "pid": child.pid,
-        "pgid": child.pid,
-        "keeper_pid": next((p for p in group_members(child.pid) if p != child.pid), None),
-        "started_at": started,
-    }
-    guard.rewrite(STATE_FILE)
-    write_json_atomic(worker_dir / STATE_FILE, state)
-    guard.wrote(STATE_FILE)
-    if go_conn is not None:
-        answer_go(go_conn, GO_STARTED + str(child.pid).encode())
-    return Job(child, state["keeper_pid"], keeper_write, state, guard, log_path, oom_before, started)
+    return child, keeper_write
 
 
 def take_stacks(run: Plan, job: Job, ending: Ending) -> None:
@@ -1462,6 +1558,12 @@ class JobWatch:
                 ending.stop("peer", found)
 
 
+def stop_grace(ending: Ending, grace: float) -> float:
+    """The grace of the supervisor's own stop: ``--grace``, or at most PEER_STOP_GRACE for a
+    stop because a peer failed (``stopped_by: peer``)."""
+    return min(grace, PEER_STOP_GRACE) if ending.stopped_by == "peer" else grace
+
+
 def watch_job(run: Plan, job: Job, watch: JobWatch, stop_reason: list[tuple[str, str, str | None]]) -> Ending:
     """Watch the job until it ends, or stop it: asked to (a signal, tf_worker_stop), or for
     a reason of its own (``JobWatch.check``); an error of the supervisor stops it too, as
@@ -1481,7 +1583,7 @@ def watch_job(run: Plan, job: Job, watch: JobWatch, stop_reason: list[tuple[str,
             watch.check(ending)
             if ending.stopped_by is not None:
                 ending.stopped_at.append(time.time())
-                stop_group(job.pgid, child, grace, keeper=job.keeper)
+                stop_group(job.pgid, child, stop_grace(ending, grace), keeper=job.keeper)
                 break
             # Returns as soon as the job ends (Popen polls every few ms while it waits), so
             # that its exit is recorded at once rather than up to a poll later.
