@@ -536,8 +536,9 @@ def test_the_hosts_whose_loss_the_training_survives(workers: Any, required: Any,
         (None, [0], False, False),
     ],
 )
-def test_only_an_optional_evaluators_host_writes_no_failure_flag(types: Any, indices: list[int], required: bool,
-                                                                   optional: bool) -> None:  # fmt: skip
+def test_only_an_optional_evaluators_host_writes_no_failure_flag(
+    types: Any, indices: list[int], required: bool, optional: bool
+) -> None:
     from tf_causes import host_lost_flag, only_optional_evaluator
 
     assert only_optional_evaluator(types, indices, required) is optional
