@@ -39,6 +39,11 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_activity import frozen_entry, frozen_since
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_bundle import receive
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import (
+    evaluator_lost_text,
+    host_lost_flag,
+    only_optional_evaluator,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import WORKER_PREFIX, printable
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_status_lines import (
     REPRINT_SECONDS,
@@ -61,7 +66,10 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_wait_con
 display = Display()
 
 # The options only this action reads (documented in plugins/modules/tf_worker_wait.py).
-ACTION_ONLY = ("controller_dir", "attempt", "rounds", "until_joined", "deadline", "stall_timeout", "coordinator", "task_types")
+ACTION_ONLY = (
+    "controller_dir", "attempt", "rounds", "until_joined", "deadline", "stall_timeout", "coordinator", "task_types",
+    "evaluator_required",
+)
 
 
 class ActionModule(ActionBase):
@@ -117,8 +125,15 @@ class ActionModule(ActionBase):
                     task_vars=task_vars,
                 )
             except AnsibleConnectionFailure as exc:
-                if flag_file:
-                    write_flag(flag_file, {"host": host, "cause": "host-lost", "reason": f"host {host} unreachable: {exc}"})
+                # A host that runs only the sidecar evaluator, not required: reported, and
+                # the training goes on (no flag); any other lost host fails the attempt.
+                indices = [w.get("index") for w in args.get("workers") or [] if isinstance(w, dict)]
+                optional = only_optional_evaluator(options["task_types"], indices, options["evaluator_required"])
+                flag = host_lost_flag(host, exc, optional)
+                if flag_file and flag is not None:
+                    write_flag(flag_file, flag)
+                elif flag_file:
+                    display.display(f"  {evaluator_lost_text(host)}")
                 raise
             if status.get("failed"):
                 return {**result, **status}

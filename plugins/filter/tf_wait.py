@@ -6,7 +6,11 @@ import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import cause_of
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import (
+    cause_of,
+    evaluator_lost_text,
+    optional_evaluator_hosts,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import WORKER_EXITED
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_records import counts_failed
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_contract import pattern_problem
@@ -74,13 +78,17 @@ def frozen_of(host: str, worker: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def tf_wait_outcome(
-    all_hosts: list[str], live_hosts: list[str], statuses: dict[str, Any], detached: bool = False
+    all_hosts: list[str], live_hosts: list[str], statuses: dict[str, Any], detached: bool = False,
+    workers: list[dict[str, Any]] | None = None, evaluator_required: bool = True,
 ) -> dict[str, Any]:
     """Summarise the wait: a failed or lost worker anywhere, a stall, or a host whose
     status is missing or incomplete, makes the run not ok. Each failed worker carries its
     ``cause``; ``causes`` lists their kinds, sorted, each once. ``frozen_workers`` lists
     the workers alive and frozen (stopped, or in uninterruptible sleep) when the wait
-    ended, with how long they were seen so: facts for the culprit rule, not a verdict."""
+    ended, with how long they were seen so: facts for the culprit rule, not a verdict.
+    A lost host that runs only the sidecar evaluator (by ``workers``, the cluster spec's),
+    not ``evaluator_required``, is in ``evaluator_lost`` (``host``, ``workers``, ``text``)
+    instead of ``lost_hosts``: reported, never the run's failure."""
     if not isinstance(statuses, dict):
         raise TypeError(f"tf_wait_outcome: statuses must map host to status, not {type(statuses).__name__}")
     failed: list[dict[str, Any]] = []
@@ -91,7 +99,11 @@ def tf_wait_outcome(
     # A host that left the play, or whose wait could not reach it (the wait ignores its
     # unreachability, to keep it in the play): lost.
     lost = [host for host in all_hosts if host not in live_hosts or unreachable(statuses.get(host))]
-    for host in [h for h in live_hosts if h not in lost]:
+    optional = optional_evaluator_hosts(workers or [], evaluator_required)
+    evaluator_lost = [{"host": h, "workers": optional[h], "text": evaluator_lost_text(h)} for h in lost if h in optional]
+    lost = [host for host in lost if host not in optional]
+    gone = lost + [entry["host"] for entry in evaluator_lost]
+    for host in [h for h in live_hosts if h not in gone]:
         status = statuses.get(host)
         problem = status_problem(host, status)
         if problem:
@@ -119,7 +131,7 @@ def tf_wait_outcome(
                 frozen.append(seen)
     failed.sort(key=lambda w: w["index"])
     frozen.sort(key=lambda w: w["index"])
-    stalled = stall_of([statuses.get(host) for host in live_hosts if host not in lost])
+    stalled = stall_of([statuses.get(host) for host in live_hosts if host not in gone])
     left_running = detached and bool(running) and all(w["joined"] for w in running)
     ok = (
         not failed and not lost and not deadline_hosts and not problems and not stalled
@@ -133,6 +145,7 @@ def tf_wait_outcome(
         "running_workers": running,
         "frozen_workers": frozen,
         "lost_hosts": lost,
+        "evaluator_lost": evaluator_lost,
         "deadline_hosts": deadline_hosts,
         "status_problems": problems,
         "stalled": stalled,

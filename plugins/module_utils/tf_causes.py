@@ -450,6 +450,52 @@ def attempt_failure(outcome: dict[str, Any], workers: list[dict[str, Any]] | Non
             "text": cause_text(cause), "culprit": found["index"], "host": found.get("host")}  # fmt: skip
 
 
+# --- A lost host that runs only the sidecar evaluator --------------------------------------
+
+EVALUATOR_TASK = "evaluator"
+
+
+def optional_evaluator_hosts(workers: Any, required: Any) -> dict[str, list[int]]:
+    """Host to its worker indices, for the hosts that run the sidecar evaluator and nothing
+    else, when the user did not require it (tf_evaluator_required): losing such a host is
+    reported, never the run's failure. ``workers`` is the cluster spec's (index, host,
+    type); empty when the evaluator is required."""
+    if required is True or str(required).strip().lower() in ("true", "yes", "1", "on"):
+        return {}
+    kinds: dict[str, set[str]] = {}
+    indices: dict[str, list[int]] = {}
+    for worker in workers if isinstance(workers, list) else []:
+        if not isinstance(worker, dict) or worker.get("host") is None:
+            continue
+        host = str(worker["host"])
+        kinds.setdefault(host, set()).add(str(worker.get("type") or "worker"))
+        indices.setdefault(host, []).append(worker.get("index"))
+    return {host: indices[host] for host, seen in kinds.items() if seen == {EVALUATOR_TASK}}
+
+
+def only_optional_evaluator(types: Any, indices: list[Any], required: Any) -> bool:
+    """Whether the workers ``indices`` of one host (their task ``types`` by index, the
+    cluster spec's order) are the sidecar evaluator alone, not required."""
+    kinds = [str(t) for t in types] if isinstance(types, list) else []
+    own = [kinds[i] if isinstance(i, int) and 0 <= i < len(kinds) else None for i in indices]
+    workers = [{"index": i, "host": "-", "type": kind} for i, kind in zip(indices, own)]
+    return bool(own) and None not in own and bool(optional_evaluator_hosts(workers, required))
+
+
+def host_lost_flag(host: str, error: Any, evaluator_optional: bool) -> dict[str, Any] | None:
+    """The failure flag the wait of a host that stopped answering writes (cause
+    ``host-lost``): every other host stops waiting and the attempt fails. None for a host
+    that runs only the sidecar evaluator the user did not require: the training goes on."""
+    if evaluator_optional:
+        return None
+    return {"host": host, "cause": "host-lost", "reason": f"host {host} unreachable: {error}"}
+
+
+def evaluator_lost_text(host: str) -> str:
+    """What the console says of a lost sidecar evaluator's host that was not required."""
+    return f"{host} (the sidecar evaluator) stopped answering: the training goes on without it"
+
+
 # --- Stacks --------------------------------------------------------------------------------
 
 

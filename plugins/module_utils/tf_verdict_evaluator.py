@@ -8,7 +8,8 @@ end is not the training's. It gets an entry of its own in summary.json (``evalua
 how it ended (``completed`` by itself, ``stopped`` by the runbook once the training ended
 or the run stopped, ``failed``, or ``unknown`` when no exit record of it came back: its
 host lost), its exit status, cause and log, and one line of metrics per checkpoint it
-evaluated (tf_metrics.parse_evaluations). Only an evaluator the user required
+evaluated (tf_metrics.parse_evaluations); ``lost`` where the wait recorded that its host
+stopped answering and let the training go on (tf_wait_outcome's ``evaluator_lost``). Only an evaluator the user required
 (tf_evaluator_required, recorded in its exit.json) has a check, ``evaluator``, which a
 failed or lost one fails; any other failure is reported, never the run's.
 """
@@ -23,8 +24,9 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import EVALUATOR, LOG_FILE
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import as_dict, parse_attempt, task_of
 
-# How an evaluator ended.
-COMPLETED, STOPPED, FAILED, UNKNOWN = "completed", "stopped", "failed", "unknown"
+# How an evaluator ended. LOST: its host stopped answering during the run, and the wait
+# let the training go on (tf_wait_outcome's evaluator_lost, the evaluator not required).
+COMPLETED, STOPPED, FAILED, UNKNOWN, LOST = "completed", "stopped", "failed", "unknown", "lost"
 
 
 def is_evaluator(worker: dict[str, Any]) -> bool:
@@ -72,6 +74,32 @@ def evaluator_entry(worker: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def lost_evaluator(wait: Any) -> dict[str, Any] | None:
+    """The wait's record of a lost sidecar evaluator's host (``evaluator_lost``'s first
+    entry: ``host``, ``workers``), or None."""
+    entries = [e for e in as_dict(wait).get("evaluator_lost") or [] if isinstance(e, dict) and e.get("host")]
+    return entries[0] if entries else None
+
+
+def with_lost_host(entry: dict[str, Any] | None, wait: Any) -> dict[str, Any] | None:
+    """summary.json's ``evaluator`` where the wait knows its host was lost: the entry of
+    the files that came back, marked ``lost`` where no exit record of it did; or, when none
+    of its files came back (the collect leaves a lost host out), an entry from the wait's
+    record alone (no log). Unchanged otherwise."""
+    lost = lost_evaluator(wait)
+    if lost is None or (entry is not None and (entry["status"] != UNKNOWN or entry["host"] != str(lost["host"]))):
+        return entry
+    if entry is not None:
+        return {**entry, "status": LOST, "cause": None}
+    indices = [i for i in lost.get("workers") or [] if isinstance(i, int)]
+    index = indices[0] if indices else None
+    return {
+        "index": index, "host": str(lost["host"]), "status": LOST, "required": False, "exit_status": None,
+        "reason": None, "cause": None, "stopped_by": None, "training_ended": False, "checkpoints_received": None,
+        "log": None, "evaluations": [],
+    }
+
+
 def evaluator_line(entry: dict[str, Any]) -> str:
     """One line on how the evaluator ended, naming its cause and log when it failed."""
     done = len(entry["evaluations"])
@@ -83,6 +111,10 @@ def evaluator_line(entry: dict[str, Any]) -> str:
     if entry["status"] == STOPPED:
         by = "once the training ended" if entry["training_ended"] else f"({entry['stopped_by']})"
         return f"{where}: stopped by the runbook {by}, {evaluated}"
+    if entry["status"] == LOST:
+        after = "the run fails (tf_evaluator_required)" if entry["required"] else "not required: the training went on"
+        return (f"{where}: LOST, its host stopped answering during the run, no exit record and no log came back; "
+                f"{evaluated}; {after}")
     kind = as_dict(entry.get("cause")).get("kind") or "unknown"
     what = "no exit record came back (its host lost?)" if entry["status"] == UNKNOWN else (
         f"exit status {entry['exit_status']}: {kind}: {entry['reason']}")

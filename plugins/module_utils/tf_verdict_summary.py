@@ -49,6 +49,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_
     evaluator_check,
     evaluator_entry,
     split_evaluator,
+    with_lost_host,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import (
     as_dict,
@@ -344,7 +345,9 @@ def summarize_run(run_id: str, run_dir: str, marker_name: str, expected_size: in
     # training's workers, its metrics never theirs. expected_size counts the training.
     attempts, evaluators = split_evaluator(attempts)
     evaluator = evaluator_entry(evaluators[0]) if evaluators else None
-    if evaluator is not None:
+    # Its host lost and the training gone on without it: the wait's record says so.
+    evaluator = with_lost_host(evaluator, inputs.get("wait_outcome"))
+    if evaluator is not None and evaluator["log"]:
         evaluator["log_in_run"] = os.path.relpath(evaluator["log"], run_dir)
     final = attempts[-1]
     workers = final["workers"]

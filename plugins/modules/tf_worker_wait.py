@@ -135,6 +135,15 @@ options:
     type: list
     elements: str
     default: []
+  evaluator_required:
+    description:
+      - Used by the action on the controller (C(tf_evaluator_required)). Whether the sidecar
+        evaluator's host lost fails the run. A host whose workers are the sidecar evaluator
+        alone (by O(task_types)) that stops answering, when not required, writes no failure
+        flag; the other hosts go on waiting and the training goes on; the console says so.
+        Any other host that stops answering flags the attempt failed (cause C(host-lost)).
+    type: bool
+    default: false
   rounds:
     description: Used by the action on the controller. Upper bound of module calls (a
       backstop to the deadline).
@@ -322,6 +331,7 @@ ARGUMENT_SPEC = {
     "rounds": {"type": "int", "default": 100000},
     "coordinator": {"type": "bool", "default": False},
     "task_types": {"type": "list", "elements": "str", "default": []},
+    "evaluator_required": {"type": "bool", "default": False},
     "stall_timeout": {"type": "int", "default": 0},
 }
 

@@ -19,7 +19,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes import CAUSES
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_progress import epoch_durations, mean_epoch
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_evaluator import FAILED, UNKNOWN, evaluator_line
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_evaluator import FAILED, LOST, UNKNOWN, evaluator_line
 
 
 # Chart box (SVG user units); the page scales it to its column.
@@ -606,7 +606,7 @@ def evaluator_view(summary: dict[str, Any]) -> dict[str, Any] | None:
     log = entry.get("log_in_run")
     return {
         "line": evaluator_line(entry),
-        "state": "fail" if entry.get("status") in (FAILED, UNKNOWN) else "ok",
+        "state": "fail" if entry.get("status") in (FAILED, UNKNOWN, LOST) else "ok",
         "status": entry.get("status"),
         "log": log,
         "log_href": quote(str(log or "")),

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
-from faults import remote_pid, wait_for_log
+from faults import remote_pid, wait_for_log, wait_until
 from nshosts import NamespaceHosts
 from test_long_runs import RUN, no_process_left, settings
 from test_multihost import Runbook
@@ -161,7 +161,8 @@ def test_a_sidecar_evaluator_evaluates_the_chiefs_checkpoints_apart_and_its_fail
     evaluated, the last epoch's among them; the verdict shows them apart from the
     training's metrics, and the evaluator completed or was stopped by the runbook, never
     failed. Then, on the same hosts, an evaluator program that fails: the training still
-    succeeds and the failure is reported with its log."""
+    succeeds and the failure is reported with its log. Last, the evaluator's host cut off
+    mid-training: reported as lost, the training goes on, ansible-playbook exits 0."""
     hosts = make_ns_hosts(count=3)
     book = typed_book(hosts, tmp_path, {"node0": "tf_chief", "node2": "tf_evaluator"}, port=2540,
                       groupvars=settings(worker_python, tf_train_args=["--epochs=3", "--steps-per-epoch=3"],
@@ -206,6 +207,39 @@ def test_a_sidecar_evaluator_evaluates_the_chiefs_checkpoints_apart_and_its_fail
     assert re.search(r"evaluator \(worker 2, node2\): FAILED, exit status 2: .*not required: the training went on; "
                      r"log: \S+/eval-bad/node2/worker-2/worker.log", out), summary_lines(out)
     no_process_left(book, "eval-bad")
+
+    # The same hosts, the evaluator's host cut off for good mid-training (after the chief's
+    # epoch 2, ten epochs of 40 steps): not required, so its loss is reported, the training
+    # goes on, the collect and the verdict leave the host out, and the playbook exits 0.
+    data = yaml.safe_load(book.inventory.read_text())
+    for group in data["all"]["children"].values():
+        for name in ("tf_evaluator_script", "tf_evaluator_args"):
+            group["vars"].pop(name, None)
+        group["vars"]["tf_train_args"] = ["--epochs=10", "--steps-per-epoch=40"]
+    book.inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def cut_evaluator() -> None:
+        wait_for_log(hosts, 0, f"{RUN}/eval-lost/worker-0/worker.log", "epoch=2 ")
+        hosts.cut_network(2)
+
+    status, out = play(book, "eval-lost", cut_evaluator)
+    assert status == 0, out[-5000:]
+    assert "node2 (the sidecar evaluator) stopped answering: the training goes on without it" in out, out[-5000:]
+    summary = book.summary("eval-lost")
+    assert summary["status"] == "succeeded" and sorted(summary["metrics"], key=int)[-1] == "10", summary["checks"]
+    assert [(w["index"], w["host"]) for w in summary["workers"]] == [(0, "node0"), (1, "node1")]
+    evaluator = summary["evaluator"]
+    assert (evaluator["status"], evaluator["host"], evaluator["index"]) == ("lost", "node2", 2), evaluator
+    assert summary["context"]["wait"]["evaluator_lost"][0]["host"] == "node2"
+    assert summary["context"]["wait"]["lost_hosts"] == []
+    assert re.search(r"evaluator \(worker 2, node2\): LOST, its host stopped answering during the run.*"
+                     r"not required: the training went on", out), summary_lines(out)
+    assert not (book.runs / "eval-lost" / "node2" / "worker-2" / "worker.log").exists()
+    # The chief's supervisor may still be telling the lost evaluator that the training ended
+    # (its push gives up after its own timeouts, tf_checkpoint_push's IO_SECONDS and
+    # END_SECONDS); then nothing of the run is left on the hosts that answer.
+    wait_until(lambda: book.run_processes(0, "eval-lost") == [], 120, "the chief's supervisor to end")
+    assert book.run_processes(1, "eval-lost") == [], "processes of eval-lost left on node1"
 
 
 def summary_lines(out: str) -> str:

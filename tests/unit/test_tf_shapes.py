@@ -499,3 +499,109 @@ def test_every_play_of_the_workers_takes_every_task_type() -> None:
             for group in ("tf_chief_group", "tf_ps_group", "tf_evaluator_group"):
                 assert group in hosts, f"{path.name}: play {play.get('name')!r} leaves out {group}"
     assert seen >= 9
+
+
+# --- The sidecar evaluator's host lost ------------------------------------------------------
+
+EVAL_SPEC = [{"index": 0, "host": "node0", "type": "chief"}, {"index": 1, "host": "node1", "type": "worker"},
+             {"index": 2, "host": "node2", "type": "evaluator"}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("workers", "required", "hosts"),
+    [
+        (EVAL_SPEC, False, {"node2": [2]}),
+        (EVAL_SPEC, True, {}),
+        (EVAL_SPEC, "true", {}),
+        # A host that runs a training worker beside the evaluator is the training's.
+        (EVAL_SPEC + [{"index": 3, "host": "node2", "type": "worker"}], False, {}),
+        (EVAL_SPEC[:2], False, {}),
+        (None, False, {}),
+    ],
+)
+def test_the_hosts_whose_loss_the_training_survives(workers: Any, required: Any, hosts: dict[str, list[int]]) -> None:
+    from tf_causes import optional_evaluator_hosts
+
+    assert optional_evaluator_hosts(workers, required) == hosts
+
+
+@pytest.mark.parametrize(
+    ("types", "indices", "required", "optional"),
+    [
+        (["chief", "worker", "evaluator"], [2], False, True),
+        (["chief", "worker", "evaluator"], [2], True, False),
+        (["chief", "worker", "evaluator"], [1], False, False),
+        (["chief", "worker", "evaluator"], [], False, False),
+        ([], [2], False, False),
+        (None, [0], False, False),
+    ],
+)
+def test_only_an_optional_evaluators_host_writes_no_failure_flag(
+    types: Any, indices: list[int], required: bool, optional: bool
+) -> None:
+    from tf_causes import host_lost_flag, only_optional_evaluator
+
+    assert only_optional_evaluator(types, indices, required) is optional
+    flag = host_lost_flag("node2", "ssh: timed out", only_optional_evaluator(types, indices, required))
+    assert flag == (None if optional else {"host": "node2", "cause": "host-lost", "reason": "host node2 unreachable: ssh: timed out"})
+
+
+def wait_statuses() -> dict[str, Any]:
+    def status(index: int) -> dict[str, Any]:
+        return {"workers": [{"index": index, "state": "exited", "returncode": 0, "reason": "exited"}],
+                "done": True, "deadline_passed": False}  # fmt: skip
+
+    return {"node0": status(0), "node1": status(1), "node2": {"unreachable": True, "msg": "timed out"}}
+
+
+def test_the_optional_evaluators_lost_host_is_reported_apart_and_the_run_stays_ok() -> None:
+    from tf_wait import tf_wait_outcome
+
+    hosts = ["node0", "node1", "node2"]
+    outcome = tf_wait_outcome(hosts, hosts, wait_statuses(), False, EVAL_SPEC, False)
+    assert outcome["ok"] is True and outcome["lost_hosts"] == [] and outcome["failed_workers"] == []
+    assert outcome["evaluator_lost"] == [{"host": "node2", "workers": [2], "text": (
+        "node2 (the sidecar evaluator) stopped answering: the training goes on without it")}]
+    # Required, or without the spec (as before): a lost host as any other.
+    for args in ((EVAL_SPEC, True), ()):
+        outcome = tf_wait_outcome(hosts, hosts, wait_statuses(), False, *args)
+        assert outcome["ok"] is False and outcome["lost_hosts"] == ["node2"] and outcome["evaluator_lost"] == []
+    # A training host lost beside it still fails the run.
+    statuses = wait_statuses()
+    statuses["node1"] = {"unreachable": True}
+    outcome = tf_wait_outcome(hosts, hosts, statuses, False, EVAL_SPEC, False)
+    assert outcome["ok"] is False and outcome["lost_hosts"] == ["node1"] and [e["host"] for e in outcome["evaluator_lost"]] == ["node2"]
+
+
+LOST_WAIT = {"ok": True, "lost_hosts": [], "evaluator_lost": [{"host": "node2", "workers": [2], "text": "..."}]}
+
+
+def test_the_verdict_says_the_evaluators_host_was_lost(tmp_path: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_summary import summarize_run, table
+
+    # The collect left the lost host out: none of its files came back.
+    write_run(tmp_path, eval_run(None, "")[:2])
+    summary = summarize_run("r", str(tmp_path), "multiworker-complete.txt", 2, {"wait_outcome": LOST_WAIT}, {})
+    assert summary["status"] == "succeeded", summary["checks"]
+    assert [w["index"] for w in summary["workers"]] == [0, 1] and "evaluator" not in checks_of(summary)
+    evaluator = summary["evaluator"]
+    assert (evaluator["status"], evaluator["host"], evaluator["index"], evaluator["log"]) == ("lost", "node2", 2, None)
+    line = ("evaluator (worker 2, node2): LOST, its host stopped answering during the run, no exit record and no log "
+            "came back; 0 checkpoint(s) evaluated; not required: the training went on")
+    assert line in table(summary)
+    # Without the wait's record: no evaluator entry at all, as before.
+    assert summarize_run("r", str(tmp_path), "multiworker-complete.txt", 2, {}, {})["evaluator"] is None
+
+
+def test_an_evaluator_without_exit_record_on_the_lost_host_is_lost_not_unknown(tmp_path: Path) -> None:
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_evaluator import (
+        evaluator_line,
+        with_lost_host,
+    )
+
+    entry = {"index": 2, "host": "node2", "status": "unknown", "required": False, "evaluations": [], "cause": None}
+    assert with_lost_host(entry, LOST_WAIT)["status"] == "lost"
+    assert "LOST, its host stopped answering" in evaluator_line(with_lost_host(entry, LOST_WAIT))
+    assert with_lost_host(entry, {"evaluator_lost": []}) is entry
+    assert with_lost_host({**entry, "status": "completed"}, LOST_WAIT)["status"] == "completed"
+    assert with_lost_host(None, None) is None

@@ -55,9 +55,10 @@ class FastHost:
 
 
 def run_action(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, execute: Any, plugin_of: Any = action,
-               hostname: str = "node1", **args: Any) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
-    """The wait's action (or, with plugin_of, the status's) with execute for the host's module."""
-    shown: list[str] = []
+               hostname: str = "node1", shown: list[str] | None = None, **args: Any) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+    """The wait's action (or, with plugin_of, the status's) with execute for the host's module;
+    what it displays goes to ``shown`` (a new list unless given)."""
+    shown = [] if shown is None else shown
     monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
     monkeypatch.setattr(plugin_of.display, "display", lambda msg, *a, **k: shown.append(msg))
     plugin = object.__new__(plugin_of.ActionModule)
@@ -519,3 +520,36 @@ def test_the_lines_name_each_workers_task_only_where_the_inventory_gave_types(ty
     from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_status_lines import task_labels
 
     assert task_labels(types) == labels
+
+
+def lost_host(module_name: str, module_args: dict[str, Any], task_vars: Any) -> dict[str, Any]:
+    from ansible.errors import AnsibleConnectionFailure
+
+    raise AnsibleConnectionFailure("ssh: connect to host node2: Connection timed out")
+
+
+@pytest.mark.parametrize(
+    ("workers", "required", "flagged"),
+    [
+        # The sidecar evaluator alone, not required: reported, no flag, the training goes on.
+        ([{"index": 2, "dir": "/r/worker-2"}], False, False),
+        ([{"index": 2, "dir": "/r/worker-2"}], True, True),
+        # A training worker's host: the attempt fails, as before.
+        ([{"index": 1, "dir": "/r/worker-1"}], False, True),
+    ],
+)
+def test_a_lost_host_flags_the_attempt_unless_it_runs_only_an_optional_evaluator(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workers: list[dict[str, Any]], required: bool, flagged: bool
+) -> None:
+    from ansible.errors import AnsibleConnectionFailure
+
+    shown: list[str] = []
+    with pytest.raises(AnsibleConnectionFailure):
+        run_action(monkeypatch, tmp_path, lost_host, hostname="node2", shown=shown, workers=workers,
+                   task_types=["chief", "worker", "evaluator"], evaluator_required=required)
+    flag = tmp_path / ".attempt-0.failed"
+    assert flag.exists() is flagged
+    said = "  node2 (the sidecar evaluator) stopped answering: the training goes on without it"
+    assert (said in shown) is not flagged, shown
+    if flagged:
+        assert json.loads(flag.read_text())["cause"] == "host-lost"

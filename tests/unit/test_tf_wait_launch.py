@@ -66,6 +66,7 @@ def test_outcome_ok_when_every_worker_exited_zero() -> None:
         "running_workers": [],
         "frozen_workers": [],
         "lost_hosts": [],
+        "evaluator_lost": [],
         "deadline_hosts": [],
         "status_problems": [],
         "stalled": None,
