@@ -185,3 +185,24 @@ def test_the_chiefs_end_is_said_once_to_an_evaluator_that_is_gone(push: ModuleTy
     pusher.push = lambda kind="push", extra=None: tries.append(kind) or push_once(kind, extra)  # type: ignore[method-assign]
     assert pusher.finish(0, seconds=3) is False
     assert tries == ["end"] and pusher.gone and "ConnectionRefusedError" in pusher.last_error
+
+
+def test_the_chiefs_end_is_said_once_to_an_evaluator_whose_host_does_not_answer(
+    push: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The evaluator's host is cut off: its connect gets no answer. One try of
+    CONNECT_SECONDS, not IO_SECONDS per try for END_SECONDS: the chief's supervisor must
+    not outlive its job by a minute for an evaluator nobody can reach."""
+    (tmp_path / "chief").mkdir()
+    backup(tmp_path / "chief", 1)
+    timeouts: list[float] = []
+
+    def no_answer(address: tuple[str, int], timeout: float) -> socket.socket:
+        timeouts.append(timeout)
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(push.socket, "create_connection", no_answer)
+    pusher = push.Pusher(tmp_path / "chief", ("127.0.0.1", 9), KEY, "run1")
+    assert pusher.finish(0, seconds=30) is False
+    assert timeouts == [push.CONNECT_SECONDS] and push.CONNECT_SECONDS < push.IO_SECONDS
+    assert pusher.gone and "TimeoutError" in pusher.last_error

@@ -53,6 +53,9 @@ CHUNK = 1 << 20
 # A sender's look at its checkpoint directory, and its connection's timeout.
 LOOK_SECONDS = 1.0
 IO_SECONDS = 30.0
+# A connect that gets no answer in this time finds the evaluator's host gone (cut off, or
+# crashed): the chief's supervisor must not outlive its job by IO_SECONDS per try for it.
+CONNECT_SECONDS = 5.0
 # How long the chief's supervisor tries to tell the evaluator the training ended.
 END_SECONDS = 15.0
 
@@ -133,7 +136,8 @@ def send_message(
     the receiver's answer (``OK`` or ``NO ...``); raises OSError when it could not be sent."""
     line, body = header_line(key, header)
     mac = hmac.new(key, body, "sha256")
-    with socket.create_connection(address, timeout=IO_SECONDS) as conn:
+    with socket.create_connection(address, timeout=CONNECT_SECONDS) as conn:
+        conn.settimeout(IO_SECONDS)
         try:
             conn.sendall(line)
             for name, size in header["files"]:
@@ -150,6 +154,12 @@ def send_message(
                 return answer
             raise
         return read_line(conn, 512).decode("utf-8", "replace").strip() or "NO answer"
+
+
+def gone_error(exc: OSError) -> bool:
+    """Whether a send's error says the receiver is gone: nothing listens on its port, or
+    its host did not answer the connect (or a read) in time."""
+    return isinstance(exc, (ConnectionRefusedError, TimeoutError))
 
 
 def refusal(conn: socket.socket) -> str:
@@ -188,7 +198,8 @@ class Pusher:
         self.marker = f"{CHECKPOINT_OWN_PREFIX}push-{os.getpid()}-{self.seq}"
         self.pushes = 0
         self.last_error = ""
-        # The last try found no receiver (connection refused): the evaluator is gone.
+        # The last try found no receiver (connection refused, or no answer in time: its
+        # host cut off): the evaluator is gone.
         self.gone = False
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
@@ -211,7 +222,7 @@ class Pusher:
         try:
             answer = send_message(self.address, self.key, header, self.directory, pointers)
         except OSError as exc:
-            self.last_error, self.gone = f"{type(exc).__name__}: {exc}", isinstance(exc, ConnectionRefusedError)
+            self.last_error, self.gone = f"{type(exc).__name__}: {exc}", gone_error(exc)
             return False
         self.gone = False
         if answer != "OK":
@@ -240,11 +251,12 @@ class Pusher:
     def finish(self, returncode: int, seconds: float = END_SECONDS) -> bool:
         """The chief's job ended: stop looking, push what is left and tell the evaluator
         the training ended (with the job's exit status), tried for ``seconds``, or once
-        when nothing listens on the evaluator's port (it ended: nobody to tell, and the
-        chief's supervisor must not outlive its job for it)."""
+        when nothing listens on the evaluator's port or its host does not answer (it
+        ended, or its host is cut off: nobody to tell, and the chief's supervisor must not
+        outlive its job for it)."""
         self.stop.set()
         if self.thread is not None:
-            self.thread.join(IO_SECONDS + LOOK_SECONDS)
+            self.thread.join(CONNECT_SECONDS + LOOK_SECONDS)
         end = time.monotonic() + seconds
         try:
             while True:
@@ -261,7 +273,7 @@ class Pusher:
         try:
             return send_message(self.address, self.key, header, self.directory, {}) == "OK"
         except OSError as exc:
-            self.last_error, self.gone = f"{type(exc).__name__}: {exc}", isinstance(exc, ConnectionRefusedError)
+            self.last_error, self.gone = f"{type(exc).__name__}: {exc}", gone_error(exc)
             return False
 
 
