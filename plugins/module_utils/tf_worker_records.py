@@ -24,6 +24,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_logs imp
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import progress_of, progress_pattern
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import PROC, group_usage, works_in
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
+    CONFIG_FILE,
     EXIT_FILE,
     JOB_ENV_FILE,
     LAUNCH_OUTPUT_FILE,
@@ -350,6 +351,32 @@ def find_workers(run_dir: str) -> tuple[list[dict], dict]:
             launch = {**state["launch"], "attempt": attempt}
             break
     return workers, launch
+
+
+def task_label(config: object) -> str | None:
+    """A worker's task (``chief:0``, ``worker:1``, ``ps:0``, ``evaluator:0``) from the
+    TF_CONFIG its launch wrote, where the cluster has task types (the inventory's
+    tf_chief, tf_ps or tf_evaluator); None for the first shape (every task a ``worker``,
+    whose lines stay as they were) or a TF_CONFIG that does not say."""
+    if not isinstance(config, dict) or not isinstance(config.get("task"), dict) or not isinstance(config.get("cluster"), dict):
+        return None
+    kind, index = config["task"].get("type"), config["task"].get("index")
+    if not isinstance(kind, str) or isinstance(index, bool) or not isinstance(index, int):
+        return None
+    if kind == "worker" and set(config["cluster"]) == {"worker"}:
+        return None
+    return printable(f"{kind}:{index}")
+
+
+def with_tasks(current: list[dict]) -> list[dict]:
+    """``current`` with each worker's ``task`` read from the TF_CONFIG in its directory,
+    for a status read without the cluster spec (status.yml, logs.yml); the wait takes the
+    tasks from the spec instead (tf_status_lines.task_labels)."""
+    for worker in current:
+        label = task_label(read_json(os.path.join(worker["dir"], CONFIG_FILE))) if worker.get("dir") else None
+        if label:
+            worker["task"] = label
+    return current
 
 
 def launch_of(state: dict | None) -> dict:

@@ -86,6 +86,9 @@ workers:
     - One entry per worker found, as RV(tf_runbook.multiworker.tf_worker_wait#module:workers)
       describes it, the action's C(frozen) included; with O(logs), C(log_tail) holds the
       last O(logs.lines) lines and C(log_hidden) how many C++ log lines O(logs.filter) left out.
+    - Where the cluster has task types (the inventory's tf_chief, tf_ps, tf_evaluator), C(task)
+      names the worker's task (C(chief:0), C(worker:1), C(ps:0), C(evaluator:0)), read from the
+      TF_CONFIG in its directory; the status lines show it.
   type: list
   elements: dict
   returned: always
@@ -125,6 +128,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_r
     progress_or_error,
     snapshot,
     with_activity,
+    with_tasks,
 )
 
 ARGUMENT_SPEC = {
@@ -151,7 +155,7 @@ def main() -> None:
     logs = params["logs"] or {}
     run_dir = os.path.abspath(params["run_dir"])
     workers, launch = find_workers(run_dir)
-    current = with_activity(snapshot(workers, progress, logs.get("lines") or TAIL_LINES, {}, bool(logs.get("filter"))))
+    current = with_tasks(with_activity(snapshot(workers, progress, logs.get("lines") or TAIL_LINES, {}, bool(logs.get("filter")))))
     module.exit_json(changed=False, workers=current, workers_found=workers, launch=launch, run_dir=run_dir, now=time.time())
 
 

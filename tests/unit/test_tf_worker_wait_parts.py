@@ -132,3 +132,30 @@ def test_the_wait_module_renews_the_heartbeat_and_packs_when_all_succeeded(tmp_p
     assert result["bundle"]["files"] == ["worker-0/worker.log", "worker-1/worker.log"]
     assert (run / "controller.heartbeat").is_file()
     assert set(result["progress_marks"]) == {w["dir"] for w in workers}
+
+
+def test_a_status_names_each_workers_task_from_its_own_tf_config(tmp_path: Path) -> None:
+    """status.yml has no cluster spec: each worker's task comes from the TF_CONFIG in its
+    directory, named only where the cluster has task types (issue 41)."""
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_worker_records as records
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_status_lines import progress_lines
+
+    cluster = {"chief": ["a:1"], "worker": ["b:1"], "ps": ["c:1"]}
+    configs = {
+        0: {"cluster": cluster, "task": {"type": "chief", "index": 0}},
+        1: {"cluster": cluster, "task": {"type": "ps", "index": 0}},
+        2: {"cluster": cluster, "task": {"type": "evaluator", "index": 0}},
+        3: {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}},
+        4: {"cluster": cluster, "task": {"type": "worker", "index": True}},
+    }
+    current = []
+    for index, config in configs.items():
+        wdir = tmp_path / f"worker-{index}"
+        wdir.mkdir()
+        (wdir / "tf_config.json").write_text(json.dumps(config))
+        current.append({"index": index, "dir": str(wdir), "state": "running"})
+    current.append({"index": 5, "dir": str(tmp_path / "missing"), "state": "running"})
+    tasks = {w["index"]: w.get("task") for w in records.with_tasks(current)}
+    assert tasks == {0: "chief:0", 1: "ps:0", 2: "evaluator:0", 3: None, 4: None, 5: None}
+    lines, _keys = progress_lines("node0", {"workers": current[:2], "now": 0.0}, None, 0.0)
+    assert any("chief:0" in line for line in lines) and any("ps:0" in line for line in lines), lines
