@@ -232,6 +232,35 @@ def test_the_server_exits_0_on_the_runbooks_stop_at_the_end_and_dies_of_any_othe
         assert (proc.returncode, out.strip()) == (status, line)
 
 
+def test_the_runbooks_stop_that_lands_inside_a_print_still_ends_the_server_with_0(
+    supervisor_path: Path, tmp_path: Path
+) -> None:
+    """The SIGTERM may land while the server's main thread is inside a print (its handler
+    runs there): the handler's line must not need the buffered stdout, which is not
+    reentrant (a RuntimeError exited 1, a failure, in a loaded CI run). Made certain here:
+    stdout's raw write sends the SIGTERM itself, so the handler runs inside the flush."""
+    import subprocess
+    import sys
+
+    code = (
+        "import io, os, signal, sys\n"
+        f"sys.path.insert(0, {str(supervisor_path.parent)!r})\n"
+        "import tf_ps_server\n"
+        "signal.signal(signal.SIGTERM, tf_ps_server.on_stop('worker=3 task=ps:0'))\n"
+        "class Raw(io.RawIOBase):\n"
+        "    def writable(self):\n"
+        "        return True\n"
+        "    def write(self, data):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        return os.write(1, bytes(data))\n"
+        "sys.stdout = io.TextIOWrapper(io.BufferedWriter(Raw()))\n"
+        "print('a line of the server', flush=True)\n"
+    )
+    (tmp_path / "stop.json").write_text(json.dumps({"by": "runbook", "reason": "x", "cause": "stopped"}))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "worker=3 task=ps:0 server_stopped by=runbook"), proc.stderr[-2000:]
+
+
 def test_a_server_no_runbook_stopped_is_judged_ended_with_the_coordinator() -> None:
     gone = {"returncode": 0, "reason": "exited", "stopped_by": None, "joined": True,
             "cause": {"kind": "coordinator-gone", "detail": "ended with the coordinator"}}  # fmt: skip

@@ -102,9 +102,17 @@ def stopped_at_the_end(worker_dir: str = ".") -> bool:
 
 
 def leave(line: str) -> None:
-    """Print ``line`` and exit 0 at once: the server's threads never end by themselves."""
-    print(line, flush=True)
-    sys.stderr.flush()
+    """Write ``line`` and exit 0 at once: the server's threads never end by themselves.
+    The SIGTERM handler calls it, and a signal may land while the main thread is inside a
+    print: Python's buffered stdout is not reentrant (a print there raises RuntimeError and
+    the server would exit 1, a failure), so what the buffers hold is flushed where that can
+    be done and the line goes to the file descriptor itself."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (RuntimeError, OSError, ValueError):
+            pass
+    os.write(1, f"{line}\n".encode("utf-8", "replace"))
     os._exit(0)
 
 
