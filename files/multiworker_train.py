@@ -166,13 +166,16 @@ class EpochBackups:
                 return self.root / name
         return self.root / f"epoch-{epoch}"
 
-    def restore(self, model: tf.keras.Model, epoch: int) -> None:
-        callback = tf.keras.callbacks.BackupAndRestore(str(self._epoch_dir(epoch)), delete_checkpoint=False)
+    def restore(self, model: tf.keras.Model, epoch: int, directory: Path | None = None) -> None:
+        """Restore ``epoch``'s backup, from ``directory`` where the caller read ``latest``
+        once (the sidecar evaluator: a second read may no longer name that epoch)."""
+        directory = directory or self._epoch_dir(epoch)
+        callback = tf.keras.callbacks.BackupAndRestore(str(directory), delete_checkpoint=False)
         callback.set_model(model)
         callback.on_train_begin()
         restored = int(getattr(model, "_initial_epoch", None) or 0)
         if restored != epoch:
-            raise RuntimeError(f"backup {self._epoch_dir(epoch)} holds epoch {restored}, not {epoch}")
+            raise RuntimeError(f"backup {directory} holds epoch {restored}, not {epoch}")
 
     def save(self, model: tf.keras.Model, epoch: int) -> None:
         def write(target: Path) -> None:
@@ -272,11 +275,21 @@ def evaluate_main(args: argparse.Namespace) -> int:
     print(f"evaluator started epochs={args.epochs} checkpoints={chief.root}", flush=True)
     evaluated = 0
     while evaluated < args.epochs:
-        latest = chief.latest()
-        if latest <= evaluated:
+        entries = chief.entries()
+        if not entries or entries[0][0] <= evaluated:
             time.sleep(args.evaluate_poll)
             continue
-        chief.restore(model, latest)
+        # ``latest`` is read once: the chief's next pushes replace it and prune the
+        # backups it no longer names, so an evaluator that fell behind may find the one it
+        # read gone; it then takes the newest one.
+        latest, directory = entries[0][0], chief.root / entries[0][1]
+        try:
+            chief.restore(model, latest, directory)
+        except (RuntimeError, OSError, tf.errors.NotFoundError):
+            if directory.is_dir():
+                raise
+            print(f"evaluator skipped: the checkpoint of epoch {latest} was replaced before it was read", flush=True)
+            continue
         results = model.evaluate(features, labels, batch_size=64, verbose=0, return_dict=True)
         shown = " ".join(f"{name}={float(value):.4f}" for name, value in sorted(results.items()))
         print(f"evaluator epoch={latest} {shown}", flush=True)

@@ -104,3 +104,39 @@ def test_a_pointer_of_the_earlier_format_is_read(tmp_path: Path, model: Any) -> 
     (tmp_path / "latest").write_text("1\n")
     assert backups.latest() == 1
     backups.restore(tiny_model(seed=3), 1)
+
+
+def test_the_evaluator_that_fell_behind_takes_the_newest_backup_when_the_one_it_read_is_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sidecar evaluator reads ``latest`` (epoch 2); before it restores, the chief's
+    pushes bring epochs 3 and 4 and prune epoch 2's backup (as a loaded CI run showed). It
+    restores from the directory it read, finds it gone, says so and evaluates the newest,
+    instead of restoring nothing and failing with "holds epoch 0, not 2"."""
+    def trained() -> Any:
+        built, optimizer = train.build_model()
+        built.compile(optimizer=optimizer, loss=tf.keras.losses.BinaryCrossentropy())
+        optimizer.build(built.trainable_variables)
+        return built
+
+    chief = train.EpochBackups(str(tmp_path / "worker-0"))
+    source = trained()
+    for epoch in (1, 2):
+        chief.save(source, epoch)
+    real_restore = train.EpochBackups.restore
+    overtaken: list[int] = []
+
+    def overtaken_once(self: Any, model: Any, epoch: int, *rest: Any) -> None:
+        if not overtaken:
+            overtaken.append(epoch)
+            for newer in (3, 4):
+                chief.save(source, newer)
+        real_restore(self, model, epoch, *rest)
+
+    monkeypatch.setattr(train.EpochBackups, "restore", overtaken_once)
+    args = train.parse_args(["--evaluate", "--epochs=4", "--backup-dir", str(tmp_path), "--evaluate-poll=0.01"])
+    assert train.evaluate_main(args) == 0
+    out = capsys.readouterr().out
+    assert overtaken == [2]
+    assert "evaluator skipped: the checkpoint of epoch 2 was replaced before it was read" in out, out
+    assert "evaluator epoch=4 " in out and "evaluator epoch=2 " not in out, out
