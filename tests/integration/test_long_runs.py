@@ -75,7 +75,14 @@ def train_through(book: Runbook, run_id: str, inject: Callable[[], None], timeou
     faults are in); the playbook's exit status and output, kept in train.out."""
     proc = start_playbook(book.inventory, book.runs, {"tf_run_id": run_id})
     try:
-        inject()
+        try:
+            inject()
+        except AssertionError as error:
+            # A fault that could not be put in: show what the runbook was doing meanwhile.
+            proc.kill()
+            out, _ = proc.communicate()
+            (book.runs.parent / "train.out").write_text(out)
+            raise AssertionError(f"{error}\n--- the playbook's output so far ---\n{out[-6000:]}") from error
         out, _ = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:

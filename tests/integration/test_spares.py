@@ -108,7 +108,9 @@ def test_the_lost_chiefs_host_is_replaced_with_the_checkpoint_another_host_holds
     def faults() -> None:
         wait_for_log(hosts, 1, f"{RUN}/chiefgone/worker-1/worker.log", "epoch=1 ")
         assert hosts.run(1, f"kill -9 {remote_pid(hosts, 1, f'{RUN}/chiefgone/worker-1')}")[0] == 0
-        wait_for_log(hosts, 0, f"{RUN}/chiefgone/retry-1/worker-0/worker.log", "epoch=3 ")
+        # The first epoch the restarted attempt trains, whichever it resumed from (under load
+        # the kill can land an epoch or two after epoch 1, and the resume follows it).
+        wait_for_log(hosts, 0, f"{RUN}/chiefgone/retry-1/worker-0/worker.log", "worker=0 epoch=")
         hosts.cut_network(0)
 
     try:
