@@ -117,9 +117,11 @@ def run_timings(base_dir: Path, run_id: str, wall_start: float, wall_end: float,
     With ``launch_at`` (the launch task's start), also the first and the median worker's
     start after it: the skew is the last start minus the first.
     """
-    starts, exits = [], []
+    starts, exits, joins = [], [], []
     for state in base_dir.glob(f"**/runs/{run_id}/worker-*/state.json"):
-        starts.append(json.loads(state.read_text())["started_at"])
+        record = json.loads(state.read_text())
+        starts.append(record["started_at"])
+        joins.append(record.get("joined_at"))
         exits.append(json.loads((state.parent / "exit.json").read_text())["finished_at"])
     if not starts:
         raise RuntimeError(f"no worker records for {run_id} under {base_dir}")
@@ -134,6 +136,8 @@ def run_timings(base_dir: Path, run_id: str, wall_start: float, wall_end: float,
         "skew": max(starts) - min(starts),
         "exit_to_verdict": wall_end - max(exits),
         "job": max(exits) - min(starts),
+        # The first start to the last worker joined (the job's start-up), where every worker joined.
+        **({"start_to_joined": max(joins) - min(starts)} if joins and None not in joins else {}),
         "overhead": (wall_end - wall_start) - (max(exits) - min(starts)),
     }
 

@@ -661,3 +661,20 @@ def test_issue42s_targets_read_the_restart_part() -> None:
     rows = _bench().targets42(data)
     assert rows[0][1:] == [9.5, 14.0, "<= 10 s", "met"]
     assert rows[1][-1] == "not measured" and rows[2][-1] == "not measured"
+
+
+def test_run_timings_gives_the_first_start_to_the_last_join_where_every_worker_joined(tmp_path: Path) -> None:
+    """The smoke's split (issue 42): the job's start-up, from the supervisors' records."""
+    bench = _load("tf_bench_script", BENCH / "bench.py")
+    for index, (started, joined, finished) in enumerate([(100.0, 102.5, 105.0), (100.2, 103.0, 105.5)]):
+        wdir = tmp_path / "h" / "runs" / "r1" / f"worker-{index}"
+        wdir.mkdir(parents=True)
+        (wdir / "state.json").write_text(json.dumps({"started_at": started, "joined_at": joined}))
+        (wdir / "exit.json").write_text(json.dumps({"finished_at": finished}))
+    timings = bench.run_timings(tmp_path, "r1", 98.0, 106.0)
+    assert timings["start_to_joined"] == pytest.approx(3.0)
+    assert timings["job"] == pytest.approx(5.5)
+    assert timings["first_start"] == pytest.approx(2.0)
+    # A worker that never joined: no figure rather than a wrong one.
+    (tmp_path / "h" / "runs" / "r1" / "worker-1" / "state.json").write_text(json.dumps({"started_at": 100.2, "joined_at": None}))
+    assert "start_to_joined" not in bench.run_timings(tmp_path, "r1", 98.0, 106.0)
