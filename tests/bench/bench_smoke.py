@@ -36,7 +36,10 @@ def variant(text: str) -> tuple[str, dict]:
     label, _, extra = text.partition("=")
     if not label or not extra:
         raise argparse.ArgumentTypeError(f"--variant {text!r}: LABEL=JSON")
-    return label, json.loads(extra)
+    try:
+        return label, dict(json.loads(extra))
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: its extra vars are no JSON object ({exc})") from None
 
 
 def main() -> int:
