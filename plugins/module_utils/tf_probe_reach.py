@@ -24,9 +24,13 @@ CONNECT_PARALLEL = 32
 # an answer). Spread over time and over the peers, each host meets about one peer at a time.
 CONNECT_SPACING = 0.02
 CONNECT_SPREAD = 1.0
-# A connection that gets no answer is tried again, a new connect, until ``timeout`` is up:
-# a packet lost on the way (a resolution dropped in a burst) is not a firewall. Each try
-# waits this long at most, and at least a second (the kernel's first SYN resend).
+# A connection that gets no answer is tried again, a new connect, for as long as a refused
+# one (``settle``, at least ``timeout``): a packet lost on the way is not a firewall. On
+# namespace hosts, the kernel's one neighbour table for all of them (gc_thresh3, 1024
+# entries) drops the first packets to a peer whose address has no room there yet, until
+# entries unused for 5 s make room: 64 hosts that meet all at once need 4032 entries.
+# Each try waits at most ``timeout`` / NO_ANSWER_TRIES and at least a second (the kernel's
+# first SYN resend), so that a cluster without settle (one host) still tries three times.
 NO_ANSWER_TRIES = 3
 
 # The options of the reach, as ``tf_preflight_reach``'s own and as the suboptions of
@@ -61,29 +65,23 @@ def reach(
     """'' when ``endpoint`` accepts a connection within ``timeout`` seconds and, with
     ``expect``, answers it with that token; else why not.
 
-    A refused connection is tried again until ``timeout`` or, when longer, ``settle``
-    seconds have passed: the peer's listener may not be up yet (in the one-run probe, each
-    host binds its listeners in its own module run, at slightly different times). A
-    connection that gets no answer is tried again, up to ``tries`` connects in all, within
-    ``timeout`` seconds from the first, never more.
+    A refused connection, or one that gets no answer, is tried again until ``timeout`` or,
+    when longer, ``settle`` seconds have passed: the peer's listener may not be up yet (in
+    the one-run probe, each host binds its listeners in its own module run, at slightly
+    different times), or a packet was lost. A try without answer waits ``timeout`` /
+    ``tries`` seconds, at least a second (NO_ANSWER_TRIES).
     """
     began = time.monotonic()
     deadline = began + max(timeout, settle)
-    # The no-answer tries share ``timeout``: each waits its part, at least a second.
-    silent_until = began + timeout
+    per_try = max(timeout / max(tries, 1), min(timeout, 1.0))
     silent = 0
     last = "no answer"
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return last
-        silent_left = silent_until - time.monotonic()
-        if silent_left <= 0:
-            wait = min(left, timeout)  # refused until now: one try of the whole timeout
-        elif silent >= tries - 1:
-            wait = min(left, silent_left)  # the last try takes what is left
-        else:
-            wait = min(left, max(silent_left / (tries - silent), min(timeout, 1.0)))
+        # A last try shorter than half a try is folded into this one.
+        wait = left if left < per_try * 1.5 else per_try
         try:
             with socket.create_connection((endpoint["address"], int(endpoint["port"])), timeout=wait) as conn:
                 if expect is None:
@@ -102,18 +100,21 @@ def reach(
                 )
         except socket.timeout:
             silent += 1
-            if silent < tries and silent_until - time.monotonic() > 0.05 and deadline - time.monotonic() > 0.05:
-                continue
-            if silent > 1:
-                # Every try went unanswered: not a packet lost on the way.
-                return f"no answer within {timeout:g} s, in {silent} tries (a firewall dropping the packets?)"
-            return f"no answer within {timeout:g} s (a firewall dropping the packets, or a network losing them?)"
+            last = no_answer(timeout, silent, time.monotonic() - began)
         except socket.gaierror as exc:
             return f"address {endpoint['address']!r} does not resolve: {exc.strerror}"
         except OSError as exc:
             # Refused: the listener may not be up yet; keep trying until the deadline.
             last = f"{exc.strerror or exc} (a firewall rejecting the connection, or the address is not that host's?)"
             time.sleep(0.2)
+
+
+def no_answer(timeout: float, tries: int, seconds: float) -> str:
+    """Why a port that never answered failed: after several tries, a firewall dropping
+    the packets is the likely cause; one try alone may also have lost its packets."""
+    if tries < 2:
+        return f"no answer within {timeout:g} s (a firewall dropping the packets, or a network losing them?)"
+    return f"no answer within {timeout:g} s ({tries} tries over {seconds:.0f} s: a firewall dropping the packets?)"
 
 
 def connect_all(

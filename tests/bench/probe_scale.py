@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import importlib.util
+import inspect
 import json
 import statistics
 import subprocess
@@ -69,7 +70,11 @@ def on_host(argv: list[str]) -> None:
     elif action == "connect":
         endpoints, timeout = json.loads(Path(argv[4]).read_text()), float(argv[5])
         began = time.monotonic()
-        failures = probe.connect_all(endpoints, me, timeout, run_id)
+        # The preflight's settle (roles/tf_preflight/tasks/main.yml): a refused port, and
+        # in this tree one without answer, is tried again for that long.
+        settle = timeout + len(endpoints) // 2
+        takes_settle = "settle" in inspect.signature(probe.connect_all).parameters  # not a baseline's
+        failures = probe.connect_all(endpoints, me, timeout, run_id, **({"settle": settle} if takes_settle else {}))
         print(json.dumps({"seconds": time.monotonic() - began, "failures": failures}))
     else:
         print(json.dumps(probe.stop_listeners([PORT], 10, token, int(argv[4]))))
