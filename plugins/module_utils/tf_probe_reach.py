@@ -16,22 +16,6 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_li
 
 # Most connections one host's reach has open at once.
 CONNECT_PARALLEL = 32
-# Seconds between the starts of two of one host's connects (at most a second for all of
-# them), and the order: from the endpoint after this host's own, round the list. Every host
-# of a large cluster starts its reach at the same moment; connects started together to
-# peers first met resolve their addresses (ARP) in one burst, which a software bridge
-# drops in part (64 namespace hosts on one bridge: about half of 4032 connections without
-# an answer). Spread over time and over the peers, each host meets about one peer at a time.
-CONNECT_SPACING = 0.02
-CONNECT_SPREAD = 1.0
-# A connection that gets no answer is tried again, a new connect, for as long as a refused
-# one (``settle``, at least ``timeout``): a packet lost on the way is not a firewall. On
-# namespace hosts, the kernel's one neighbour table for all of them (gc_thresh3, 1024
-# entries) drops the first packets to a peer whose address has no room there yet, until
-# entries unused for 5 s make room: 64 hosts that meet all at once need 4032 entries.
-# Each try waits at most ``timeout`` / NO_ANSWER_TRIES and at least a second (the kernel's
-# first SYN resend), so that a cluster without settle (one host) still tries three times.
-NO_ANSWER_TRIES = 3
 
 # The options of the reach, as ``tf_preflight_reach``'s own and as the suboptions of
 # ``tf_preflight_host``'s ``reach`` (the doc fragment ``probe_reach`` documents them once).
@@ -59,31 +43,24 @@ def read_line(conn: socket.socket, timeout: float) -> bytes:
 
 
 def reach(
-    endpoint: dict[str, Any], me: str, timeout: float, expect: str | None = None, settle: float = 0.0,
-    tries: int = NO_ANSWER_TRIES,
+    endpoint: dict[str, Any], me: str, timeout: float, expect: str | None = None, settle: float = 0.0
 ) -> str:
     """'' when ``endpoint`` accepts a connection within ``timeout`` seconds and, with
     ``expect``, answers it with that token; else why not.
 
-    A refused connection, or one that gets no answer, is tried again until ``timeout`` or,
-    when longer, ``settle`` seconds have passed: the peer's listener may not be up yet (in
-    the one-run probe, each host binds its listeners in its own module run, at slightly
-    different times), or a packet was lost. A try without answer waits ``timeout`` /
-    ``tries`` seconds, at least a second (NO_ANSWER_TRIES).
+    A refused connection is tried again until ``timeout`` or, when longer, ``settle``
+    seconds have passed: the peer's listener may not be up yet (in the one-run probe, each
+    host binds its listeners in its own module run, at slightly different times). A
+    connection that gets no answer is given ``timeout`` seconds, never more.
     """
-    began = time.monotonic()
-    deadline = began + max(timeout, settle)
-    per_try = max(timeout / max(tries, 1), min(timeout, 1.0))
-    silent = 0
+    deadline = time.monotonic() + max(timeout, settle)
     last = "no answer"
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return last
-        # A last try shorter than half a try is folded into this one.
-        wait = left if left < per_try * 1.5 else per_try
         try:
-            with socket.create_connection((endpoint["address"], int(endpoint["port"])), timeout=wait) as conn:
+            with socket.create_connection((endpoint["address"], int(endpoint["port"])), timeout=min(left, timeout)) as conn:
                 if expect is None:
                     conn.sendall(f"hello {me}\n".encode())
                     return ""
@@ -99,8 +76,7 @@ def reach(
                     f"(it said {shown!r}): another service listens at that address; is tf_worker_address right?"
                 )
         except socket.timeout:
-            silent += 1
-            last = no_answer(timeout, silent, time.monotonic() - began)
+            return f"no answer within {timeout:g} s (a firewall dropping the packets?)"
         except socket.gaierror as exc:
             return f"address {endpoint['address']!r} does not resolve: {exc.strerror}"
         except OSError as exc:
@@ -109,53 +85,27 @@ def reach(
             time.sleep(0.2)
 
 
-def no_answer(timeout: float, tries: int, seconds: float) -> str:
-    """Why a port that never answered failed: after several tries, a firewall dropping
-    the packets is the likely cause; one try alone may also have lost its packets."""
-    if tries < 2:
-        return f"no answer within {timeout:g} s (a firewall dropping the packets, or a network losing them?)"
-    return f"no answer within {timeout:g} s ({tries} tries over {seconds:.0f} s: a firewall dropping the packets?)"
-
-
 def connect_all(
     endpoints: list[dict[str, Any]], me: str, timeout: float, run_id: str | None = None,
-    parallel: int = CONNECT_PARALLEL, settle: float = 0.0, spacing: float = CONNECT_SPACING,
+    parallel: int = CONNECT_PARALLEL, settle: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Every endpoint that cannot be reached, or (with ``run_id``) that does not answer as
     the probe of its host for that run, in the order of ``endpoints``.
 
     Up to ``parallel`` endpoints are tried at once, so that the probe takes about the
     slowest round trip (at most ``timeout`` seconds each), not the sum of them. A refused
-    endpoint is tried again for up to ``settle`` seconds (see ``reach``). The connects
-    start ``spacing`` seconds apart (all of them within CONNECT_SPREAD seconds), from the
-    endpoint after this host's own (see CONNECT_SPACING).
+    endpoint is tried again for up to ``settle`` seconds (see ``reach``).
     """
-    if not endpoints:
-        return []
-    order = spread_order(endpoints, me)
-    step = min(spacing, CONNECT_SPREAD / len(endpoints))
-    began = time.monotonic()
 
-    def attempt(turn: int) -> str:
-        endpoint = endpoints[order[turn]]
-        pause = began + turn * step - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
+    def attempt(endpoint: dict[str, Any]) -> str:
         expect = None if run_id is None else probe_token(run_id, str(endpoint.get("host")))
         return reach(endpoint, me, timeout, expect, settle)
 
+    if not endpoints:
+        return []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(parallel, len(endpoints)))) as pool:
-        reasons = dict(zip(order, pool.map(attempt, range(len(order)))))
-    return [{**endpoint, "reason": reasons[i]} for i, endpoint in enumerate(endpoints) if reasons[i]]
-
-
-def spread_order(endpoints: list[dict[str, Any]], me: str) -> list[int]:
-    """The indexes of ``endpoints`` from the one after ``me``'s last own endpoint, round
-    the list (all of them in their order where ``me`` has none): every host walks the
-    same list from another place, so that no peer meets every host at once."""
-    own = [i for i, endpoint in enumerate(endpoints) if endpoint.get("host") == me]
-    start = own[-1] + 1 if own else 0
-    return [(start + i) % len(endpoints) for i in range(len(endpoints))]
+        reasons = list(pool.map(attempt, endpoints))
+    return [{**endpoint, "reason": reason} for endpoint, reason in zip(endpoints, reasons) if reason]
 
 
 def connect_and_await(

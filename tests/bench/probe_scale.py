@@ -70,8 +70,8 @@ def on_host(argv: list[str]) -> None:
     elif action == "connect":
         endpoints, timeout = json.loads(Path(argv[4]).read_text()), float(argv[5])
         began = time.monotonic()
-        # The preflight's settle (roles/tf_preflight/tasks/main.yml): a refused port, and
-        # in this tree one without answer, is tried again for that long.
+        # The preflight's settle (roles/tf_preflight/tasks/main.yml): a refused port is
+        # tried again for that long.
         settle = timeout + len(endpoints) // 2
         takes_settle = "settle" in inspect.signature(probe.connect_all).parameters  # not a baseline's
         failures = probe.connect_all(endpoints, me, timeout, run_id, **({"settle": settle} if takes_settle else {}))

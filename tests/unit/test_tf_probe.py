@@ -238,53 +238,6 @@ def test_the_connections_at_once_are_bounded_and_failures_keep_the_endpoints_ord
     assert 1 < slow.most <= 4, slow.most
 
 
-def test_a_connect_without_answer_is_tried_again_within_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A connect that gets no answer (its packets lost, issue 42) is made again within the
-    timeout, or settle when longer; every try unanswered says so."""
-    slow = SlowEndpoints(1, 0.0)
-    real = socket.create_connection
-    waits: list[float] = []
-    silent = {"tries": 1}
-
-    def lossy(address: Any, timeout: float = 10, **kwargs: Any) -> socket.socket:
-        waits.append(timeout)
-        if len(waits) <= silent["tries"]:
-            time.sleep(timeout)  # as a connect whose packets get no answer
-            raise socket.timeout("timed out")
-        return real(address, timeout=timeout, **kwargs)
-
-    monkeypatch.setattr(tf_probe_reach.socket, "create_connection", lossy)
-    try:
-        assert tf_probe_reach.connect_all(slow.endpoints, "me", 3, run_id="r1") == []
-        assert len(waits) == 2 and waits[0] <= 3 / 3 + 0.01, waits
-        # Never answered: the three tries took the timeout between them, and the reason
-        # counts them.
-        waits.clear()
-        silent["tries"] = 99
-        [failure] = tf_probe_reach.connect_all(slow.endpoints, "me", 3, run_id="r1")
-        assert failure["reason"] == "no answer within 3 s (3 tries over 3 s: a firewall dropping the packets?)"
-        assert len(waits) == 3 and sum(waits) <= 3 + 0.01, waits
-        # With settle (the one-run probe's), for as long as a refused port: a second each.
-        waits.clear()
-        [failure] = tf_probe_reach.connect_all(slow.endpoints, "me", 1, run_id="r1", settle=3.2)
-        assert len(waits) == 3 and sum(waits) <= 3.2 + 0.01, waits
-        assert failure["reason"].startswith("no answer within 1 s (3 tries over "), failure
-        # A timeout too short for a second try: one try, and the guess says the packets
-        # may have been lost as well.
-        waits.clear()
-        [failure] = tf_probe_reach.connect_all(slow.endpoints, "me", 0.5, run_id="r1")
-        assert len(waits) == 1 and "or a network losing them?" in failure["reason"], (waits, failure)
-    finally:
-        slow.close()
-
-
-def test_each_host_starts_from_the_endpoint_after_its_own() -> None:
-    endpoints = [{"index": i, "host": host, "address": "127.0.0.1", "port": 1} for i, host in enumerate("aabcd")]
-    assert tf_probe_reach.spread_order(endpoints, "a") == [2, 3, 4, 0, 1]
-    assert tf_probe_reach.spread_order(endpoints, "c") == [4, 0, 1, 2, 3]
-    assert tf_probe_reach.spread_order(endpoints, "spare") == [0, 1, 2, 3, 4]
-
-
 # -- the one-run probe (issue 26: one module run per host for the whole preflight) ----------
 
 
