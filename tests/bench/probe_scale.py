@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import importlib.util
 import inspect
 import json
@@ -27,7 +28,7 @@ import tempfile
 import time
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = Path("plugins/modules/tf_preflight_host.py")
@@ -136,7 +137,36 @@ def main() -> None:
     parser.add_argument("--no-static-neighbors", action="store_true",
                         help="leave out the hosts' static neighbour entries (set from 16 hosts otherwise): the "
                              "connects then resolve their peers' addresses (ARP) on the bridge")
+    parser.add_argument("--neighbour-table", type=int, default=0,
+                        help="entries the kernel's neighbour table, which every namespace shares, may hold during the "
+                             "run (net.ipv4.neigh.default.gc_thresh3, and gc_thresh2 half of it), restored after; "
+                             "0 leaves it (1024 by default: N hosts without static entries need N * (N - 1))")
     args = parser.parse_args()
+    with neighbour_table(args.neighbour_table):
+        run(args)
+
+
+THRESH = Path("/proc/sys/net/ipv4/neigh/default")
+
+
+@contextlib.contextmanager
+def neighbour_table(entries: int) -> Iterator[None]:
+    """The kernel's neighbour table limits set for the block (``entries`` > 0), then restored."""
+    if entries <= 0:
+        yield
+        return
+    saved = {name: (THRESH / name).read_text() for name in ("gc_thresh2", "gc_thresh3")}
+    # gc_thresh2 must stay below gc_thresh3: raise the upper one first, restore it last.
+    (THRESH / "gc_thresh3").write_text(str(entries))
+    (THRESH / "gc_thresh2").write_text(str(entries // 2))
+    try:
+        yield
+    finally:
+        (THRESH / "gc_thresh2").write_text(saved["gc_thresh2"])
+        (THRESH / "gc_thresh3").write_text(saved["gc_thresh3"])
+
+
+def run(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     sys.path.insert(0, str(REPO / "tests"))
     from nshosts import NamespaceHosts
@@ -157,7 +187,8 @@ def main() -> None:
         variants["this tree"] = str(REPO / MODULE)
         static = args.hosts >= 16 and not args.no_static_neighbors
         with NamespaceHosts(args.hosts, workdir / "ns", static_neighbors=static) as hosts:
-            print(f"{args.hosts} namespace hosts up in {hosts.setup_seconds:.1f} s, static neighbour entries: {static}",
+            print(f"{args.hosts} namespace hosts up in {hosts.setup_seconds:.1f} s, static neighbour entries: {static}, "
+                  f"neighbour table: {(THRESH / 'gc_thresh3').read_text().strip()} entries",
                   flush=True)
             for rep in range(args.reps):
                 for number, (label, path) in enumerate(variants.items()):
