@@ -1409,7 +1409,7 @@ def main() -> int:
                         help="fewer runs at the largest N, for time: SIZE:REPS pairs ('' for --orch-reps everywhere)")
     parser.add_argument("--forks-at", default="",
                         help="sizes at which the orch part also runs this tree with --forks N, after the run with "
-                             "ansible.cfg's forks (64): above it, the preflight takes one more module run per host "
+                             "ansible.cfg's forks (128): above it, the preflight takes one more module run per host "
                              "with forks below the host count ('' for none)")
     parser.add_argument("--mitogen-sizes", default="8,32")
     parser.add_argument("--baseline-ref", default=BASELINE_REF,

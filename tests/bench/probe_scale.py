@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import importlib.util
+import inspect
 import json
 import statistics
 import subprocess
@@ -26,12 +28,13 @@ import tempfile
 import time
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = Path("plugins/modules/tf_preflight_host.py")
 # The probe's module at a baseline before issue 40 split it into one module per job.
 BASELINE_MODULE = Path("plugins/modules/tf_preflight_probe.py")
+REACH = Path("plugins/module_utils/tf_probe_reach.py")
 PORT = 2222
 
 
@@ -41,10 +44,15 @@ def load(module_path: str) -> Any:
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    if hasattr(module, "connect_all"):
+    if hasattr(module, "connect_all") and not module_path.endswith("tf_probe_reach.py"):
         return module  # a baseline's module, which held the probe's functions itself
-    # This tree's module dispatches (issue 40): the functions are in module_utils/tf_probe_*.
+    # This tree's module dispatches (issue 40): the functions are in module_utils/tf_probe_*;
+    # a reach of another tree (--reach-ref) is that tree's tf_probe_reach.py beside this
+    # tree's listener.
     from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_probe_listen, tf_probe_reach
+
+    if module_path.endswith("tf_probe_reach.py"):
+        tf_probe_reach = module
 
     return types.SimpleNamespace(
         probe_token=tf_probe_listen.probe_token, start_listener=tf_probe_listen.start_listener,
@@ -63,7 +71,11 @@ def on_host(argv: list[str]) -> None:
     elif action == "connect":
         endpoints, timeout = json.loads(Path(argv[4]).read_text()), float(argv[5])
         began = time.monotonic()
-        failures = probe.connect_all(endpoints, me, timeout, run_id)
+        # The preflight's settle (roles/tf_preflight/tasks/main.yml): a refused port is
+        # tried again for that long.
+        settle = timeout + len(endpoints) // 2
+        takes_settle = "settle" in inspect.signature(probe.connect_all).parameters  # not a baseline's
+        failures = probe.connect_all(endpoints, me, timeout, run_id, **({"settle": settle} if takes_settle else {}))
         print(json.dumps({"seconds": time.monotonic() - began, "failures": failures}))
     else:
         print(json.dumps(probe.stop_listeners([PORT], 10, token, int(argv[4]))))
@@ -71,6 +83,10 @@ def on_host(argv: list[str]) -> None:
 
 def run_variant(hosts: Any, module_path: str, run_id: str, timeout: float, workdir: Path) -> dict[str, Any]:
     names = [h.name for h in hosts]
+    if not hosts.static_neighbors:
+        # Each variant meets its peers first: no address learnt by the one before.
+        for h in hosts:
+            subprocess.run(["/usr/sbin/ip", "-n", h.namespace, "neigh", "flush", "dev", "eth0"], check=True)
     endpoints = [{"index": i, "host": h.name, "address": h.address, "port": PORT} for i, h in enumerate(hosts)]
     endpoints_file = workdir / f"{run_id}-endpoints.json"
     endpoints_file.write_text(json.dumps(endpoints))
@@ -114,8 +130,43 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=48)
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=5.0, help="per endpoint (tf_preflight_probe_timeout)")
-    parser.add_argument("--baseline-ref", default="4c11a93", help="git ref of the baseline's module (main before issue 26)")
+    parser.add_argument("--baseline-ref", default="4c11a93",
+                        help="git ref of the baseline's module (main before issue 26); '' for none")
+    parser.add_argument("--reach-ref", default="",
+                        help="also a variant with the connect side (tf_probe_reach.py) of this git ref (issue 42)")
+    parser.add_argument("--no-static-neighbors", action="store_true",
+                        help="leave out the hosts' static neighbour entries (set from 16 hosts otherwise): the "
+                             "connects then resolve their peers' addresses (ARP) on the bridge")
+    parser.add_argument("--neighbour-table", type=int, default=0,
+                        help="entries the kernel's neighbour table, which every namespace shares, may hold during the "
+                             "run (net.ipv4.neigh.default.gc_thresh3, and gc_thresh2 half of it), restored after; "
+                             "0 leaves it (1024 by default: N hosts without static entries need N * (N - 1))")
     args = parser.parse_args()
+    with neighbour_table(args.neighbour_table):
+        run(args)
+
+
+THRESH = Path("/proc/sys/net/ipv4/neigh/default")
+
+
+@contextlib.contextmanager
+def neighbour_table(entries: int) -> Iterator[None]:
+    """The kernel's neighbour table limits set for the block (``entries`` > 0), then restored."""
+    if entries <= 0:
+        yield
+        return
+    saved = {name: (THRESH / name).read_text() for name in ("gc_thresh2", "gc_thresh3")}
+    # gc_thresh2 must stay below gc_thresh3: raise the upper one first, restore it last.
+    (THRESH / "gc_thresh3").write_text(str(entries))
+    (THRESH / "gc_thresh2").write_text(str(entries // 2))
+    try:
+        yield
+    finally:
+        (THRESH / "gc_thresh2").write_text(saved["gc_thresh2"])
+        (THRESH / "gc_thresh3").write_text(saved["gc_thresh3"])
+
+
+def run(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     sys.path.insert(0, str(REPO / "tests"))
     from nshosts import NamespaceHosts
@@ -124,13 +175,21 @@ def main() -> None:
     (REPO / ".cache").mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="probe-bench-", dir=REPO / ".cache") as scratch:
         workdir = Path(scratch)
-        baseline = workdir / "baseline_probe.py"
-        baseline.write_text(subprocess.run(
-            ["git", "show", f"{args.baseline_ref}:{BASELINE_MODULE}"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout)
-        variants = {f"baseline ({args.baseline_ref})": str(baseline), "this tree": str(REPO / MODULE)}
-        with NamespaceHosts(args.hosts, workdir / "ns", static_neighbors=args.hosts >= 16) as hosts:
-            print(f"{args.hosts} namespace hosts up in {hosts.setup_seconds:.1f} s", flush=True)
+        variants = {}
+        for ref, path, name in ((args.baseline_ref, BASELINE_MODULE, "baseline_probe.py"),
+                                (args.reach_ref, REACH, "tf_probe_reach.py")):
+            if ref:
+                (workdir / ref).mkdir()
+                (workdir / ref / name).write_text(subprocess.run(
+                    ["git", "show", f"{ref}:{path}"], cwd=REPO, capture_output=True, text=True, check=True
+                ).stdout)
+                variants[f"{'baseline' if name == 'baseline_probe.py' else 'reach'} ({ref})"] = str(workdir / ref / name)
+        variants["this tree"] = str(REPO / MODULE)
+        static = args.hosts >= 16 and not args.no_static_neighbors
+        with NamespaceHosts(args.hosts, workdir / "ns", static_neighbors=static) as hosts:
+            print(f"{args.hosts} namespace hosts up in {hosts.setup_seconds:.1f} s, static neighbour entries: {static}, "
+                  f"neighbour table: {(THRESH / 'gc_thresh3').read_text().strip()} entries",
+                  flush=True)
             for rep in range(args.reps):
                 for number, (label, path) in enumerate(variants.items()):
                     result = run_variant(hosts, path, f"probe-{rep}-{number}", args.timeout, workdir)

@@ -466,9 +466,11 @@ class NamespaceHosts:
         self.keep_logs = keep_logs
         self.private_dirs = tuple(os.path.normpath(d) for d in private_dirs)
         self.private_pids = private_pids
-        # Permanent ARP entries for every peer: with dozens of hosts on a 2-core machine,
-        # the ARP burst of all hosts meeting at once loses packets on the test bridge and
-        # a few pairs never resolve (seen at 32 hosts). Real switches have no such limit.
+        # Permanent ARP entries for every peer: every namespace host shares the kernel's one
+        # neighbour table (net.ipv4.neigh.default.gc_thresh3, 1024 entries here), which N
+        # hosts meeting at once overflow from about 33 (N * (N - 1) entries; dmesg says
+        # "neighbor table overflow"), and the packets to a peer without an entry are
+        # dropped. Permanent entries are not counted. A real host has a table of its own.
         self.static_neighbors = static_neighbors
         self._requested_subnet = subnet
         self.hosts: list[Host] = []

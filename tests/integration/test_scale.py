@@ -3,12 +3,12 @@ with its default settings, train and are judged.
 
 The job is trivial (no TensorFlow: tests/integration/jobs/trivial_job.py), so what is
 tested is the runbook's orchestration over 64 hosts: the preflight's probe (every host
-reaches every worker port, 4096 connections: with ansible.cfg's forks (64) in one module
+reaches every worker port, 4096 connections: with ansible.cfg's forks (128) in one module
 run per host), the armed launch, the wait, the collect and the verdict; and the two-step
 probe (--forks below the host count) on 24 hosts with --forks 12: the same steps as 64
 hosts with --forks 32, in a third of the test's time.
-Static neighbour entries: with 64 hosts meeting at once on this machine's test bridge, the
-ARP burst loses packets (nshosts.py), which real switches do not.
+Static neighbour entries: the namespace hosts share the kernel's one neighbour table, which
+64 hosts meeting at once overflow (nshosts.py); a real host has its own.
 """
 
 from __future__ import annotations
