@@ -304,14 +304,25 @@ def tf_attempts_sync_record(
         "files": files, "bytes": size, "seconds": round(float(seconds), 2),
         "removed": {host: value.get("removed", []) for host, value in sorted(copied.items()) if value.get("removed")},
     }  # fmt: skip
+    skipped = pack.get("skipped_hosts") if isinstance(pack.get("skipped_hosts"), dict) else {}
+    if skipped:
+        record["skipped"] = {str(host): str(why) for host, why in sorted(skipped.items())}
     if copied:
         message = (f"Copied the chief's checkpoint ({chief}: {files} files, {megabytes} MB) through the controller "
                    f"to {', '.join(sorted(copied))} in {record['seconds']} s")
+    elif skipped:
+        message = (f"Copied the chief's checkpoint ({chief}: {files} files, {megabytes} MB) to no host: every host "
+                   f"that does not share its directory holds it already ({record['seconds']} s)")
     elif len(shared) < len(looks or {}):
         message = f"The chief's checkpoint directory on {chief} holds no file yet: nothing to copy"
     else:
         message = f"Every host shares the chief's checkpoint directory ({chief}): nothing to copy"
-    if shared and copied:
+    if skipped:
+        reasons: dict[str, list[str]] = {}
+        for host, why in record["skipped"].items():
+            reasons.setdefault(why, []).append(host)
+        message += "; skipped " + "; ".join(f"{', '.join(hosts)} ({why})" for why, hosts in reasons.items())
+    if shared and (copied or skipped):
         message += f"; {', '.join(shared)} share it"
     sharing = pack.get("shares_with") if isinstance(pack.get("shares_with"), dict) else {}
     if sharing and copied:

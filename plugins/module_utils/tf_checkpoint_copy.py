@@ -198,22 +198,82 @@ def leftovers(directory: str) -> list[str]:
     return sorted(name for name in names if name.startswith(CHECKPOINT_STAGING_PREFIX))
 
 
-def look(directory: str, marker: str, chief: str) -> dict[str, Any]:
+def file_sha256(path: str) -> str:
+    """The sha256 of a file's bytes (read without following a link)."""
+    digest = hashlib.sha256()
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(descriptor, "rb") as handle:
+        while True:
+            data = handle.read(1 << 20)
+            if not data:
+                return digest.hexdigest()
+            digest.update(data)
+
+
+def manifest(directory: str) -> dict[str, list[Any]]:
+    """Each of the chief's files (chief_files) to ``[size, sha256]``: what a host's look
+    compares its own files with, and what each receiver of the copy checks before the swap."""
+    if not os.path.isdir(directory):
+        return {}
+    found = {}
+    for name in chief_files(directory):
+        path = os.path.join(directory, name)
+        found[name] = [os.lstat(path).st_size, file_sha256(path)]
+    return found
+
+
+def holds_chiefs_files(directory: str, chiefs: dict[str, Any], record: dict[str, Any], incomplete: bool) -> str:
+    """Why this directory does not already hold the chief's files (``chiefs``: name to
+    ``[size, sha256]``); "" when it holds every one of them with the same size and sha256
+    and nothing of the chief's last copy that the chief no longer has (a copy would move
+    nothing). Sizes first, hashes only where every size matched."""
+    if not chiefs:
+        return "the chief has no file"
+    if incomplete:
+        return "its last copy was cut short"
+    for name in sorted(chiefs):
+        path = os.path.join(directory, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return f"it lacks {name}"
+        if not stat.S_ISREG(info.st_mode) or not under_real_directories(directory, name):
+            return f"its {name} is not a plain file"
+        if info.st_size != int(chiefs[name][0]):
+            return f"its {name} has another size"
+    stale = sorted(set(record["files"]) - set(chiefs))
+    for name in stale:
+        if os.path.lexists(os.path.join(directory, name)):
+            return f"it holds {name} of the chief's last copy, which the chief no longer has"
+    for name in sorted(chiefs):
+        if file_sha256(os.path.join(directory, name)) != str(chiefs[name][1]):
+            return f"its {name} has another sha256"
+    return ""
+
+
+def look(directory: str, marker: str, chief: str, chiefs: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a host that is not the chief's tells of its checkpoint directory: the hosts
     whose marker it sees (``seen``: those that share it), whether the chief is one of them
     (``shared``), the space free there, the checkpoint numbers the chief's last copy
-    brought (``copied``) and whether that copy was cut short."""
+    brought (``copied``), whether that copy was cut short, and, given the chief's files
+    (``chiefs``, its mark's ``files``), whether this directory already holds every one of
+    them (``same``; else ``differs``, why)."""
     record = read_synced(directory)
     seen = seen_hosts(directory, marker)
-    return {
+    incomplete = bool(leftovers(directory)) or record["complete"] is False
+    result = {
         "changed": False,
         "shared": chief in seen,
         "seen": seen,
         "dir": directory,
         "free": free_bytes(directory),
         "copied": record["pointers"],
-        "incomplete": bool(leftovers(directory)) or record["complete"] is False,
+        "incomplete": incomplete,
     }
+    if chiefs and not result["shared"]:
+        differs = holds_chiefs_files(directory, chiefs, record, incomplete) if os.path.isdir(directory) else "it has no file"
+        result.update({"same": not differs, "differs": differs})
+    return result
 
 
 def space_problem(where: str, directory: str, needed: int, free: int) -> str | None:
@@ -222,12 +282,22 @@ def space_problem(where: str, directory: str, needed: int, free: int) -> str | N
     return f"{where}: the checkpoint copy needs {megabytes(needed)} in {directory}, {megabytes(free)} free"
 
 
+def hosts_to_skip(targets: dict[str, Any]) -> dict[str, str]:
+    """The hosts whose look found every file of the chief's there, same size and sha256
+    (``same``): nothing is sent to them; each to why."""
+    return {host: "it holds every file of the chief's, same sizes and sha256" for host in sorted(targets)
+            if isinstance(targets[host], dict) and targets[host].get("same") is True}  # fmt: skip
+
+
 def copy_groups(targets: dict[str, Any]) -> dict[str, list[str]]:
     """The hosts the archive is sent to, each with the other hosts that share its directory
-    (they see the same markers): one copy per directory, never two at once into one."""
+    (they see the same markers): one copy per directory, never two at once into one. A
+    host whose look found the chief's files already there is left out (hosts_to_skip)."""
     groups: dict[tuple[str, ...], list[str]] = {}
     for host in sorted(targets):
         target = targets[host] if isinstance(targets[host], dict) else {}
+        if target.get("same") is True:
+            continue
         seen = tuple(sorted(str(name) for name in target.get("seen") or [])) or (host,)
         groups.setdefault(seen, []).append(host)
     return {hosts[0]: hosts[1:] for hosts in groups.values()}
@@ -303,13 +373,17 @@ def pack_step(
     path = marker_path(directory, marker, host) if marker else ""
     if path and not check and os.path.lexists(path):
         os.unlink(path)
-    nothing = {"changed": False, "files": 0, "bytes": 0, "archive": "", "copy_to": [], "shares_with": {}}
+    nothing = {"changed": False, "files": 0, "bytes": 0, "archive": "", "copy_to": [], "shares_with": {}, "skipped_hosts": {}}
     if not copy or check:
         return nothing
+    skipped = hosts_to_skip(targets)
+    nothing["skipped_hosts"] = skipped
     groups = copy_groups(targets)
     targets = {copier: targets[copier] for copier in groups}
     names = chief_files(directory) if os.path.isdir(directory) else []
     files = {name: os.lstat(os.path.join(directory, name)).st_size for name in names}
+    if names and skipped and not groups:  # every host skipped: nothing to pack, nothing to refuse
+        return {**nothing, "files": len(names), "bytes": sum(files.values())}
     problems = copy_problems(host or "the chief", directory, files, pointer_numbers(directory, names),
                              free_bytes(directory), targets, controller_dir, controller_free)  # fmt: skip
     if problems:
@@ -317,7 +391,7 @@ def pack_step(
     if not names:
         return nothing
     sharing = {other: copier for copier, others in groups.items() for other in others}
-    sent = {"copy_to": sorted(groups), "shares_with": sharing}
+    sent = {"copy_to": sorted(groups), "shares_with": sharing, "skipped_hosts": skipped}
     if archive:
         handle = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     else:
@@ -576,9 +650,12 @@ def run(params: dict[str, Any], check: bool) -> dict[str, Any]:
     directory = checked_directory(params["dir"])
     mode = params["mode"]
     if mode == "mark":
-        return mark(directory, params["marker"], params.get("host") or "", check)
+        marked = mark(directory, params["marker"], params.get("host") or "", check)
+        if params.get("manifest"):
+            marked["files"] = manifest(directory)
+        return marked
     if mode == "look":
-        return look(directory, params["marker"], params.get("chief") or "")
+        return look(directory, params["marker"], params.get("chief") or "", params.get("chief_files") or {})
     if mode == "pack":
         return pack_step(directory, params["marker"], params["copy"], params.get("host") or "",
                          params.get("targets") or {}, params.get("controller_dir") or "",

@@ -97,6 +97,17 @@ options:
       not measured.
     type: int
     default: -1
+  manifest:
+    description: With O(mode=mark), also return each of the chief's files with its size and sha256 (C(files)), for
+      the other hosts' look to compare (set on the chief's host).
+    type: bool
+    default: false
+  chief_files:
+    description: With O(mode=look), the chief's files (its mark's C(files)); a host whose directory holds every one
+      of them with the same size and sha256 (and nothing of the chief's last copy the chief no longer has) says
+      C(same), and the pack sends it nothing (C(skipped_hosts)).
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -127,9 +138,24 @@ shared:
   type: bool
   returned: mode look
 files:
-  description: How many files were packed or unpacked.
-  type: int
-  returned: mode pack and unpack
+  description: How many files were packed or unpacked; with O(mode=mark) and O(manifest), each of the chief's files
+    to its size and sha256.
+  type: raw
+  returned: mode pack and unpack; mode mark with O(manifest)
+same:
+  description: With O(mode=look) and O(chief_files), whether this host already holds every file of the chief's,
+    same sizes and sha256 (nothing is sent to it).
+  type: bool
+  returned: mode look, with O(chief_files), when the directory is not shared
+differs:
+  description: With O(mode=look) and O(chief_files), why the copy is needed (the first file that differs); empty
+    when C(same).
+  type: str
+  returned: mode look, with O(chief_files), when the directory is not shared
+skipped_hosts:
+  description: With O(mode=pack), each host the copy skipped (its look found the chief's files there) to why.
+  type: dict
+  returned: mode pack
 bytes:
   description: Their size in bytes.
   type: int
@@ -216,6 +242,8 @@ def main() -> None:
             "chief": {"type": "str", "default": ""},
             "controller_dir": {"type": "path", "default": ""},
             "controller_free": {"type": "int", "default": -1},
+            "manifest": {"type": "bool", "default": False},
+            "chief_files": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
