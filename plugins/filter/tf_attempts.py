@@ -295,8 +295,10 @@ def tf_attempts_sync_record(
         return value if isinstance(value, dict) and not value.get("skipped") else {}
 
     shared = sorted(host for host, look in (looks or {}).items() if result(look).get("shared"))
-    copied = {host: result(value) for host, value in (unpacked or {}).items() if result(value)}
     pack = result(packed)
+    relayed = {str(host): value for host, value in (pack.get("relayed") or {}).items() if isinstance(value, dict)}
+    through = {host: result(value) for host, value in (unpacked or {}).items() if result(value)}
+    copied = {**through, **relayed}
     files, size = int(pack.get("files") or 0), int(pack.get("bytes") or 0)
     megabytes = round(size / 1e6, 1)
     record = {
@@ -307,9 +309,26 @@ def tf_attempts_sync_record(
     skipped = pack.get("skipped_hosts") if isinstance(pack.get("skipped_hosts"), dict) else {}
     if skipped:
         record["skipped"] = {str(host): str(why) for host, why in sorted(skipped.items())}
-    if copied:
+    fallback = pack.get("relay_fallback") if isinstance(pack.get("relay_fallback"), dict) else {}
+    if relayed:
+        record["relayed"] = sorted(relayed)
+    if fallback:
+        record["relay_fallback"] = {str(host): str(why) for host, why in sorted(fallback.items())}
+    if relayed:
+        parts = [f"host to host to {', '.join(sorted(relayed))} (sent once by {chief}, each host passing it on to the "
+                 "next; none of it through the controller)"]
+        if through:
+            whys = [f"{host}: {fallback[host]}" for host in sorted(through) if host in fallback]
+            parts.append(f"through the controller to {', '.join(sorted(through))}"
+                         + (f" ({'; '.join(whys)})" if whys else ""))
+        message = (f"Copied the chief's checkpoint ({chief}: {files} files, {megabytes} MB) {'; '.join(parts)} "
+                   f"in {record['seconds']} s")
+    elif copied:
         message = (f"Copied the chief's checkpoint ({chief}: {files} files, {megabytes} MB) through the controller "
                    f"to {', '.join(sorted(copied))} in {record['seconds']} s")
+        whys = [f"{host}: {fallback[host]}" for host in sorted(copied) if host in fallback]
+        if whys:
+            message += f" (the relay between hosts did not serve them: {'; '.join(whys)})"
     elif skipped:
         message = (f"Copied the chief's checkpoint ({chief}: {files} files, {megabytes} MB) to no host: every host "
                    f"that does not share its directory holds it already ({record['seconds']} s)")

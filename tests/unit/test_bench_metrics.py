@@ -440,8 +440,8 @@ def test_the_callback_counts_every_module_an_action_runs(tmp_path: Path) -> None
 @pytest.mark.parametrize(("text", "parts"), [
     ("issue26", ["smoke", "orch"]),
     ("orch,smoke", ["smoke", "orch"]),
-    ("all", ["smoke", "restart", "hosts", "orch", "mitogen", "faults"]),
-    ("issue42", ["smoke", "restart", "orch"]),
+    ("all", ["smoke", "restart", "ckpt", "hosts", "orch", "mitogen", "faults"]),
+    ("issue42", ["smoke", "restart", "ckpt", "orch"]),
     ("issue26,mitogen", ["smoke", "orch", "mitogen"]),
 ])
 def test_expand_parts(text: str, parts: list) -> None:
@@ -661,3 +661,19 @@ def test_issue42s_targets_read_the_restart_part() -> None:
     rows = _bench().targets42(data)
     assert rows[0][1:] == [9.5, 14.0, "<= 10 s", "met"]
     assert rows[1][-1] == "not measured" and rows[2][-1] == "not measured"
+
+
+def test_the_ckpt_parts_report_gives_the_time_ratio_and_the_controllers_bytes() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_ckpt
+    from metrics import md_table, median
+
+    ckpt = {"megabytes": 10, "variants": {
+        "new": {"1": [{"rc": 0, "seconds": 2.0, "bytes": 300_000}], "8": [{"rc": 0, "seconds": 3.0, "bytes": 900_000}]},
+        "baseline": {"1": [{"rc": 0, "seconds": 1.0, "bytes": 20_000_000}],
+                     "8": [{"rc": 0, "seconds": 9.0, "bytes": 90_000_000}, {"rc": 2, "seconds": None, "bytes": 0}]}}}
+    lines = bench_ckpt.ckpt_lines(ckpt, md_table, median)
+    assert lines[1] == "## Checkpoints at size (issue 42)"
+    table = "\n".join(lines)
+    assert "| new | 2.00 | 3.00 | 1.50 | 0.30 | 0.90 | 2 / 0 |" in table, table
+    assert "| baseline | 1.00 | 9.00 | 9.00 | 20.00 | 90.00 | 2 / 1 |" in table, table
