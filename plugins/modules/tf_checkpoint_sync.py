@@ -125,7 +125,7 @@ options:
     type: str
     default: ""
   workers:
-    description: With O(mode=pack), the cluster spec's workers (C(host), C(slot), C(address), C(port)): where each
+    description: With O(mode=pack), the cluster spec's workers (C(host), C(slot), C(address), C(port)), where each
       host's relay listens.
     type: list
     elements: dict
