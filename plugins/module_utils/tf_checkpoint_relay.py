@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import socket
 import time
 from typing import Any, Callable
@@ -319,6 +320,9 @@ def start_listener(port: int, key: bytes, marker: str, host: str,
         os.setsid()
         if os.fork():
             os._exit(0)
+        for number in (signal.SIGTERM, signal.SIGINT):  # the module's process may have handlers of its own
+            signal.signal(number, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         null = os.open(os.devnull, os.O_RDWR)
         for descriptor in (0, 1, 2):
             os.dup2(null, descriptor)

@@ -669,11 +669,12 @@ def test_the_ckpt_parts_report_gives_the_time_ratio_and_the_controllers_bytes() 
     from metrics import md_table, median
 
     ckpt = {"megabytes": 10, "variants": {
-        "new": {"1": [{"rc": 0, "seconds": 2.0, "bytes": 300_000}], "8": [{"rc": 0, "seconds": 3.0, "bytes": 900_000}]},
+        "new": {"1": [{"rc": 0, "seconds": 2.0, "bytes": 300_000, "again": {"rc": 0, "seconds": 1.0, "bytes": 200_000}}],
+                "8": [{"rc": 0, "seconds": 3.0, "bytes": 900_000, "again": {"rc": 0, "seconds": 1.5, "bytes": 800_000}}]},
         "baseline": {"1": [{"rc": 0, "seconds": 1.0, "bytes": 20_000_000}],
                      "8": [{"rc": 0, "seconds": 9.0, "bytes": 90_000_000}, {"rc": 2, "seconds": None, "bytes": 0}]}}}
     lines = bench_ckpt.ckpt_lines(ckpt, md_table, median)
     assert lines[1] == "## Checkpoints at size (issue 42)"
     table = "\n".join(lines)
-    assert "| new | 2.00 | 3.00 | 1.50 | 0.30 | 0.90 | 2 / 0 |" in table, table
-    assert "| baseline | 1.00 | 9.00 | 9.00 | 20.00 | 90.00 | 2 / 1 |" in table, table
+    assert "| new | 2.00 | 3.00 | 1.50 | 0.30 | 0.90 | 1.00 / 1.50, 0.20 / 0.80 | 2 / 0 |" in table, table
+    assert "| baseline | 1.00 | 9.00 | 9.00 | 20.00 | 90.00 | - | 2 / 1 |" in table, table
