@@ -790,3 +790,22 @@ def test_the_skip_is_said_beside_the_hosts_that_got_the_copy() -> None:
                                               "h0", 1, 1.5, "/runs/r")
     assert out["message"] == ("Copied the chief's checkpoint (h0: 2 files, 2.0 MB) through the controller to h1 "
                               "in 1.5 s; skipped h2 (it holds every file)")
+
+
+def test_a_newer_checkpoint_is_told_by_its_pointer_without_reading_the_data_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chief = chief_dir(tmp_path)
+    (chief / "aaa.data").write_bytes(os.urandom(8192))  # before the pointer by name, not by size
+    other = tmp_path / "other"
+    archive = tmp_path / "a.tar"
+    sync.run(params("pack", chief, targets={"h1": {}}, archive=str(archive)), False)
+    sync.run(params("unpack", other, archive=str(archive)), False)
+    (chief / "checkpoint").write_text('model_checkpoint_path: "ckpt-3"\n')  # same size, names a newer one
+    files = sync.run(params("mark", chief, manifest=True), False)["files"]
+    read: list[str] = []
+    real = sync.file_sha256
+    monkeypatch.setattr(sync, "file_sha256", lambda path: read.append(os.path.basename(path)) or real(path))
+    look = sync.run(params("look", other, host="h1", chief_files=files), False)
+    assert (look["same"], look["differs"]) == (False, "its checkpoint has another sha256")
+    assert "aaa.data" not in read and "ckpt-2.data-00000-of-00001" not in read, read
