@@ -75,7 +75,7 @@ def read_header(conn: socket.socket, key: bytes, run_id: str, last_seq: int) -> 
     line = read_line(conn, HEADER_BYTES)
     if not key or not line.startswith(MAGIC):
         raise MessageRefused("not a checkpoint push")
-    mac, _, body = line[len(MAGIC):].partition(b" ")
+    mac, _space, body = line[len(MAGIC):].partition(b" ")
     if not hmac.compare_digest(mac, sign(key, body).encode("ascii")):
         raise MessageRefused("bad signature")
     header = json.loads(body)
