@@ -295,8 +295,10 @@ def tf_attempts_sync_record(
         return value if isinstance(value, dict) and not value.get("skipped") else {}
 
     shared = sorted(host for host, look in (looks or {}).items() if result(look).get("shared"))
-    copied = {host: result(value) for host, value in (unpacked or {}).items() if result(value)}
     pack = result(packed)
+    relayed = {str(host): value for host, value in (pack.get("relayed") or {}).items() if isinstance(value, dict)}
+    through = {host: result(value) for host, value in (unpacked or {}).items() if result(value)}
+    copied = {**through, **relayed}
     files, size = int(pack.get("files") or 0), int(pack.get("bytes") or 0)
     megabytes = round(size / 1e6, 1)
     record = {
@@ -304,14 +306,42 @@ def tf_attempts_sync_record(
         "files": files, "bytes": size, "seconds": round(float(seconds), 2),
         "removed": {host: value.get("removed", []) for host, value in sorted(copied.items()) if value.get("removed")},
     }  # fmt: skip
-    if copied:
+    skipped = pack.get("skipped_hosts") if isinstance(pack.get("skipped_hosts"), dict) else {}
+    if skipped:
+        record["skipped"] = {str(host): str(why) for host, why in sorted(skipped.items())}
+    fallback = pack.get("relay_fallback") if isinstance(pack.get("relay_fallback"), dict) else {}
+    if relayed:
+        record["relayed"] = sorted(relayed)
+    if fallback:
+        record["relay_fallback"] = {str(host): str(why) for host, why in sorted(fallback.items())}
+    if relayed:
+        parts = [f"host to host to {', '.join(sorted(relayed))} (sent once by {chief}, each host passing it on to the "
+                 "next; none of it through the controller)"]
+        if through:
+            whys = [f"{host}: {fallback[host]}" for host in sorted(through) if host in fallback]
+            parts.append(f"through the controller to {', '.join(sorted(through))}"
+                         + (f" ({'; '.join(whys)})" if whys else ""))
+        message = (f"Copied the chief's checkpoint ({chief}: {files} files, {megabytes} MB) {'; '.join(parts)} "
+                   f"in {record['seconds']} s")
+    elif copied:
         message = (f"Copied the chief's checkpoint ({chief}: {files} files, {megabytes} MB) through the controller "
                    f"to {', '.join(sorted(copied))} in {record['seconds']} s")
+        whys = [f"{host}: {fallback[host]}" for host in sorted(copied) if host in fallback]
+        if whys:
+            message += f" (the relay between hosts did not serve them: {'; '.join(whys)})"
+    elif skipped:
+        message = (f"Copied the chief's checkpoint ({chief}: {files} files, {megabytes} MB) to no host: every host "
+                   f"that does not share its directory holds it already ({record['seconds']} s)")
     elif len(shared) < len(looks or {}):
         message = f"The chief's checkpoint directory on {chief} holds no file yet: nothing to copy"
     else:
         message = f"Every host shares the chief's checkpoint directory ({chief}): nothing to copy"
-    if shared and copied:
+    if skipped:
+        reasons: dict[str, list[str]] = {}
+        for host, why in record["skipped"].items():
+            reasons.setdefault(why, []).append(host)
+        message += "; skipped " + "; ".join(f"{', '.join(hosts)} ({why})" for why, hosts in reasons.items())
+    if shared and (copied or skipped):
         message += f"; {', '.join(shared)} share it"
     sharing = pack.get("shares_with") if isinstance(pack.get("shares_with"), dict) else {}
     if sharing and copied:

@@ -198,22 +198,100 @@ def leftovers(directory: str) -> list[str]:
     return sorted(name for name in names if name.startswith(CHECKPOINT_STAGING_PREFIX))
 
 
-def look(directory: str, marker: str, chief: str) -> dict[str, Any]:
+def file_sha256(path: str) -> str:
+    """The sha256 of a file's bytes (read without following a link)."""
+    digest = hashlib.sha256()
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(descriptor, "rb") as handle:
+        while True:
+            data = handle.read(1 << 20)
+            if not data:
+                return digest.hexdigest()
+            digest.update(data)
+
+
+def manifest(directory: str) -> dict[str, list[Any]]:
+    """Each of the chief's files (chief_files) to ``[size, sha256]``: what a host's look
+    compares its own files with, and what each receiver of the copy checks before the swap."""
+    if not os.path.isdir(directory):
+        return {}
+    found = {}
+    for name in chief_files(directory):
+        path = os.path.join(directory, name)
+        found[name] = [os.lstat(path).st_size, file_sha256(path)]
+    return found
+
+
+def holds_chiefs_files(directory: str, chiefs: dict[str, Any], record: dict[str, Any], incomplete: bool) -> str:
+    """Why this directory does not already hold the chief's files (``chiefs``: name to
+    ``[size, sha256]``); "" when it holds every one of them with the same size and sha256
+    and nothing of the chief's last copy that the chief no longer has (a copy would move
+    nothing). Sizes first, hashes only where every size matched."""
+    if not chiefs:
+        return "the chief has no file"
+    if incomplete:
+        return "its last copy was cut short"
+    for name in sorted(chiefs):
+        path = os.path.join(directory, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return f"it lacks {name}"
+        if not stat.S_ISREG(info.st_mode) or not under_real_directories(directory, name):
+            return f"its {name} is not a plain file"
+        if info.st_size != int(chiefs[name][0]):
+            return f"its {name} has another size"
+    stale = sorted(set(record["files"]) - set(chiefs))
+    for name in stale:
+        if os.path.lexists(os.path.join(directory, name)):
+            return f"it holds {name} of the chief's last copy, which the chief no longer has"
+    # Smallest first: a newer checkpoint's pointer file (a few bytes) differs, and the data
+    # files (often of the same sizes from one checkpoint to the next) are never read then.
+    for name in sorted(chiefs, key=lambda name: (int(chiefs[name][0]), name)):
+        if file_sha256(os.path.join(directory, name)) != str(chiefs[name][1]):
+            return f"its {name} has another sha256"
+    return ""
+
+
+def look(directory: str, marker: str, chief: str, chiefs: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a host that is not the chief's tells of its checkpoint directory: the hosts
     whose marker it sees (``seen``: those that share it), whether the chief is one of them
     (``shared``), the space free there, the checkpoint numbers the chief's last copy
-    brought (``copied``) and whether that copy was cut short."""
+    brought (``copied``), whether that copy was cut short, and, given the chief's files
+    (``chiefs``, its mark's ``files``), whether this directory already holds every one of
+    them (``same``; else ``differs``, why)."""
     record = read_synced(directory)
     seen = seen_hosts(directory, marker)
-    return {
+    incomplete = bool(leftovers(directory)) or record["complete"] is False
+    result = {
         "changed": False,
         "shared": chief in seen,
         "seen": seen,
         "dir": directory,
         "free": free_bytes(directory),
         "copied": record["pointers"],
-        "incomplete": bool(leftovers(directory)) or record["complete"] is False,
+        "incomplete": incomplete,
     }
+    if chiefs and not result["shared"]:
+        differs = holds_chiefs_files(directory, chiefs, record, incomplete) if os.path.isdir(directory) else "it has no file"
+        result.update({"same": not differs, "differs": differs})
+    return result
+
+
+def look_step(directory: str, marker: str, chief: str, chiefs: dict[str, Any], host: str, relay_port: int,
+              relay_key: str, check: bool) -> dict[str, Any]:  # fmt: skip
+    """The look, and where this host will need the chief's files (neither shared nor
+    holding them already) and the copy has a key and a port for it, a listener for the
+    host-to-host relay on that port (tf_checkpoint_relay), left running: ``relay``."""
+    result = look(directory, marker, chief, chiefs)
+    if result["shared"] or result.get("same") or not chiefs or relay_port <= 0 or not relay_key or check:
+        return result
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_checkpoint_relay as relay
+
+    result["relay"] = relay.start_listener(
+        relay_port, relay_key.encode("utf-8"), marker, host,
+        lambda names, fill: install(checked_directory(directory), names, fill))  # fmt: skip
+    return result
 
 
 def space_problem(where: str, directory: str, needed: int, free: int) -> str | None:
@@ -222,12 +300,22 @@ def space_problem(where: str, directory: str, needed: int, free: int) -> str | N
     return f"{where}: the checkpoint copy needs {megabytes(needed)} in {directory}, {megabytes(free)} free"
 
 
+def hosts_to_skip(targets: dict[str, Any]) -> dict[str, str]:
+    """The hosts whose look found every file of the chief's there, same size and sha256
+    (``same``): nothing is sent to them; each to why."""
+    return {host: "it holds every file of the chief's, same sizes and sha256" for host in sorted(targets)
+            if isinstance(targets[host], dict) and targets[host].get("same") is True}  # fmt: skip
+
+
 def copy_groups(targets: dict[str, Any]) -> dict[str, list[str]]:
     """The hosts the archive is sent to, each with the other hosts that share its directory
-    (they see the same markers): one copy per directory, never two at once into one."""
+    (they see the same markers): one copy per directory, never two at once into one. A
+    host whose look found the chief's files already there is left out (hosts_to_skip)."""
     groups: dict[tuple[str, ...], list[str]] = {}
     for host in sorted(targets):
         target = targets[host] if isinstance(targets[host], dict) else {}
+        if target.get("same") is True:
+            continue
         seen = tuple(sorted(str(name) for name in target.get("seen") or [])) or (host,)
         groups.setdefault(seen, []).append(host)
     return {hosts[0]: hosts[1:] for hosts in groups.values()}
@@ -235,7 +323,7 @@ def copy_groups(targets: dict[str, Any]) -> dict[str, list[str]]:
 
 def copy_problems(
     chief: str, directory: str, files: dict[str, int], numbers: dict[str, int], chief_free: int,
-    targets: dict[str, Any], controller_dir: str, controller_free: int,
+    targets: dict[str, Any], controller_dir: str, controller_free: int, relayed: tuple[str, ...] = (),
 ) -> list[str]:
     """Why the chief's files (``files``: name to size, in ``directory`` on host ``chief``,
     ``numbers`` its pointer files' checkpoints) may not be copied to ``targets`` (each host
@@ -246,14 +334,16 @@ def copy_problems(
     size = sum(files.values())
     archive = archive_bytes(list(files.values()))
     problems = []
-    if files:
+    if files and set(targets) - set(relayed):  # the archive only for the hosts the relay does not serve
         problems.append(space_problem(f"host {chief}", directory, archive, chief_free))
         if controller_free >= 0:
             problems.append(space_problem("the controller", controller_dir, archive, controller_free))
     for host in sorted(targets):
         target = targets[host] if isinstance(targets[host], dict) else {}
         if files and "free" in target:
-            problems.append(space_problem(f"host {host}", str(target.get("dir")), archive + size, int(target["free"])))
+            # Relayed, a host stages the files; through the controller, it also holds the archive.
+            needed = size if host in relayed else archive + size
+            problems.append(space_problem(f"host {host}", str(target.get("dir")), needed, int(target["free"])))
         for name, theirs in sorted((target.get("copied") or {}).items()):
             mine = numbers.get(name)
             if mine is None:
@@ -293,31 +383,94 @@ def pack(directory: str, archive: str) -> dict[str, Any]:
     return {"files": len(names), "bytes": size, "links_left_out": sorted(links), "hard_links": sorted(hard_links)}
 
 
+def relay_plan(targets: dict[str, Any], groups: dict[str, list[str]], workers: list[Any]) -> tuple[list[list[Any]], list[list[Any]]]:
+    """(the chain: ``[host, address, port]`` of each host the copy goes to whose look
+    listens for the relay, in name order; the listeners that get nothing: hosts that share
+    another's directory). Each host's address and port are its first slot's in the cluster
+    spec (``workers``)."""
+    endpoints = {str(w.get("host")): [str(w.get("address")), int(w.get("port"))] for w in workers or []
+                 if isinstance(w, dict) and int(w.get("slot") or 0) == 0 and w.get("address") and w.get("port")}  # fmt: skip
+
+    def listening(host: str) -> bool:
+        target = targets.get(host) if isinstance(targets.get(host), dict) else {}
+        relay = target.get("relay") if isinstance(target.get("relay"), dict) else {}
+        return bool(relay.get("listening")) and host in endpoints
+
+    chain = [[host, *endpoints[host]] for host in sorted(groups) if listening(host)]
+    idle = [[host, *endpoints[host]] for host in sorted(targets) if listening(host) and host not in groups]
+    return chain, idle
+
+
+def relay_fallbacks(targets: dict[str, Any], groups: dict[str, list[str]], outcomes: dict[str, Any],
+                    chain: list[list[Any]]) -> dict[str, str]:  # fmt: skip
+    """Each host of ``groups`` the relay did not serve to why (it goes through the controller)."""
+    in_chain = {hop[0] for hop in chain}
+    why = {}
+    for host in sorted(groups):
+        if host in in_chain:
+            outcome = outcomes.get(host) if isinstance(outcomes.get(host), dict) else {}
+            if not outcome.get("ok"):
+                said = "not reachable on the relay" if not outcome.get("reached") else "the relay failed there"
+                why[host] = f"{said}: {outcome.get('error') or 'no outcome'}"
+            continue
+        target = targets.get(host) if isinstance(targets.get(host), dict) else {}
+        relay = target.get("relay") if isinstance(target.get("relay"), dict) else {}
+        why[host] = f"it could not listen for the relay: {relay['error']}" if relay.get("error") else "no relay port"
+    return why
+
+
 def pack_step(
     directory: str, marker: str, copy: bool, host: str, targets: dict[str, Any], controller_dir: str,
-    controller_free: int, archive: str, check: bool,
+    controller_free: int, archive: str, check: bool, relay_key: str = "", chiefs: dict[str, Any] | None = None,
+    workers: list[Any] | None = None,
 ) -> dict[str, Any]:
-    """The chief's pack: remove the marker; with ``copy``, refuse what copy_problems finds,
-    else pack into ``archive`` (by default a new file beside the checkpoint directory: on
-    its filesystem, which the space was measured on)."""
+    """The chief's pack: remove the marker; with ``copy``, skip the hosts that hold the
+    chief's files already, refuse what copy_problems finds, send the files once along the
+    chain of the hosts that listen for the relay (with ``relay_key`` and the chief's mark's
+    ``chiefs``), and pack into ``archive`` (by default a new file beside the checkpoint
+    directory: on its filesystem, which the space was measured on) for the hosts the relay
+    did not serve (``copy_to``: they get it through the controller)."""
     path = marker_path(directory, marker, host) if marker else ""
     if path and not check and os.path.lexists(path):
         os.unlink(path)
-    nothing = {"changed": False, "files": 0, "bytes": 0, "archive": "", "copy_to": [], "shares_with": {}}
+    nothing = {"changed": False, "files": 0, "bytes": 0, "archive": "", "copy_to": [], "shares_with": {},
+               "skipped_hosts": {}, "relayed": {}, "relay_fallback": {}}  # fmt: skip
     if not copy or check:
         return nothing
+    skipped = hosts_to_skip(targets)
+    nothing["skipped_hosts"] = skipped
     groups = copy_groups(targets)
-    targets = {copier: targets[copier] for copier in groups}
     names = chief_files(directory) if os.path.isdir(directory) else []
     files = {name: os.lstat(os.path.join(directory, name)).st_size for name in names}
-    problems = copy_problems(host or "the chief", directory, files, pointer_numbers(directory, names),
-                             free_bytes(directory), targets, controller_dir, controller_free)  # fmt: skip
+    if names and skipped and not groups:  # every host skipped: nothing to pack, nothing to refuse
+        return {**nothing, "files": len(names), "bytes": sum(files.values())}
+    chain, idle = relay_plan(targets, groups, workers or []) if relay_key and chiefs and names else ([], [])
+    relayed = tuple(hop[0] for hop in chain)
+    copiers = {copier: targets[copier] for copier in groups}
+    numbers = pointer_numbers(directory, names)
+    problems = copy_problems(host or "the chief", directory, files, numbers, free_bytes(directory), copiers,
+                             controller_dir, controller_free, relayed)  # fmt: skip
     if problems:
         raise ValueError("; ".join(problems))
     if not names:
         return nothing
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_checkpoint_relay as relay
+
+    if idle:
+        relay.close_listeners(idle, relay_key.encode("utf-8"), marker)
+    outcomes = relay.send_chain(chain, relay_key.encode("utf-8"), marker, directory, chiefs or {}) if chain else {}
+    fallback = relay_fallbacks(targets, groups, outcomes, chain)
     sharing = {other: copier for copier, others in groups.items() for other in others}
-    sent = {"copy_to": sorted(groups), "shares_with": sharing}
+    sent = {"copy_to": sorted(fallback), "shares_with": sharing, "skipped_hosts": skipped,
+            "relay_fallback": fallback if relay_key else {},
+            "relayed": {h: o for h, o in outcomes.items() if isinstance(o, dict) and o.get("ok")}}  # fmt: skip
+    if chain and not fallback:
+        return {**nothing, **sent, "files": len(names), "bytes": sum(files.values())}
+    if relayed:  # the archive's space, not measured before for hosts the relay was to serve
+        problems = copy_problems(host or "the chief", directory, files, numbers, free_bytes(directory),
+                                 {h: copiers[h] for h in fallback}, controller_dir, controller_free)  # fmt: skip
+        if problems:
+            raise ValueError("; ".join(problems))
     if archive:
         handle = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     else:
@@ -463,11 +616,50 @@ def remove_tree(path: str) -> None:
         pass
 
 
+def install(directory: str, names: list[str], fill: Any) -> dict[str, Any]:
+    """Write the chief's files ``names`` into ``directory`` through a staging directory,
+    ``fill(staging)`` putting every one of them there (fsynced, checked); the pointer files
+    last; remove the files of the chief's last copy it no longer has; record the copy,
+    complete only once it is all on the disk. A copy cut short before (a staging directory
+    left over, a record not complete) is cleaned up and ``redone``. The unpack of an archive
+    and the host-to-host relay (tf_checkpoint_relay) both swap in through here."""
+    make_directory(directory)
+    with CopyLock(directory):
+        previous = read_synced(directory)
+        stale = sorted(set(previous["files"]) - set(names))
+        left = leftovers(directory)
+        for name in left:
+            remove_tree(os.path.join(directory, name))
+        redone = bool(left) or previous["complete"] is False
+        staging = tempfile.mkdtemp(dir=directory, prefix=CHECKPOINT_STAGING_PREFIX)
+        try:
+            fill(staging)
+            numbers = pointer_numbers(staging, names)
+            fsync_path(staging)
+            # From here on the directory holds parts of two copies until the record
+            # says complete: a later copy removes the files of either.
+            write_synced(directory, sorted(set(previous["files"]) | set(names)), previous["pointers"], False)
+            touched = swap_in(directory, staging, names)
+            for name in stale:
+                if not under_real_directories(directory, name):
+                    continue  # a part of its way became a link: whatever it names is not the chief's copy
+                path = os.path.join(directory, name)
+                try:
+                    if stat.S_ISREG(os.lstat(path).st_mode):
+                        os.unlink(path)
+                        touched.add(os.path.dirname(path))
+                except FileNotFoundError:
+                    pass  # gone meanwhile (a host that shares the directory, by hand)
+            for path in sorted(touched, key=len, reverse=True):
+                fsync_path(path)
+            write_synced(directory, names, numbers, True)
+        finally:
+            remove_tree(staging)
+    return {"files": len(names), "removed": stale, "redone": redone}
+
+
 def unpack(directory: str, archive: str, check: bool) -> dict[str, Any]:
-    """Write every file of ``archive`` into ``directory`` through a staging directory, the
-    pointer files last; remove the files of the chief's last copy it no longer has; record
-    the copy, complete only once it is all on the disk. A copy cut short before (a staging
-    directory left over, a record not complete) is cleaned up and ``redone``."""
+    """Write every file of ``archive`` into ``directory`` (install)."""
     with tarfile.open(archive, "r:*") as tar:
         plan = read_plan(tar)
         names = [name for name, _member in plan]
@@ -476,39 +668,8 @@ def unpack(directory: str, archive: str, check: bool) -> dict[str, Any]:
         size = sum(member.size for _name, member in plan)
         if check:
             return {"files": len(plan), "bytes": size, "removed": stale, "redone": False}
-        make_directory(directory)
-        with CopyLock(directory):
-            previous = read_synced(directory)
-            stale = sorted(set(previous["files"]) - set(names))
-            left = leftovers(directory)
-            for name in left:
-                remove_tree(os.path.join(directory, name))
-            redone = bool(left) or previous["complete"] is False
-            staging = tempfile.mkdtemp(dir=directory, prefix=CHECKPOINT_STAGING_PREFIX)
-            try:
-                stage(tar, plan, staging)
-                numbers = pointer_numbers(staging, names)
-                fsync_path(staging)
-                # From here on the directory holds parts of two copies until the record
-                # says complete: a later copy removes the files of either.
-                write_synced(directory, sorted(set(previous["files"]) | set(names)), previous["pointers"], False)
-                touched = swap_in(directory, staging, names)
-                for name in stale:
-                    if not under_real_directories(directory, name):
-                        continue  # a part of its way became a link: whatever it names is not the chief's copy
-                    path = os.path.join(directory, name)
-                    try:
-                        if stat.S_ISREG(os.lstat(path).st_mode):
-                            os.unlink(path)
-                            touched.add(os.path.dirname(path))
-                    except FileNotFoundError:
-                        pass  # gone meanwhile (a host that shares the directory, by hand)
-                for path in sorted(touched, key=len, reverse=True):
-                    fsync_path(path)
-                write_synced(directory, names, numbers, True)
-            finally:
-                remove_tree(staging)
-    return {"files": len(plan), "bytes": size, "removed": stale, "redone": redone}
+        done = install(directory, names, lambda staging: stage(tar, plan, staging))
+    return {**done, "bytes": size}
 
 
 def read_synced(directory: str) -> dict[str, Any]:
@@ -576,14 +737,20 @@ def run(params: dict[str, Any], check: bool) -> dict[str, Any]:
     directory = checked_directory(params["dir"])
     mode = params["mode"]
     if mode == "mark":
-        return mark(directory, params["marker"], params.get("host") or "", check)
+        marked = mark(directory, params["marker"], params.get("host") or "", check)
+        if params.get("manifest"):
+            marked["files"] = manifest(directory)
+        return marked
     if mode == "look":
-        return look(directory, params["marker"], params.get("chief") or "")
+        return look_step(directory, params["marker"], params.get("chief") or "", params.get("chief_files") or {},
+                         params.get("host") or "", int(params.get("relay_port") or 0), params.get("relay_key") or "",
+                         check)  # fmt: skip
     if mode == "pack":
         return pack_step(directory, params["marker"], params["copy"], params.get("host") or "",
                          params.get("targets") or {}, params.get("controller_dir") or "",
                          int(-1 if params.get("controller_free") is None else params["controller_free"]),
-                         params.get("archive") or "", check)  # fmt: skip
+                         params.get("archive") or "", check, params.get("relay_key") or "",
+                         params.get("chief_files") or {}, params.get("workers") or [])  # fmt: skip
     if not params["archive"]:
         raise ValueError("mode unpack needs the archive on the host (given by the action plugin)")
     return {"changed": not check, **unpack(directory, params["archive"], check)}

@@ -69,7 +69,7 @@ SECRET_KEYS = (SECRET_GO_TOKEN, SECRET_ANNOUNCE_KEY)
 # the shared modules of plugins/module_utils/ the supervisor imports.
 SUPERVISOR_FILE = "tf_supervisor.py"
 JOB_WRAPPER = "tf_runbook_job.py"
-SHARED_MODULES = ("tf_run.py", "tf_proc.py", "tf_causes.py", "tf_metrics.py")
+SHARED_MODULES = ("tf_run.py", "tf_proc.py", "tf_causes.py", "tf_metrics.py", "tf_checkpoint_wire.py")
 # The real-time signal on which the job writes every thread's stack into STACKS_FILE.
 STACKS_SIGNAL_OFFSET = 3
 

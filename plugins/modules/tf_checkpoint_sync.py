@@ -29,6 +29,11 @@ description:
     files) as a plain member with its mtime (a hard link as the file it names, listed in C(hard_links); a
     symbolic link is left out) into an uncompressed tar archive beside them, which the action plugin brings to
     the controller at O(dest) and removes from the host.
+  - With O(relay_key), the copy goes host to host (issue 42). Each host whose look needs the files listens on
+    O(relay_port); the pack sends the files once, to the first of them, and each passes every byte on to the next
+    while it stages them, checks each file's sha256 against the chief's signed list and swaps them in as the unpack
+    does (C(relayed)). Only the hosts the relay did not serve (C(relay_fallback)) get the archive through the
+    controller (C(copy_to)).
   - O(mode=unpack) on a host that does not share the directory takes the archive the action plugin sent from the
     controller's O(src) (beside O(dir), not into the Ansible tmp), stages every file of it in a directory inside
     O(dir) (fsynced, with its mtime), then renames each over the file of the same name, the pointer files (named
@@ -97,6 +102,34 @@ options:
       not measured.
     type: int
     default: -1
+  manifest:
+    description: With O(mode=mark), also return each of the chief's files with its size and sha256 (C(files)), for
+      the other hosts' look to compare (set on the chief's host).
+    type: bool
+    default: false
+  chief_files:
+    description: With O(mode=look), the chief's files (its mark's C(files)); a host whose directory holds every one
+      of them with the same size and sha256 (and nothing of the chief's last copy the chief no longer has) says
+      C(same), and the pack sends it nothing (C(skipped_hosts)).
+    type: dict
+    default: {}
+  relay_port:
+    description: With O(mode=look), this host's worker port (its first slot's, free between attempts); a host that
+      needs the copy listens there for the host-to-host relay (a detached process, gone once its message came, or
+      after five minutes), C(relay). 0 for none.
+    type: int
+    default: 0
+  relay_key:
+    description: With O(mode=look) and O(mode=pack), the copy's secret, under which every message of the relay is
+      signed (HMAC-SHA256); empty for no relay (every host through the controller).
+    type: str
+    default: ""
+  workers:
+    description: With O(mode=pack), the cluster spec's workers (C(host), C(slot), C(address), C(port)), where each
+      host's relay listens.
+    type: list
+    elements: dict
+    default: []
 attributes:
   check_mode:
     support: full
@@ -127,9 +160,38 @@ shared:
   type: bool
   returned: mode look
 files:
-  description: How many files were packed or unpacked.
-  type: int
-  returned: mode pack and unpack
+  description: How many files were packed or unpacked; with O(mode=mark) and O(manifest), each of the chief's files
+    to its size and sha256.
+  type: raw
+  returned: mode pack and unpack; mode mark with O(manifest)
+same:
+  description: With O(mode=look) and O(chief_files), whether this host already holds every file of the chief's,
+    same sizes and sha256 (nothing is sent to it).
+  type: bool
+  returned: mode look, with O(chief_files), when the directory is not shared
+differs:
+  description: With O(mode=look) and O(chief_files), why the copy is needed (the first file that differs); empty
+    when C(same).
+  type: str
+  returned: mode look, with O(chief_files), when the directory is not shared
+relay:
+  description: With O(mode=look), whether this host listens for the relay (C(listening), C(port)), or why not
+    (C(error)).
+  type: dict
+  returned: mode look, when the host needs the copy and O(relay_key) and O(relay_port) are given
+relayed:
+  description: With O(mode=pack), each host the relay served to its outcome (C(files), C(bytes), C(removed),
+    C(redone)).
+  type: dict
+  returned: mode pack
+relay_fallback:
+  description: With O(mode=pack), each host the copy goes to through the controller to why the relay did not serve it.
+  type: dict
+  returned: mode pack
+skipped_hosts:
+  description: With O(mode=pack), each host the copy skipped (its look found the chief's files there) to why.
+  type: dict
+  returned: mode pack
 bytes:
   description: Their size in bytes.
   type: int
@@ -216,6 +278,11 @@ def main() -> None:
             "chief": {"type": "str", "default": ""},
             "controller_dir": {"type": "path", "default": ""},
             "controller_free": {"type": "int", "default": -1},
+            "manifest": {"type": "bool", "default": False},
+            "chief_files": {"type": "dict", "default": {}},
+            "relay_port": {"type": "int", "default": 0},
+            "relay_key": {"type": "str", "default": "", "no_log": True},
+            "workers": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )

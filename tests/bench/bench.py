@@ -26,6 +26,9 @@ script prints the plan and its expected time, from the last run's figures, befor
   mitogen the smoke and N = 8, 32 under Mitogen's mitogen_linear strategy (installed
           into .cache/mitogen) side by side with the default strategy, and a one-line
           recommendation computed from the figures
+  ckpt    the chief's checkpoint (--ckpt-mb, default 1000 MB) copied between attempts to 1 and to 8
+          namespace hosts, this tree and --baseline-ref: the copy's time and the bytes that cross
+          the controller (tests/bench/bench_ckpt.py)
   faults  time from a fault to the playbook's exit (tests/integration/faults.py), and the
           supervision timings: SIGINT to no process of the run left, a killed worker of a
           detached run to every other worker stopped
@@ -1184,7 +1187,7 @@ def targets42(data: dict[str, Any]) -> list[list[Any]]:
 
 
 # The key of data each part writes.
-PART_KEYS = {"smoke": "smoke", "restart": "restart", "hosts": "hosts", "orch": "controller", "mitogen": "mitogen", "faults": "faults"}
+PART_KEYS = {"smoke": "smoke", "restart": "restart", "ckpt": "ckpt", "hosts": "hosts", "orch": "controller", "mitogen": "mitogen", "faults": "faults"}
 
 
 def provenance(data: dict[str, Any]) -> list[str]:
@@ -1225,6 +1228,10 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
         lines += _smoke_lines(data["smoke"])
     if "restart" in data:
         lines += restart_lines(data["restart"])
+    if "ckpt" in data:
+        from bench_ckpt import ckpt_lines
+
+        lines += ckpt_lines(data["ckpt"], metrics.md_table, median)
     if "hosts" in data:
         lines += ["", "## Namespace hosts, default TensorFlow job", "", "| N | end to end s | first start s | start skew s | last exit to verdict s | job s | overhead s | runs ok / failed |", "|---|---|---|---|---|---|---|---|"]
         for n, row in sorted(data["hosts"].items(), key=lambda kv: int(kv[0])):
@@ -1308,14 +1315,14 @@ def write_report(path: Path, data: dict[str, Any], reps: int, command: str) -> N
     path.write_text("\n".join(lines) + "\n")
 
 
-ALL_PARTS = ("smoke", "restart", "hosts", "orch", "mitogen", "faults")
+ALL_PARTS = ("smoke", "restart", "ckpt", "hosts", "orch", "mitogen", "faults")
 PRESETS = {
     # Issue 26's figures alone: the smoke against the hand launch and the controller's CPU per
     # host from 2 to 64 hosts, this tree beside the baseline (about 25 minutes on 2 cores).
     "issue26": ("smoke", "orch"),
     # Issue 42's figures: the smoke, a restart's latency and the controller's CPU per host,
     # this tree beside the tree before the issue (--baseline-ref c5c7618 in make bench-issue42).
-    "issue42": ("smoke", "restart", "orch"),
+    "issue42": ("smoke", "restart", "ckpt", "orch"),
     "all": ALL_PARTS,
 }
 
@@ -1383,6 +1390,9 @@ def estimate(parts: list[str], args: argparse.Namespace, earlier: dict[str, Any]
             sec = args.restart_reps * (trees + 1) * 50.0
             text = (f"{args.restart_reps} reps x {trees} tree(s) and this tree without the pre-go import, about 50 s "
                     "each (2 namespace hosts, a kill, a restart)")
+        elif part == "ckpt":
+            sec = args.ckpt_reps * trees * (20.0 + args.ckpt_mb / 25.0)
+            text = f"{args.ckpt_reps} rep(s) x {trees} tree(s) x 1 and 8 hosts, {args.ckpt_mb} MB"
         elif part == "hosts":
             sizes = [int(n) for n in args.sizes.split(",")]
             sec = metrics.estimate_seconds([("tf", n, args.reps) for n in sizes], {"tf": (20.0, 3.0)})
@@ -1397,11 +1407,13 @@ def estimate(parts: list[str], args: argparse.Namespace, earlier: dict[str, Any]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="all",
-                        help="comma-separated: smoke, restart, hosts, orch, mitogen, faults; or a preset: "
+                        help="comma-separated: smoke, restart, ckpt, hosts, orch, mitogen, faults; or a preset: "
                              "issue26 (smoke and orch: issue 26's figures, about 25 min), "
-                             "issue42 (smoke, restart and orch), all")
+                             "issue42 (smoke, restart, ckpt and orch), all")
     parser.add_argument("--reps", type=int, default=5, help="runs of the smoke, hosts and mitogen parts")
     parser.add_argument("--restart-reps", type=int, default=3, help="runs of each tree in the restart part")
+    parser.add_argument("--ckpt-mb", type=int, default=1000, help="the checkpoint's size in the ckpt part (MB)")
+    parser.add_argument("--ckpt-reps", type=int, default=1, help="runs of each tree at each host count in the ckpt part")
     parser.add_argument("--sizes", default="2,4,8")
     parser.add_argument("--orch-sizes", default="2,8,16,32,64")
     parser.add_argument("--orch-reps", type=int, default=3, help="runs of each tree at each N of the orch part")
@@ -1474,15 +1486,15 @@ def main() -> int:
         inst = Instruments(tmp)
         mine = Variant("new", REPO)
         baseline: Variant | None = None
-        if args.baseline_ref and parts & {"smoke", "restart", "orch"}:
+        if args.baseline_ref and parts & {"smoke", "restart", "ckpt", "orch"}:
             base, commit = checkout(args.baseline_ref, tmp)
             data["baseline"] = commit
             earlier_baseline = earlier_figures.get("baseline")
             data.setdefault("baselines", {})
-            for part in ("smoke", "restart", "orch"):  # the parts kept from an earlier run keep their baseline
+            for part in ("smoke", "restart", "ckpt", "orch"):  # the parts kept from an earlier run keep their baseline
                 if part not in parts and part in data.get("measured", {}) and earlier_baseline:
                     data["baselines"].setdefault(part, earlier_baseline)
-            for part in parts & {"smoke", "restart", "orch"}:
+            for part in parts & {"smoke", "restart", "ckpt", "orch"}:
                 data["baselines"][part] = commit
             baseline = Variant("baseline", base, retry_extra=args.baseline_retry_vars, retry_from=args.baseline_retry_from)
         if "smoke" in parts:
@@ -1496,6 +1508,12 @@ def main() -> int:
             # The pre-go import measured apart: this tree again with it off.
             cold = Variant("new-no-preimport", REPO, extra={"tf_launch_preimport": []})
             data["restart"] = part_restart(args.restart_reps, tmp, inst, [mine, cold, *([baseline] if baseline else [])])
+            save()
+        if "ckpt" in parts:
+            print("checkpoints at size ...", flush=True)
+            from bench_ckpt import part_ckpt
+
+            data["ckpt"] = part_ckpt(args.ckpt_mb, args.ckpt_reps, tmp, inst, [mine, *([baseline] if baseline else [])])
             save()
         if "hosts" in parts:
             print("namespace hosts ...", flush=True)

@@ -270,7 +270,7 @@ def test_a_preempted_host_saves_restarts_and_every_worker_restores_the_chiefs_st
 ) -> None:
     """SIGTERM to every process of the run on node1 after epoch 2: the handler saves on
     every worker and exits 42 (preempted, restarted by default); the chief's checkpoint
-    is copied through the controller to node1, whose own directory never held it; both
+    is copied host to host to node1, whose own directory never held it; both
     workers restore the same step; the run succeeds."""
     hosts = make_ns_hosts(count=2)
     extra = settings(worker_python, tf_restart_attempts=1, tf_launch_stop_grace=30,
@@ -293,8 +293,9 @@ def test_a_preempted_host_saves_restarts_and_every_worker_restores_the_chiefs_st
     print(f"\n[bench] preemption: SIGTERM to the first epoch line of the restarted attempt: {retrained:.1f} s")
     assert proc.returncode == 0, out[-6000:]
     assert re.search(r"failed with preempted[^\n]*: restarting it", out), said(out, "preempt")
-    assert re.search(r"Copied the chief's checkpoint \(node0: \d+ files, [\d.]+ MB\) through the controller to node1",
-                     out), out[-6000:]
+    # Host to host (issue 42): node0 sent it to node1 on node1's worker port, not through the controller.
+    assert re.search(r"Copied the chief's checkpoint \(node0: \d+ files, [\d.]+ MB\) host to host to node1 \(sent once "
+                     r"by node0, each host passing it on to the next; none of it through the controller\) in ", out), out[-6000:]
     first = {i: log_of(book, i, f"{RUN}/preempt/worker-{i}/exit.json") for i in (0, 1)}
     assert '"returncode": 42' in first[0], first
     steps = {}

@@ -180,7 +180,7 @@ def test_a_project_directory_trains_with_its_env_and_gpus_and_brings_the_model_b
     rc, out, _ = hosts.run(1, "cd ~/tf-runbook/runs/project/job && find . -type f -not -path '*/__pycache__/*' | sort && stat -c %a . train.py")
     assert out.split() == [
         "./configs/train.json", "./mypkg/__init__.py", "./mypkg/settings.py", "./mypkg/trainer.py",
-        "./tf_causes.py", "./tf_checkpoint_push.py", "./tf_metrics.py", "./tf_proc.py", "./tf_ps_server.py", "./tf_run.py",
+        "./tf_causes.py", "./tf_checkpoint_push.py", "./tf_checkpoint_wire.py", "./tf_metrics.py", "./tf_proc.py", "./tf_ps_server.py", "./tf_run.py",
         "./tf_runbook_job.py", "./tf_supervisor.py",
         "./train.py", "700", "600",
     ]

@@ -60,8 +60,8 @@ def test_a_host_lost_for_good_is_replaced_by_a_spare_and_the_run_succeeds(
         assert returncode == 0, said(out, "spare")
         assert re.search(r"spare node2 did not answer; node3 takes the place of node1 \(lost \d+ s ago\) as worker 1",
                          out), said(out, "spare")
-        assert re.search(r"Copied the chief's checkpoint \(node0: \d+ files, [\d.]+ MB\) through the controller to "
-                         r"node3", out), said(out, "spare")
+        assert re.search(r"Copied the chief's checkpoint \(node0: \d+ files, [\d.]+ MB\) host to host to "
+                         r"node3 \(sent once by node0", out), said(out, "spare")
         record = attempt_record(book, "spare", 0)
         assert (record["decision"], record["culprit"]["host"], record["culprit"]["cause"]["kind"]) == (
             "take-spare", "node1", "host-lost"), record

@@ -440,8 +440,8 @@ def test_the_callback_counts_every_module_an_action_runs(tmp_path: Path) -> None
 @pytest.mark.parametrize(("text", "parts"), [
     ("issue26", ["smoke", "orch"]),
     ("orch,smoke", ["smoke", "orch"]),
-    ("all", ["smoke", "restart", "hosts", "orch", "mitogen", "faults"]),
-    ("issue42", ["smoke", "restart", "orch"]),
+    ("all", ["smoke", "restart", "ckpt", "hosts", "orch", "mitogen", "faults"]),
+    ("issue42", ["smoke", "restart", "ckpt", "orch"]),
     ("issue26,mitogen", ["smoke", "orch", "mitogen"]),
 ])
 def test_expand_parts(text: str, parts: list) -> None:
@@ -678,3 +678,20 @@ def test_run_timings_gives_the_first_start_to_the_last_join_where_every_worker_j
     # A worker that never joined: no figure rather than a wrong one.
     (tmp_path / "h" / "runs" / "r1" / "worker-1" / "state.json").write_text(json.dumps({"started_at": 100.2, "joined_at": None}))
     assert "start_to_joined" not in bench.run_timings(tmp_path, "r1", 98.0, 106.0)
+
+
+def test_the_ckpt_parts_report_gives_the_time_ratio_and_the_controllers_bytes() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_ckpt
+    from metrics import md_table, median
+
+    ckpt = {"megabytes": 10, "variants": {
+        "new": {"1": [{"rc": 0, "seconds": 2.0, "bytes": 300_000, "again": {"rc": 0, "seconds": 1.0, "bytes": 200_000}}],
+                "8": [{"rc": 0, "seconds": 3.0, "bytes": 900_000, "again": {"rc": 0, "seconds": 1.5, "bytes": 800_000}}]},
+        "baseline": {"1": [{"rc": 0, "seconds": 1.0, "bytes": 20_000_000}],
+                     "8": [{"rc": 0, "seconds": 9.0, "bytes": 90_000_000}, {"rc": 2, "seconds": None, "bytes": 0}]}}}
+    lines = bench_ckpt.ckpt_lines(ckpt, md_table, median)
+    assert lines[1] == "## Checkpoints at size (issue 42)"
+    table = "\n".join(lines)
+    assert "| new | 2.00 | 3.00 | 1.50 | 0.30 | 0.90 | 1.00 / 1.50, 0.20 / 0.80 | 2 / 0 |" in table, table
+    assert "| baseline | 1.00 | 9.00 | 9.00 | 20.00 | 90.00 | - | 2 / 1 |" in table, table

@@ -716,3 +716,96 @@ def test_a_host_says_what_its_checkpoint_directory_holds_for_a_resume(tmp_path: 
     held = tf_run_resume.read_run(str(tmp_path), "r1")["checkpoint"]
     assert (held["files"], held["newest"], held["numbers"]) == (2, "checkpoint", {"checkpoint": 3})
     assert held["bytes"] == 10 + len('model_checkpoint_path: "chief/ckpt-3"\n')
+
+
+# --- A host that already holds the chief's files gets nothing (issue 42) -----------------
+
+
+def look_with_chiefs(chief: Path, other: Path) -> dict[str, Any]:
+    files = sync.run(params("mark", chief, manifest=True), False)["files"]
+    return sync.run(params("look", other, host="h1", chief_files=files), False)
+
+
+def test_the_chiefs_mark_lists_each_file_with_its_size_and_sha256(tmp_path: Path) -> None:
+    chief = chief_dir(tmp_path)
+    files = sync.run(params("mark", chief, manifest=True), False)["files"]
+    import hashlib
+    data = (chief / "ckpt-2.data-00000-of-00001").read_bytes()
+    assert files["ckpt-2.data-00000-of-00001"] == [4096, hashlib.sha256(data).hexdigest()]
+    assert sorted(files) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index", "sub/extra"]
+    assert "files" not in sync.run(params("mark", chief), False), "only the chief's mark hashes"
+
+
+def test_a_host_holding_every_file_of_the_chiefs_is_skipped_and_sent_nothing(tmp_path: Path) -> None:
+    chief = chief_dir(tmp_path)
+    other = tmp_path / "other"
+    archive = tmp_path / "a.tar"
+    sync.run(params("pack", chief, targets={"h1": {}}, archive=str(archive)), False)
+    sync.run(params("unpack", other, archive=str(archive)), False)
+    look = look_with_chiefs(chief, other)
+    assert (look["same"], look["differs"]) == (True, "")
+    packed = sync.run(params("pack", chief, targets={"h1": look}, archive=str(tmp_path / "b.tar")), False)
+    assert packed["copy_to"] == [] and packed["archive"] == "" and not (tmp_path / "b.tar").exists()
+    assert packed["skipped_hosts"] == {"h1": "it holds every file of the chief's, same sizes and sha256"}
+    assert packed["files"] == 4
+    out = tf_attempts.tf_attempts_sync_record({"h1": look}, packed, {}, "h0", 2, 0.25, "/runs/r")
+    assert out["message"] == (
+        "Copied the chief's checkpoint (h0: 4 files, 0.0 MB) to no host: every host that does not share its "
+        "directory holds it already (0.25 s); skipped h1 (it holds every file of the chief's, same sizes and sha256)")
+    assert out["record"]["skipped"] == {"h1": "it holds every file of the chief's, same sizes and sha256"}
+
+
+@pytest.mark.parametrize("change, why", [
+    ("same size", "its ckpt-2.data-00000-of-00001 has another sha256"),
+    ("size", "its ckpt-2.data-00000-of-00001 has another size"),
+    ("missing", "it lacks ckpt-2.data-00000-of-00001"),
+    ("stale", "it holds old of the chief's last copy, which the chief no longer has"),
+])
+def test_a_host_with_one_file_that_differs_gets_the_copy(tmp_path: Path, change: str, why: str) -> None:
+    chief = chief_dir(tmp_path)
+    other = tmp_path / "other"
+    if change == "stale":
+        (chief / "old").write_text("o")
+    archive = tmp_path / "a.tar"
+    sync.run(params("pack", chief, targets={"h1": {}}, archive=str(archive)), False)
+    sync.run(params("unpack", other, archive=str(archive)), False)
+    data = other / "ckpt-2.data-00000-of-00001"
+    if change == "same size":
+        data.write_bytes(bytes(4096))
+    elif change == "size":
+        data.write_bytes(b"x")
+    elif change == "missing":
+        data.unlink()
+    else:
+        (chief / "old").unlink()
+    look = look_with_chiefs(chief, other)
+    assert (look["same"], look["differs"]) == (False, why)
+    packed = sync.run(params("pack", chief, targets={"h1": look}, archive=str(tmp_path / "b.tar")), False)
+    assert packed["copy_to"] == ["h1"] and packed["skipped_hosts"] == {}
+
+
+def test_the_skip_is_said_beside_the_hosts_that_got_the_copy() -> None:
+    packed = {"files": 2, "bytes": 2_000_000, "copy_to": ["h1"], "skipped_hosts": {"h2": "it holds every file"}}
+    out = tf_attempts.tf_attempts_sync_record({"h1": {}, "h2": {"same": True}}, packed, {"h1": {"files": 2}},
+                                              "h0", 1, 1.5, "/runs/r")
+    assert out["message"] == ("Copied the chief's checkpoint (h0: 2 files, 2.0 MB) through the controller to h1 "
+                              "in 1.5 s; skipped h2 (it holds every file)")
+
+
+def test_a_newer_checkpoint_is_told_by_its_pointer_without_reading_the_data_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chief = chief_dir(tmp_path)
+    (chief / "aaa.data").write_bytes(os.urandom(8192))  # before the pointer by name, not by size
+    other = tmp_path / "other"
+    archive = tmp_path / "a.tar"
+    sync.run(params("pack", chief, targets={"h1": {}}, archive=str(archive)), False)
+    sync.run(params("unpack", other, archive=str(archive)), False)
+    (chief / "checkpoint").write_text('model_checkpoint_path: "ckpt-3"\n')  # same size, names a newer one
+    files = sync.run(params("mark", chief, manifest=True), False)["files"]
+    read: list[str] = []
+    real = sync.file_sha256
+    monkeypatch.setattr(sync, "file_sha256", lambda path: read.append(os.path.basename(path)) or real(path))
+    look = sync.run(params("look", other, host="h1", chief_files=files), False)
+    assert (look["same"], look["differs"]) == (False, "its checkpoint has another sha256")
+    assert "aaa.data" not in read and "ckpt-2.data-00000-of-00001" not in read, read

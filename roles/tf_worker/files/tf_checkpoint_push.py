@@ -45,10 +45,9 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tf_run import CHECKPOINT_OWN_PREFIX, CHECKPOINT_STAGING_PREFIX, POINTER_FILES  # noqa: E402
+from tf_checkpoint_wire import MAGIC, MessageRefused as Refused, header_line, is_pointer, read_header, read_line, safe_name, sign  # noqa: E402,F401
+from tf_run import CHECKPOINT_OWN_PREFIX, CHECKPOINT_STAGING_PREFIX  # noqa: E402
 
-MAGIC = b"TFCKPT1 "
-HEADER_BYTES = 1 << 20
 CHUNK = 1 << 20
 # A sender's look at its checkpoint directory, and its connection's timeout.
 LOOK_SECONDS = 1.0
@@ -60,30 +59,7 @@ CONNECT_SECONDS = 5.0
 END_SECONDS = 15.0
 
 
-class Refused(ValueError):
-    """A message the receiver does not take (unsigned, another run's, malformed)."""
-
-
 # --- Both sides --------------------------------------------------------------------------
-
-
-def sign(key: bytes, data: bytes) -> str:
-    return hmac.new(key, data, "sha256").hexdigest()
-
-
-def safe_name(name: Any) -> str:
-    """A relative path inside a checkpoint directory, never the runbook's own files; raises
-    Refused for anything else (absolute, ``..``, empty parts)."""
-    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name or "\0" in name:
-        raise Refused(f"bad file name {name!r}")
-    parts = name.split("/")
-    if any(p in ("", ".", "..") for p in parts) or parts[0].startswith(CHECKPOINT_OWN_PREFIX):
-        raise Refused(f"bad file name {name!r}")
-    return name
-
-
-def is_pointer(name: str) -> bool:
-    return os.path.basename(name) in POINTER_FILES
 
 
 def tree_files(directory: Path) -> dict[str, os.stat_result]:
@@ -107,12 +83,6 @@ def tree_files(directory: Path) -> dict[str, os.stat_result]:
 
 
 # --- The sender (the chief's supervisor) ----------------------------------------------
-
-
-def header_line(key: bytes, header: dict[str, Any]) -> tuple[bytes, bytes]:
-    """(the header line, its JSON): what the MAC and the trailer cover."""
-    body = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    return MAGIC + sign(key, body).encode("ascii") + b" " + body + b"\n", body
 
 
 def send_file(conn: socket.socket, path: Path, size: int, mac: Any) -> None:
@@ -278,39 +248,6 @@ class Pusher:
 
 
 # --- The receiver (the evaluator's supervisor) ------------------------------------------
-
-
-def read_line(conn: socket.socket, limit: int) -> bytes:
-    """One line of at most ``limit`` bytes (without its newline), read byte-wise so that
-    nothing after it is taken from the socket."""
-    data = bytearray()
-    while len(data) <= limit:
-        byte = conn.recv(1)
-        if not byte or byte == b"\n":
-            return bytes(data)
-        data += byte
-    raise Refused("header line too long")
-
-
-def read_header(conn: socket.socket, key: bytes, run_id: str, last_seq: int) -> tuple[dict[str, Any], bytes]:
-    """The header and its JSON, its MAC checked under ``key``; Refused for anything not
-    signed with this run's key and id, or not newer than ``last_seq``."""
-    line = read_line(conn, HEADER_BYTES)
-    if not key or not line.startswith(MAGIC):
-        raise Refused("not a checkpoint push")
-    mac, _, body = line[len(MAGIC):].partition(b" ")
-    if not hmac.compare_digest(mac, sign(key, body).encode("ascii")):
-        raise Refused("bad signature")
-    header = json.loads(body)
-    if header.get("run_id") != run_id:
-        raise Refused(f"another run's push ({header.get('run_id')!r})")
-    if not isinstance(header.get("seq"), int) or header["seq"] <= last_seq:
-        raise Refused("an old message (replayed)")
-    for entry in header.get("files", []) + header.get("pointers", []):
-        safe_name(entry[0])
-        if not isinstance(entry[1], int) or entry[1] < 0:
-            raise Refused(f"bad size for {entry[0]!r}")
-    return header, body
 
 
 def receive_file(conn: socket.socket, target: BinaryIO, size: int, mac: Any) -> None:
