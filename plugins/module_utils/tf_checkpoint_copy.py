@@ -450,12 +450,19 @@ def pack_step(
     numbers = pointer_numbers(directory, names)
     problems = copy_problems(host or "the chief", directory, files, numbers, free_bytes(directory), copiers,
                              controller_dir, controller_free, relayed)  # fmt: skip
+    from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_checkpoint_relay as relay
+
+    if problems or not names:
+        # Nothing will be sent: every listener gives its worker port back now, not at its
+        # deadline (the next attempt's TensorFlow server, or a run started again after the
+        # refusal, binds that port).
+        listeners = relay_plan(targets, {}, workers or [])[1] if relay_key else []
+        if listeners:
+            relay.close_listeners(listeners, relay_key.encode("utf-8"), marker)
     if problems:
         raise ValueError("; ".join(problems))
     if not names:
         return nothing
-    from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_checkpoint_relay as relay
-
     if idle:
         relay.close_listeners(idle, relay_key.encode("utf-8"), marker)
     outcomes = relay.send_chain(chain, relay_key.encode("utf-8"), marker, directory, chiefs or {}) if chain else {}

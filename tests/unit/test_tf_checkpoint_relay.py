@@ -216,3 +216,21 @@ def test_a_port_that_is_taken_sends_that_host_through_the_controller(tmp_path: P
                              archive=str(tmp_path / "a.tar")), False)  # fmt: skip
     assert packed["copy_to"] == ["h1"] and packed["relayed"] == {}
     assert packed["relay_fallback"]["h1"].startswith("it could not listen for the relay: port ")
+
+
+def test_a_refused_copy_sends_every_listener_away_at_once(tmp_path: Path) -> None:
+    """The pack refuses (no space on h1): the listeners the looks left give their worker
+    ports back before the refusal, not five minutes later (the run's next start binds them)."""
+    chief, files, looks, workers = copy_setup(tmp_path, ["h1", "h2"])
+    for worker in workers[1:]:
+        host = worker["host"]
+        looks[host] = sync.run(params("look", tmp_path / host, host=host, chief_files=files, relay_port=worker["port"],
+                                      relay_key=KEY), False)  # fmt: skip
+        assert looks[host]["relay"]["listening"] is True
+    looks["h1"] = {**looks["h1"], "free": 1024}
+    with pytest.raises(ValueError, match="host h1"):
+        sync.run(params("pack", chief, targets=looks, relay_key=KEY, chief_files=files, workers=workers,
+                        archive=str(tmp_path / "a.tar")), False)  # fmt: skip
+    for worker in workers[1:]:
+        assert wait_port_free(worker["port"]), f"{worker['host']}'s listener kept its port after the refusal"
+    assert not (tmp_path / "h2" / "checkpoint").exists()
