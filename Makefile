@@ -145,12 +145,14 @@ bench-issue26: setup
 	$(VENV)/bin/python tests/bench/bench.py --parts issue26 --merge
 
 # Issue 42's figures, merged into the last run's: the smoke against the hand launch, a
-# restart's latency split into its steps, and the controller's CPU per host at N = 2, 16
-# and 64 (add 128 with ORCH_SIZES=2,16,64,128, one run, on a quiet machine), this tree
-# beside c5c7618 (the tree before issue 42), runs interleaved.
+# restart's latency split into its steps, the checkpoint copy of 1 GB to 1 and 8 hosts
+# (time, and the bytes through the controller), and the controller's CPU per host at
+# N = 2, 16 and 64 (add 128 with ORCH_SIZES=2,16,64,128 on a quiet machine; 64 and 128
+# run once each), this tree beside c5c7618 (the tree before issue 42), runs interleaved.
 ORCH_SIZES ?= 2,16,64
 bench-issue42: setup
-	$(VENV)/bin/python tests/bench/bench.py --parts issue42 --baseline-ref c5c7618 --orch-sizes $(ORCH_SIZES) --merge
+	$(VENV)/bin/python tests/bench/bench.py --parts issue42 --baseline-ref c5c7618 --orch-sizes $(ORCH_SIZES) \
+		--orch-reps-at 64:1,128:1 --merge
 
 # The controller's cost per host (this tree vs the baseline commit), and Mitogen vs the
 # default strategy.
