@@ -16,6 +16,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.filter import tf_attempt
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_checkpoint_copy as sync
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils import tf_checkpoint_relay as relay
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import CHECKPOINT_STAGING_PREFIX
+from test_tf_checkpoint_sync import params  # the module's parameters, as its own tests build them
 
 KEY = "k" * 32
 
@@ -24,12 +25,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def params(mode: str, directory: Path, **more: Any) -> dict[str, Any]:
-    return {"mode": mode, "dir": str(directory), "marker": "m1", "copy": True, "src": None, "dest": None,
-            "archive": None, "targets": {}, "host": "h0", "chief": "h0", "controller_dir": "", "controller_free": -1,
-            **more}  # fmt: skip
 
 
 def chief_dir(tmp_path: Path) -> Path:
