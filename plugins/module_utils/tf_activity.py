@@ -5,9 +5,11 @@ use, and a process that is frozen.
 
 A stall is silence and idleness together. A worker makes progress when it prints a
 progress line the wait knows, or when its job's processes (its process group) used more
-than ``BUSY_CPU_SHARE`` of one core over a window of at least ``CPU_WINDOW_SECONDS``: a
-Keras job with ``verbose=2`` prints one line per epoch, and an epoch longer than
-tf_stall_timeout is no stall while it computes. Where the host has ``nvidia-smi``, a job
+than ``BUSY_CPU_SHARE`` of one core over a window of at least ``CPU_WINDOW_SECONDS``, or
+one of its threads was runnable for more than ``BUSY_RUNNABLE_SHARE`` of a module call's
+window (a host loaded past its CPUs leaves a computing job little CPU): a Keras job with
+``verbose=2`` prints one line per epoch, and an epoch longer than tf_stall_timeout is no
+stall while it computes. Where the host has ``nvidia-smi``, a job
 whose GPUs were busier than ``BUSY_GPU_SHARE`` at a check is making progress too
 (``gpu_util``, read by module_utils/tf_gpu_use.py).
 
@@ -45,6 +47,14 @@ FROZEN_STATES = {"T": "stopped", "t": "stopped", "D": "uninterruptible"}
 # step tens of percent. Caveat: NCCL's collectives spin on the GPU while they wait, so a
 # GPU job deadlocked in an all-reduce can read busy; its job deadline still ends it.
 BUSY_GPU_SHARE = 0.05
+# A job one of whose threads was runnable (running, or waiting in a run queue for a CPU)
+# for more than this share of a module call's window is busy, whatever CPU it got: on a
+# host with more busy processes than CPUs (other jobs, a test suite beside it) a job that
+# computes gets a small share of a core (5 % with 40 other spinning processes on 2 cores,
+# measured) but its computing thread stays runnable (0.92 to 1.02 of the window with 40
+# and 150 of them), while a waiting thread is runnable only as long as its wake-ups wait
+# for a CPU (0.12 to 0.16 for a thread woken 100 times a second, under the same loads).
+BUSY_RUNNABLE_SHARE = 0.5
 # How long a freeze that ended is still told (its peers' failure comes within a poll or two).
 FROZEN_KEPT_SECONDS = 60.0
 
@@ -99,15 +109,22 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def runnable_readings(workers: list[dict[str, Any]]) -> dict[str, float]:
+    """Per worker index (as text) the largest share of the module call's window one of its
+    job's threads was runnable (``runnable_share``), for the workers that have one."""
+    return {str(w.get("index")): _number(w.get("runnable_share"))
+            for w in workers if _number(w.get("runnable_share")) is not None}  # fmt: skip
+
+
 def gpu_readings(workers: list[dict[str, Any]]) -> dict[str, float]:
     """Per worker index (as text) the utilisation (percent) of its job's GPUs the host
     module read (``gpu_util``), for the workers that have one."""
     return {str(w.get("index")): _number(w.get("gpu_util")) for w in workers if _number(w.get("gpu_util")) is not None}
 
 
-def _gpu_field(gpus: dict[str, float]) -> dict[str, Any]:
-    # Only where a host measures GPU use: a record without GPUs stays as it was.
-    return {"gpu_util": gpus} if gpus else {}
+def _measured(key: str, values: dict[str, float]) -> dict[str, Any]:
+    # Only where a host measures it (GPU use, runnable threads): a record without stays as it was.
+    return {key: values} if values else {}
 
 
 def progress_record(previous: Any, host: str, workers: list[dict[str, Any]], now: float) -> dict[str, Any]:
@@ -117,19 +134,24 @@ def progress_record(previous: Any, host: str, workers: list[dict[str, Any]], now
     them last changed (``now`` for a host not recorded yet: the watch begins); ``cpu``: the
     base reading of each worker's CPU window; ``cpu_share``: each worker's share of a core
     over its latest window; ``gpu_util``: each worker's latest GPU utilisation (percent),
-    only where the host measures one; ``busy_at``: when a window last ended with a worker
-    busy (``BUSY_CPU_SHARE``) or a check saw a worker's GPUs busy (``BUSY_GPU_SHARE``),
+    only where the host measures one; ``runnable_share``: each worker's busiest thread's
+    runnable share of the latest module call's window, only where the host measures one;
+    ``busy_at``: when a window last ended with a worker busy (``BUSY_CPU_SHARE``) or a
+    check saw a worker's GPUs busy (``BUSY_GPU_SHARE``) or a thread of its runnable for
+    most of the call (``BUSY_RUNNABLE_SHARE``),
     None before; ``last_progress_at``: the later of ``last_line_at`` and ``busy_at``, what
     the stall watchdog reads. A record of an earlier version (only ``last_progress_at``) counts
     as its lines' time."""
     counts = {str(w.get("index")): int(w.get("progress_lines") or 0) for w in workers}
     readings = cpu_readings(workers)
     gpus = gpu_readings(workers)
+    runnable = runnable_readings(workers)
     old = previous if isinstance(previous, dict) else {}
     started = _number(old.get("last_progress_at"))
     if started is None:
         return {"host": host, "progress_lines": counts, "last_line_at": now, "busy_at": None, "cpu": readings,
-                "cpu_share": {}, **_gpu_field(gpus), "last_progress_at": now}  # fmt: skip
+                "cpu_share": {}, **_measured("gpu_util", gpus),
+                **_measured("runnable_share", runnable), "last_progress_at": now}  # fmt: skip
     old_counts = old.get("progress_lines") if isinstance(old.get("progress_lines"), dict) else {}
     moved = any(old_counts.get(index) != count for index, count in counts.items())
     line_at = _number(old.get("last_line_at"))
@@ -139,10 +161,12 @@ def progress_record(previous: Any, host: str, workers: list[dict[str, Any]], now
     latest = {index: shares.get(index, old_shares.get(index)) for index in bases}
     busy = any(share >= BUSY_CPU_SHARE for share in shares.values())
     busy = busy or any(util >= BUSY_GPU_SHARE * 100 for util in gpus.values())
+    busy = busy or any(share >= BUSY_RUNNABLE_SHARE for share in runnable.values())
     busy_at = now if busy else _number(old.get("busy_at"))
     return {
         "host": host, "progress_lines": counts, "last_line_at": last_line_at, "busy_at": busy_at, "cpu": bases,
-        "cpu_share": {index: share for index, share in latest.items() if share is not None}, **_gpu_field(gpus),
+        "cpu_share": {index: share for index, share in latest.items() if share is not None}, **_measured("gpu_util", gpus),
+        **_measured("runnable_share", runnable),
         "last_progress_at": max(last_line_at, busy_at or 0.0),
     }  # fmt: skip
 
@@ -179,6 +203,10 @@ def stall_detail(records: list[dict[str, Any]], now: float, timeout: int) -> str
         cpu = (f"none used over {BUSY_CPU_SHARE:.0%} of a core (at most {share:.1%}, worker {index} on {host})")
     else:
         cpu = "no CPU use was measured"
+    runnable_peak = _peak(records, "runnable_share")
+    if runnable_peak:
+        share, host, index = runnable_peak
+        cpu += f", nor had a thread runnable over {BUSY_RUNNABLE_SHARE:.0%} of a check (at most {share:.1%}, worker {index} on {host})"
     gpu_peak = _peak(records, "gpu_util")
     if gpu_peak:
         util, host, index = gpu_peak

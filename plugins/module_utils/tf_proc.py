@@ -124,6 +124,47 @@ def group_usage(pgids: Iterable[int], proc: str = PROC) -> dict[int, dict[str, A
     return usage
 
 
+# The shortest window over which a thread's runnable share is judged: over a shorter one a
+# thread woken once (a gRPC keepalive) could read runnable for most of it.
+RUNNABLE_WINDOW_SECONDS = 0.5
+
+
+def thread_runnable_ns(pids: Iterable[int], proc: str = PROC) -> dict[str, int]:
+    """Per thread (``"<pid>/<tid>"``) of the processes ``pids``: the nanoseconds it has been
+    runnable so far, that is ran on a CPU or waited in a run queue for one (the first two
+    fields of ``/proc/<pid>/task/<tid>/schedstat``). A thread that computes is runnable all
+    the time, however few CPUs a loaded host leaves it; one that waits (a lock, a socket, a
+    peer's all-reduce) is not. Empty where the kernel keeps no schedstat; a thread that
+    ended between the listing and the reading is left out."""
+    runnable: dict[str, int] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"{proc}/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"{proc}/{pid}/task/{tid}/schedstat", encoding="utf-8") as handle:
+                    fields = handle.read().split()
+                runnable[f"{pid}/{tid}"] = int(fields[0]) + int(fields[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return runnable
+
+
+def busiest_thread_share(before: dict[str, int], after: dict[str, int], elapsed: float) -> float | None:
+    """The largest share of the ``elapsed`` seconds between two thread_runnable_ns readings
+    that one thread (present in both) was runnable; None over a window shorter than
+    RUNNABLE_WINDOW_SECONDS or without a thread in both readings. Measured on this project's
+    2-core machine with 40 and 150 other processes spinning: a thread spinning in Python read
+    0.92 to 1.02 (while it got 5 % of a core or less), a thread woken 100 times a second
+    0.12 to 0.16."""
+    if elapsed < RUNNABLE_WINDOW_SECONDS:
+        return None
+    shares = [(after[thread] - before[thread]) / 1e9 / elapsed for thread in after.keys() & before.keys()]
+    return round(max(shares), 4) if shares else None
+
+
 def process_stat(pid: int | str, proc: str = PROC) -> tuple[str, int] | None:
     """(state, process group) of ``pid``; None when it is gone or unreadable."""
     try:

@@ -22,7 +22,13 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes i
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_gpu_use import gpu_use
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_logs import quiet_tail
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_metrics import progress_of, progress_pattern
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import PROC, group_usage, works_in
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_proc import (
+    PROC,
+    busiest_thread_share,
+    group_usage,
+    thread_runnable_ns,
+    works_in,
+)
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import (
     CONFIG_FILE,
     EXIT_FILE,
@@ -276,20 +282,44 @@ def worker_state(entry: dict, progress: re.Pattern, tail_lines: int, marks: dict
     return info
 
 
-def with_activity(current: list[dict], proc: str = PROC, smi: str | None = None) -> list[dict]:
+def job_groups(workers: list[dict]) -> dict:
+    """Per worker index of ``workers`` whose ``state.json`` names its job: (pid, process
+    group) of the job, as its supervisor recorded them."""
+    jobs = {}
+    for worker in workers:
+        state = read_json(os.path.join(worker["dir"], STATE_FILE)) or {}
+        jobs[int(worker["index"])] = (state.get("pid"), state.get("pgid"))
+    return jobs
+
+
+def thread_sample(workers: list[dict], proc: str = PROC) -> dict:
+    """What a window's runnable shares start from (with_activity's ``before``): this
+    host's monotonic clock (``at``) and, per worker index whose job runs, each thread's
+    runnable time so far (tf_proc.thread_runnable_ns)."""
+    jobs = job_groups(workers)
+    usage = group_usage([pgid for _pid, pgid in jobs.values()], proc)
+    threads = {
+        index: thread_runnable_ns(usage[pgid]["states"], proc)
+        for index, (_pid, pgid) in jobs.items() if isinstance(pgid, int) and pgid in usage
+    }  # fmt: skip
+    return {"at": time.monotonic(), "threads": threads}
+
+
+def with_activity(current: list[dict], proc: str = PROC, smi: str | None = None, before: dict | None = None) -> list[dict]:
     """Each worker of ``current`` with what ``/proc`` shows of its job (the process group
     and the pid its ``state.json`` records), read once per call, at its end, in one pass
     over the process table: ``cpu_seconds`` (the CPU time the group's processes used so
     far, tf_proc.group_usage), ``cpu_at`` (this host's monotonic clock at the reading) and
     ``process_state`` (the job's main process's state letter) and ``gpu_util`` (the
     highest utilisation, in percent, of the job's GPUs, tf_gpu_use; None without
-    nvidia-smi or a GPU of its own); None where the job does not run. ``smi``: the
-    nvidia-smi to ask (found on the host when None, not asked when empty)."""
-    jobs = {}
-    for worker in current:
-        if worker["state"] == WORKER_RUNNING:
-            state = read_json(os.path.join(worker["dir"], STATE_FILE)) or {}
-            jobs[worker["index"]] = (state.get("pid"), state.get("pgid"))
+    nvidia-smi or a GPU of its own); and ``runnable_share``, given ``before`` (the
+    thread_sample taken when the window began), the largest share of the window one of
+    the job's threads was runnable (tf_proc.busiest_thread_share: a job that computes on
+    a host loaded past its CPUs gets little CPU but stays runnable); None where the job
+    does not run. ``smi``: the nvidia-smi to ask (found on the host when None, not asked
+    when empty)."""
+    running = [worker for worker in current if worker["state"] == WORKER_RUNNING]
+    jobs = job_groups(running)
     usage = group_usage([pgid for _pid, pgid in jobs.values()], proc)
     at = time.monotonic()
     gpus = gpu_use(gpu_jobs(current, jobs, usage), smi) if smi != "" else {}
@@ -297,12 +327,18 @@ def with_activity(current: list[dict], proc: str = PROC, smi: str | None = None)
     for worker in current:
         pid, pgid = jobs.get(worker["index"], (None, None))
         group = usage.get(pgid) if isinstance(pgid, int) else None
+        started = (before or {}).get("threads", {}).get(worker["index"])
+        runnable = None
+        if group and started is not None:
+            now = thread_runnable_ns(group["states"], proc)
+            runnable = busiest_thread_share(started, now, time.monotonic() - float(before["at"]))
         result.append({
             **worker,
             "cpu_seconds": round(group["cpu_seconds"], 2) if group else None,
             "cpu_at": at if group else None,
             "process_state": group["states"].get(pid) if group else None,
             "gpu_util": gpus.get(worker["index"]) if group else None,
+            "runnable_share": runnable,
         })  # fmt: skip
     return result
 

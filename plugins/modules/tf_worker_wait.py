@@ -208,7 +208,11 @@ workers:
       sleep, C(T) or C(t) stopped, C(Z) zombie); C(gpu_util), where the host has
       C(nvidia-smi), the highest utilisation (percent) of the GPUs the job's processes
       compute on or it was pinned to (C(CUDA_VISIBLE_DEVICES)), null without either (or
-      when nvidia-smi failed or did not answer within 5 s).
+      when nvidia-smi failed or did not answer within 5 s); C(runnable_share), the largest
+      share of this call's window (when 0.5 s or longer) that one thread of the job was
+      runnable (running on a CPU or waiting in a run queue for one, from
+      C(/proc/<pid>/task/<tid>/schedstat)), null without a reading; a job that computes on a
+      host with more busy processes than CPUs gets little CPU time but stays runnable.
     - The action adds C(frozen) to every worker, C(state) (C(stopped) for T or t,
       C(uninterruptible) for D), C(since) (controller epoch seconds of the first check of
       this wait that saw it so, every check since agreeing), C(seconds) it was seen so and
@@ -305,6 +309,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_r
     new_mark,
     progress_or_error,
     report,
+    thread_sample,
     with_activity,
 )
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_worker_watch import packed_bundle, touch, watch
@@ -353,7 +358,9 @@ def main() -> None:
             except OSError as exc:
                 module.fail_json(msg=f"cannot renew the controller heartbeat {heartbeat}: {exc}")
 
-    current = with_activity(watch(params["workers"], progress, TAIL_LINES, marks, params["wait"], params["until_joined"], beat))
+    started = thread_sample(params["workers"])
+    current = watch(params["workers"], progress, TAIL_LINES, marks, params["wait"], params["until_joined"], beat)
+    current = with_activity(current, before=started)
     bundle = packed_bundle(run_dir, params["collect"], current) if params["collect"] and not module.check_mode else {}
     if bundle:
         # Every worker of the host exited 0: the run ended well here, its ports are free.

@@ -283,3 +283,77 @@ def test_group_usage_tells_a_spinning_job_from_a_sleeping_one() -> None:
         for job in jobs.values():
             job.kill()
             job.wait()
+
+
+# --- runnable threads: a computing job on a host loaded past its CPUs is busy -----------------
+
+
+def schedstat_tree(root: Path, threads: dict[str, str]) -> None:
+    """A /proc tree whose threads (``"<pid>/<tid>"``) have the schedstat text given."""
+    for thread, text in threads.items():
+        pid, tid = thread.split("/")
+        (root / pid / "task" / tid).mkdir(parents=True)
+        (root / pid / "task" / tid / "schedstat").write_text(text)
+
+
+def test_thread_runnable_ns_sums_run_and_run_queue_time_of_each_thread(tmp_path: Path) -> None:
+    schedstat_tree(tmp_path, {"300/300": "1000 500 7\n", "300/301": "20 0 1\n", "300/302": "garbage\n",
+                              "400/400": "5 5 1\n"})  # fmt: skip
+    (tmp_path / "300" / "task" / "303").mkdir()  # a thread that ended before its reading
+    assert tf_proc.thread_runnable_ns([300, 999], str(tmp_path)) == {"300/300": 1500, "300/301": 20}
+    assert tf_proc.thread_runnable_ns([], str(tmp_path)) == {}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "elapsed", "expected"),
+    [
+        ({"1/1": 0, "1/2": 0}, {"1/1": 10**9, "1/2": 10**8}, 2.0, 0.5),
+        ({"1/1": 0}, {"1/1": 2 * 10**9, "1/3": 9 * 10**9}, 2.0, 1.0),  # a thread born in the window is not judged
+        ({"1/1": 0}, {"1/2": 10**9}, 2.0, None),
+        ({"1/1": 0}, {"1/1": 10**8}, 0.4, None),  # too short a window
+        ({}, {}, 2.0, None),
+    ],
+)
+def test_busiest_thread_share(before: dict[str, int], after: dict[str, int], elapsed: float, expected: float | None) -> None:
+    assert tf_proc.busiest_thread_share(before, after, elapsed) == expected
+
+
+SLEEPER = ("import threading, time\n"
+           "def wake():\n    while True:\n        time.sleep(0.01)\n"
+           "for _ in range(4):\n    threading.Thread(target=wake, daemon=True).start()\n"
+           "time.sleep(30)\n")  # fmt: skip
+
+
+def test_a_job_starved_of_cpu_by_a_loaded_host_stays_runnable_and_a_waking_one_does_not() -> None:
+    """Real processes pinned to one CPU with 24 others spinning there: a spinning job gets
+    a few percent of the core (less than the wait's BUSY_CPU_SHARE would call busy, the
+    CI failure of the silent-epoch test), but its thread is runnable through the window;
+    a job whose threads wake 100 times a second is not."""
+    cpu = min(os.sched_getaffinity(0))
+
+    def pinned() -> None:
+        os.sched_setaffinity(0, {cpu})
+
+    def start(code: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", code], start_new_session=True, preexec_fn=pinned)
+
+    hogs = [start(SPIN) for _ in range(24)]
+    jobs = {"spin": start(SPIN), "waking": start(SLEEPER)}
+    try:
+        time.sleep(1.0)
+        pgids = [job.pid for job in jobs.values()]
+        before, at = tf_proc.group_usage(pgids), time.monotonic()
+        threads = {name: tf_proc.thread_runnable_ns(before[job.pid]["states"]) for name, job in jobs.items()}
+        time.sleep(2.0)
+        after, elapsed = tf_proc.group_usage(pgids), time.monotonic() - at
+        cpu_share = {name: (after[job.pid]["cpu_seconds"] - before[job.pid]["cpu_seconds"]) / elapsed for name, job in jobs.items()}
+        runnable = {name: tf_proc.busiest_thread_share(threads[name], tf_proc.thread_runnable_ns(after[job.pid]["states"]), elapsed)
+                    for name, job in jobs.items()}  # fmt: skip
+        print(f"\nover {elapsed:.1f} s on CPU {cpu} with 24 spinning: CPU share {cpu_share}, runnable {runnable}")
+        assert cpu_share["spin"] < 0.15, cpu_share
+        assert runnable["spin"] is not None and runnable["spin"] > 0.8, runnable
+        assert runnable["waking"] is not None and runnable["waking"] < 0.5, runnable
+    finally:
+        for job in [*jobs.values(), *hogs]:
+            job.kill()
+            job.wait()

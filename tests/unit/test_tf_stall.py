@@ -357,6 +357,64 @@ def test_progress_record_counts_a_busy_window(share: float, busy_at: float | Non
     assert record["cpu_share"] == {"0": pytest.approx(share)}
 
 
+@pytest.mark.parametrize(("runnable", "busy_at"), [(0.97, 500.0), (0.5, 500.0), (0.16, None)])
+def test_progress_record_counts_a_thread_runnable_through_the_window_as_busy(runnable: float, busy_at: float | None) -> None:
+    """A job on a host loaded past its CPUs: 2 % of a core over its CPU window (idle by
+    BUSY_CPU_SHARE), but a thread runnable for most of the module call is busy."""
+    previous = {"last_line_at": 100.0, "last_progress_at": 100.0, "progress_lines": {"0": 2},
+                "busy_at": None, "cpu": {"0": {"seconds": 7.0, "at": 40.0}}}  # fmt: skip
+    workers = [{"index": 0, "progress_lines": 2, "cpu_seconds": 7.4, "cpu_at": 60.0, "runnable_share": runnable}]
+    record = tf_activity.progress_record(previous, "h", workers, 500.0)
+    assert record["cpu_share"] == {"0": pytest.approx(0.02)}
+    assert record["runnable_share"] == {"0": runnable}
+    assert (record["busy_at"], record["last_progress_at"]) == (busy_at, busy_at or 100.0)
+
+
+def test_a_stall_says_how_long_a_thread_was_runnable_where_a_host_measured_it() -> None:
+    records = [
+        {"host": "node1", "last_line_at": 100.0, "last_progress_at": 100.0, "cpu_share": {"0": 0.002},
+         "runnable_share": {"0": 0.03, "1": 0.16}},
+        {"host": "node2", "last_line_at": 90.0, "last_progress_at": 90.0, "cpu_share": {"2": 0.001}},
+    ]  # fmt: skip
+    assert tf_activity.stall_detail(records, 130.0, 30) == (
+        "no worker printed a progress line for 30 s and none used over 5% of a core (at most 0.2%, worker 0 on node1), "
+        "nor had a thread runnable over 50% of a check (at most 16.0%, worker 1 on node1) (tf_stall_timeout 30 s)"
+    )
+
+
+def test_the_host_module_measures_each_jobs_busiest_thread_over_its_window(tmp_path: Path) -> None:
+    """tf_worker_records.thread_sample at a window's start, with_activity at its end: the
+    share of the window the busiest thread of each running job was runnable; none for a
+    job not sampled at the start, nor without a start."""
+    root = tmp_path / "proc"
+    rest = " ".join(["0"] * 36)
+    for pid, pgid in ((300, 300), (400, 400)):
+        (root / str(pid)).mkdir(parents=True)
+        (root / str(pid) / "stat").write_text(f"{pid} (job) R 1 {pgid} {pgid} 0 0 0 0 0 0 0 5 0 0 0 {rest}\n")
+    schedstat = {"300/300": 10**9, "300/301": 0, "400/400": 0}
+    for thread, ns in schedstat.items():
+        pid, tid = thread.split("/")
+        (root / pid / "task" / tid).mkdir(parents=True)
+        (root / pid / "task" / tid / "schedstat").write_text(f"{ns} 0 1\n")
+    workers = []
+    for index, pid in enumerate((300, 400)):
+        wdir = tmp_path / f"worker-{index}"
+        wdir.mkdir()
+        (wdir / "state.json").write_text(json.dumps({"pid": pid, "pgid": pid}))
+        workers.append({"index": index, "dir": str(wdir), "state": "running"})
+    started = tf_worker_records.thread_sample(workers, str(root))
+    assert started["threads"] == {0: {"300/300": 10**9, "300/301": 0}, 1: {"400/400": 0}}
+    del started["threads"][1]
+    started["at"] -= 2.0  # the window began 2 s ago
+    # Over the window: thread 301 was runnable 1.8 s, thread 300 0.2 s.
+    (root / "300" / "task" / "300" / "schedstat").write_text(f"{12 * 10**8} 0 9\n")
+    (root / "300" / "task" / "301" / "schedstat").write_text(f"{10**9} {8 * 10**8} 9\n")
+    current = tf_worker_records.with_activity(workers, str(root), "", before=started)
+    assert 0.85 < current[0]["runnable_share"] <= 0.9
+    assert current[1]["runnable_share"] is None
+    assert tf_worker_records.with_activity(workers, str(root), "")[0]["runnable_share"] is None
+
+
 def test_seconds_without_progress_takes_the_latest_host(tmp_path: Path) -> None:
     for host, at in (("a", 100.0), ("b", 250.0)):
         tf_wait_control.write_private_json(str(tmp_path / f"{host}.json"), {"host": host, "last_progress_at": at})
