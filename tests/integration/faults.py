@@ -213,6 +213,6 @@ def detached_worker_killed(hosts: NamespaceHosts, workdir: Path, extra: dict[str
     assert hosts.run(1, f"kill -9 {remote_pid(hosts, 1, f'{run}/worker-1')}")[0] == 0
     seconds = wait_until(
         lambda: remote_json(hosts, 0, f"{run}/worker-0/exit.json") and not run_processes(hosts, 0, run_id),
-        30, "worker 0 stopped after worker 1 was killed",
+        120, "worker 0 stopped after worker 1 was killed",
     )  # fmt: skip
     return {"seconds": seconds, "inventory": inventory, "runs_dir": runs_dir}

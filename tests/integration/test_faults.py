@@ -30,7 +30,7 @@ def common(worker_python: str, **more: Any) -> dict[str, Any]:
     return {
         "tf_worker_python": worker_python,
         "tf_train_args": LONG_JOB_ARGS,
-        "tf_startup_timeout": 90,
+        "tf_startup_timeout": 300,
         "tf_job_timeout": 600,
         "tf_wait_poll_interval": 5,
         **more,
@@ -69,7 +69,8 @@ def test_a_worker_killed_mid_training_stops_the_run(
     hosts = make_ns_hosts(count=2)
 
     out = run_with_fault(hosts, tmp_path, "killed", common(worker_python), killing_worker_1(hosts, "killed"))
-    summary = assert_clean_failure(hosts, out, [0, 1], bound=60)
+    # Far below tf_job_timeout (600 s), with room for a machine loaded by the other suite.
+    summary = assert_clean_failure(hosts, out, [0, 1], bound=180)
     # The culprit's cause leads the failure message, then its exit status (issue 23, point 2).
     assert re.search(r"worker 1 on host node1 failed first: (killed|out-of-memory) \([^\n]*exit status 137 ", out.stdout)
     assert summary["reason"].startswith("worker 1 on host node1")
@@ -166,7 +167,7 @@ def test_a_host_lost_mid_training_fails_the_run_and_keeps_the_other_logs(
         getattr(hosts, fault)(2)
 
     out = run_with_fault(hosts, tmp_path, run_id, common(worker_python), lose_node2)
-    summary = assert_clean_failure(hosts, out, [0, 1], bound=120)
+    summary = assert_clean_failure(hosts, out, [0, 1], bound=300)
     logs = {w["host"] for w in summary["workers"]}
     assert {"node0", "node1"} <= logs
     # Issue 24, point 22: the lost host is blamed, never a survivor that TensorFlow failed

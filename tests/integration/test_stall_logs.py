@@ -200,7 +200,7 @@ def test_a_worker_hung_in_its_own_code_is_a_stall_named_with_its_culprit(
     print(f"\nTIMING stall: the run ended {hang_to_exit:.1f} s after worker 1 hung (tf_stall_timeout 20 s)")
     assert left == {0: [], 1: []}, f"processes of the run left (host: pids): {left}"
     assert strays == {0: [], 1: []}, strays
-    assert hang_to_exit < 120, f"the run ended {hang_to_exit:.0f} s after the hang"
+    assert hang_to_exit < 240, f"the run ended {hang_to_exit:.0f} s after the hang"
     assert proc.returncode != 0
     assert "the run is stalled: no worker printed a progress line for" in out, out[-5000:]
 

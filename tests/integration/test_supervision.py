@@ -40,7 +40,7 @@ def test_ctrl_c_stops_every_worker_within_the_controller_timeout(
     timeout = 10
     extra = settings(worker_python, tf_train_args=LONG_JOB_ARGS, tf_controller_timeout=timeout)
     # Fails unless no process of the run is left on any host within the bound.
-    out = ctrl_c(hosts, tmp_path, extra, "ctrl-c", bound=timeout + 15)
+    out = ctrl_c(hosts, tmp_path, extra, "ctrl-c", bound=timeout + 40)
     print(f"\nTIMING ctrl-c: no process of the run left {out['seconds']:.1f} s after SIGINT (timeout {timeout} s)")
     assert out["returncode"] != 0
     for host in (0, 1):
@@ -131,7 +131,7 @@ def test_a_detached_run_stops_every_worker_when_one_is_killed(
     else:
         assert (exit0["stopped_by"], exit0["reason"]) == (None, "exited") and exit0["returncode"] != 0, exit0
     # The failed worker's supervisor ends its announcement once its peer stopped.
-    wait_until(lambda: not run_processes(hosts, 1, "peer"), 30, "node1's supervisor ended")
+    wait_until(lambda: not run_processes(hosts, 1, "peer"), 120, "node1's supervisor ended")
 
 
 def test_an_operator_stop_during_the_wait_is_not_restarted(
