@@ -326,11 +326,11 @@ def test_a_stopped_run_resumes_later_and_is_judged_whole(
     resumed with tf_resume it continues as retry-1 from the chief's checkpoint and succeeds
     with every epoch judged once. A second resume of the succeeded run is refused."""
     hosts = make_ns_hosts(count=2)
-    # Slower steps than the other preemption tests (about 15 s an epoch): after epoch 2 the
+    # Slower steps than the other preemption tests (about 10 s an epoch): after epoch 2 the
     # refused resume and stop.yml (6 to 8 s together on a quiet machine, several times that
     # beside the other integration suite) must land while the run still trains.
     extra = settings(worker_python, tf_train_script=str(PREEMPTION_JOB),
-                     tf_train_args=["--epochs=6", "--steps-per-epoch=20", "--step-seconds=0.75"], tf_stop_grace=30)
+                     tf_train_args=["--epochs=6", "--steps-per-epoch=20", "--step-seconds=0.5"], tf_stop_grace=30)
     book = Runbook(hosts, tmp_path, port=2466, groupvars=extra)
     result = book.play("train.yml", extra={"tf_run_id": "later", "tf_detach": True})
     assert result.returncode == 0, result.stdout[-4000:]

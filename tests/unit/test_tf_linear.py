@@ -1,0 +1,136 @@
+"""The strategy tf_linear: the linear strategy whose main loop sleeps until a result (or a
+worker's request) arrives, instead of looking every millisecond; the project selects it."""
+
+from __future__ import annotations
+
+import configparser
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from ansible.errors import AnsibleError
+from ansible.plugins.strategy import StrategySentinel
+
+from ansible_collections.tf_runbook.multiworker.plugins.strategy import tf_linear
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class FinalQueue:
+    """The task queue manager's queue of worker messages: the result thread it feeds ends at once."""
+
+    def get(self, *args: Any, **kwargs: Any) -> StrategySentinel:
+        return StrategySentinel()
+
+
+def strategy(dead: list[bool] | None = None) -> tf_linear.StrategyModule:
+    dead = dead if dead is not None else [False]
+    tqm = SimpleNamespace(
+        get_inventory=lambda: None, _workers=[], get_variable_manager=lambda: None, get_loader=lambda: None,
+        _final_q=FinalQueue(), _terminated=False, has_dead_workers=lambda: dead[0],
+    )  # fmt: skip
+    return tf_linear.StrategyModule(tqm)
+
+
+class Reader:
+    """Stands for _process_pending_results: takes what the result thread appended, one
+    pending result each, and counts its calls (each is one look of the main loop)."""
+
+    def __init__(self, plugin: tf_linear.StrategyModule) -> None:
+        self.plugin = plugin
+        self.looks = 0
+        self.taken_at: list[float] = []
+
+    def __call__(self, iterator: Any) -> list:
+        self.looks += 1
+        taken = []
+        while self.plugin._results:
+            taken.append(self.plugin._results.popleft())
+            self.plugin._pending_results -= 1
+            self.taken_at.append(time.monotonic())
+        return taken
+
+
+def test_the_main_loop_sleeps_until_a_result_arrives_and_takes_it_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two results arrive 0.5 s apart: each is taken within a few milliseconds of its
+    arrival, and the loop looked about once per DEAD_WORKER_CHECK_SECONDS meanwhile (the
+    linear strategy looks every internal_poll_interval, 1 ms: about 1000 looks here)."""
+    plugin = strategy()
+    reader = Reader(plugin)
+    monkeypatch.setattr(plugin, "_process_pending_results", reader)
+    plugin._pending_results = 2
+    arrived: list[float] = []
+
+    def result_thread() -> None:
+        for name in ("a", "b"):
+            time.sleep(0.5)
+            arrived.append(time.monotonic())
+            plugin._results.append(name)
+
+    sender = threading.Thread(target=result_thread)
+    sender.start()
+    results = plugin._wait_on_pending_results(iterator=None)
+    sender.join()
+    assert results == ["a", "b"] and plugin._pending_results == 0
+    delays = [taken - at for taken, at in zip(reader.taken_at, arrived)]
+    print(f"\nlooks: {reader.looks}, delays: {[f'{d * 1000:.1f} ms' for d in delays]}")
+    assert all(delay < tf_linear.DEAD_WORKER_CHECK_SECONDS / 2 for delay in delays), delays
+    assert reader.looks <= 1.0 / tf_linear.DEAD_WORKER_CHECK_SECONDS + 5, reader.looks
+
+
+def test_a_workers_request_to_the_controller_wakes_the_main_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's add_host waits for the main loop to serve it: the request wakes it."""
+    plugin = strategy()
+    served: list[float] = []
+
+    def reader(iterator: Any) -> list:
+        try:
+            plugin._rpc_queue.get(block=False)
+        except Exception:  # noqa: BLE001 - queue.Empty: nothing asked yet
+            return []
+        served.append(time.monotonic())
+        plugin._pending_results = 0
+        return ["served"]
+
+    monkeypatch.setattr(plugin, "_process_pending_results", reader)
+    plugin._pending_results = 1
+    threading.Timer(0.3, lambda: (asked.append(time.monotonic()), plugin._rpc_queue.put("add_host"))).start()
+    asked: list[float] = []
+    assert plugin._wait_on_pending_results(iterator=None) == ["served"]
+    assert served[0] - asked[0] < tf_linear.DEAD_WORKER_CHECK_SECONDS / 2, served[0] - asked[0]
+
+
+def test_a_dead_worker_still_ends_the_wait_with_the_linear_strategys_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = [False]
+    plugin = strategy(dead)
+    monkeypatch.setattr(plugin, "_process_pending_results", lambda iterator: [])
+    plugin._pending_results = 1
+    threading.Timer(0.2, lambda: dead.__setitem__(0, True)).start()
+    started = time.monotonic()
+    with pytest.raises(AnsibleError, match="A worker was found in a dead state"):
+        plugin._wait_on_pending_results(iterator=None)
+    assert time.monotonic() - started < 0.2 + 4 * tf_linear.DEAD_WORKER_CHECK_SECONDS
+
+
+def test_the_project_selects_it_and_a_playbook_runs_with_it(tmp_path: Path) -> None:
+    """ansible.cfg names the strategy; a play on localhost runs a task through it."""
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(REPO / "ansible.cfg")
+    assert config["defaults"]["strategy"] == "tf_runbook.multiworker.tf_linear"
+    play = tmp_path / "play.yml"
+    play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+                    "    - name: Say which strategy runs the play\n      ansible.builtin.debug:\n"
+                    "        msg: ran {{ ansible_play_name | default('') }}\n")  # fmt: skip
+    env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()),
+           "ANSIBLE_STDOUT_CALLBACK": "default", "ANSIBLE_DEBUG": "1"}  # fmt: skip
+    result = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                             str(play)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    assert re.search(r"Loading StrategyModule '[\w.]*\.plugins\.strategy\.tf_linear'", out), out[-3000:]
