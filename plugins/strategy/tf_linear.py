@@ -11,7 +11,13 @@ workers cost 83 microseconds, 8 % of a core at 1000 looks a second. That CPU is 
 from the training on a one-host run, and grows with the hosts times the run's length on a
 large one. This strategy sleeps until the result thread hands it a result (or a worker's
 request to the controller, an ``add_host``), and looks for dead workers every
-``DEAD_WORKER_CHECK_SECONDS``; everything else is the linear strategy's.
+``DEAD_WORKER_CHECK_SECONDS``.
+
+It also keeps the Jinja templates it compiles (plugin_utils/tf_template_cache.py): before
+it forks a task's worker for its second host and each one after, it compiles what that
+worker will compile, so that the task's workers inherit them compiled instead of each
+compiling them again; measured on 16 namespace hosts, compiling had been about 40 % of
+the workers' CPU. Everything else is the linear strategy's.
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ description:
     the next), but waits for task results without polling; the thread that receives them
     wakes the main loop, which otherwise sleeps, and checks for dead worker processes
     every 0.05 s rather than every C(internal_poll_interval) (1 ms).
+  - Keeps the Jinja templates and conditionals it compiles, and compiles those of a task's
+    arguments, conditionals and the variables they name once, before it forks the task's
+    workers from its second host on; the workers inherit them instead of each compiling
+    them again.
   - The project's ansible.cfg selects it (C(strategy)); C(ANSIBLE_STRATEGY) or a play's
     C(strategy) keyword still choose another.
 author: tf-runbook contributors (!UNKNOWN)
@@ -36,6 +46,7 @@ from typing import Any
 
 from ansible.errors import AnsibleError
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils import tf_template_cache
 
 # How often, at the least, the main loop wakes while a task runs: to see a worker process
 # that died without a result, as the linear strategy's every loop does.
@@ -74,6 +85,14 @@ class StrategyModule(LinearStrategyModule):
         self._tf_news = threading.Event()
         self._results = _Announcing(self._tf_news)
         self._rpc_queue = _AnnouncingQueue(self._tf_news)
+        self._tf_templates_kept = tf_template_cache.install()
+
+    def _queue_task(self, host: Any, task: Any, task_vars: Any, play_context: Any) -> None:
+        """As the linear strategy's, after compiling in this process what the task's worker
+        will compile, so that the worker forked for each host finds it compiled."""
+        if self._tf_templates_kept:
+            tf_template_cache.warm(self._loader, task, task_vars)
+        super()._queue_task(host, task, task_vars, play_context)
 
     def _wait_on_pending_results(self, iterator: Any) -> list:
         """The results of the tasks queued, once none is pending: as the linear strategy's,

@@ -47,6 +47,9 @@ the ssh, sftp and scp that Ansible runs are tests/bench/oplog.sh, which records 
 invocation and execs the real binary. The callback also notes when the strategy hands a
 task to the worker process of each host (the launch's dispatch spread). With
 TF_BENCH_KEEP_EVENTS=DIR, each run's callback events are kept in DIR for a closer look.
+TF_BENCH_WRAP="CMD ..." runs each playbook under a command ({run} becomes the run's number),
+for example a sampling profiler:
+TF_BENCH_WRAP="py-spy record --subprocesses -r 250 -f raw -o /tmp/prof-{run}.txt --".
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -215,7 +219,10 @@ class Instruments:
 
         started = time.time()
         try:
-            proc = subprocess.Popen([str(PLAYBOOK_BIN), playbook, *args, "-e", json.dumps(extra)], cwd=tree, env=env,
+            # TF_BENCH_WRAP: a command line the playbook runs under (a profiler, for a look
+            # at where the controller's CPU goes; its own CPU then counts too).
+            wrap = shlex.split(os.environ.get("TF_BENCH_WRAP", "").replace("{run}", str(self.count)))
+            proc = subprocess.Popen([*wrap, str(PLAYBOOK_BIN), playbook, *args, "-e", json.dumps(extra)], cwd=tree, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=join_cgroup)
             try:
                 output, _ = proc.communicate(timeout=timeout)

@@ -17,6 +17,7 @@ import pytest
 from ansible.errors import AnsibleError
 from ansible.plugins.strategy import StrategySentinel
 
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils import tf_template_cache
 from ansible_collections.tf_runbook.multiworker.plugins.strategy import tf_linear
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,6 +28,26 @@ class FinalQueue:
 
     def get(self, *args: Any, **kwargs: Any) -> StrategySentinel:
         return StrategySentinel()
+
+
+@pytest.fixture(autouse=True)
+def _ansibles_own_compile() -> Any:
+    """A strategy keeps compiled templates process-wide: the other tests get Ansible's own back."""
+    yield
+    tf_template_cache.uninstall()
+
+
+def test_the_strategy_keeps_compiled_templates_and_fills_them_before_it_queues_a_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    warmed: list[tuple[Any, Any]] = []
+    queued: list[str] = []
+    monkeypatch.setattr(tf_template_cache, "warm", lambda loader, task, task_vars: warmed.append((task, task_vars)))
+    monkeypatch.setattr(tf_linear.LinearStrategyModule, "_queue_task",
+                        lambda self, host, task, task_vars, play_context: queued.append(host))
+    module = strategy()
+    assert module._tf_templates_kept and tf_template_cache.stats()["entries"] == 0
+    task, variables = object(), {"a": 1}
+    module._queue_task("node1", task, variables, None)
+    assert warmed == [(task, variables)] and queued == ["node1"]
 
 
 def strategy(dead: list[bool] | None = None) -> tf_linear.StrategyModule:
