@@ -73,7 +73,7 @@ def on_host(argv: list[str]) -> None:
         began = time.monotonic()
         # The preflight's settle (roles/tf_preflight/tasks/main.yml): a refused port is
         # tried again for that long.
-        settle = timeout + len(endpoints) // 2
+        settle = timeout + len(endpoints)
         takes_settle = "settle" in inspect.signature(probe.connect_all).parameters  # not a baseline's
         failures = probe.connect_all(endpoints, me, timeout, run_id, **({"settle": settle} if takes_settle else {}))
         print(json.dumps({"seconds": time.monotonic() - began, "failures": failures}))
