@@ -18,18 +18,24 @@ left to compile for itself, as without the table: a task that runs on one host
 (``run_once``, a one-host play) so costs the main process nothing more, and a template
 compiled for one task serves every later task's workers too.
 
-Only what compiles the same everywhere is kept: a template that includes, imports or
-extends another (whose lookup depends on the loader's base directory) is compiled each
-time, and a compile error is never kept, so that each error names its own origin.
-Nothing is rendered in the main process, and only strings trusted as templates are
-compiled there. The table holds at most ``MAX_ENTRIES``; past it, new strings are
-compiled each time as before. A version of Ansible without the internals this relies on
-leaves everything as it was (``install`` returns False).
+Only what compiles the same everywhere is kept. A compiled template keeps the Jinja
+environment that compiled it, whose loader (the base directory) finds the templates it
+includes: a template that says ``include``, ``import`` or ``extends`` anywhere is
+compiled each time, and so is one with Jinja settings of its own (a ``#jinja2:`` header,
+the template module's delimiters). A compile error is never kept, so that each error
+names its own origin. Nothing is rendered in the main process, only strings trusted as
+templates are compiled there, and ``warm`` walks plain data only (never a lazy
+container, ``hostvars``, or ``vars`` and ``groups``, which hold every variable and every
+host), at most ``MAX_ITEMS`` values a call. One thing differs from compiling in the
+worker: Jinja looks a template's filters up when it compiles it, so a filter that is
+deprecated warns once, in the main process, instead of in each host's result. The table
+holds at most ``MAX_ENTRIES``; past it, new strings are compiled each time as before. A
+version of Ansible without the internals this relies on leaves everything as it was
+(``install`` returns False).
 """
 
 from __future__ import annotations
 
-import re
 import types
 from collections.abc import Mapping
 from typing import Any
@@ -37,10 +43,21 @@ from typing import Any
 MAX_ENTRIES = 8192
 # Variables followed from one task's roots (arguments, conditionals), at the most.
 MAX_FOLLOWED = 2048
-# Nested data walked for strings: depth and items at the most.
+# Nested data walked for strings, per call of warm: depth and values at the most.
 MAX_DEPTH = 6
 MAX_ITEMS = 4096
-_LOADS_OTHER_TEMPLATE = re.compile(r"{%-?\s*(include|import|extends|from)\b")
+# Tasks remembered (their first host seen, the names they follow); past it, forgotten.
+MAX_TASKS = 16384
+# Words of the statements that load another template, which the loader's base directory
+# or search path finds (include, import, from ... import, extends): such a template is
+# compiled each time. A plain substring test, so that no spelling of the statement (``{%+``,
+# other delimiters, line statements) slips through; a template that merely says the word
+# is compiled each time too.
+_LOADS_OTHER_TEMPLATE = ("include", "import", "extends")
+# Magic variables that hold every variable (vars), every host (groups, hostvars) or a
+# host's whole facts: never walked for templates.
+_NOT_WALKED = frozenset({"vars", "hostvars", "groups", "group_names", "ansible_facts", "play_hosts",
+                         "ansible_play_hosts", "ansible_play_hosts_all", "ansible_play_batch"})
 
 _table: dict[tuple, Any] = {}
 _stats = {"hits": 0, "misses": 0, "warmed": 0}
@@ -49,8 +66,12 @@ _queued_once: set[str] = set()
 _installed: list[Any] = []
 
 
-def _shareable(text: str) -> bool:
-    return ("{%" not in text or not _LOADS_OTHER_TEMPLATE.search(text)) and len(text) < 65536
+def _shareable(text: str, overrides: Any = None, default_overrides: Any = None) -> bool:
+    """Whether a compiled ``text`` renders the same whoever compiled it: no other template
+    loaded by it, and no Jinja settings of its own (a ``#jinja2:`` header, the template
+    module's delimiters)."""
+    return (len(text) < 65536 and not text.startswith("#jinja2:") and overrides is default_overrides
+            and not any(word in text for word in _LOADS_OTHER_TEMPLATE))
 
 
 def install() -> bool:
@@ -59,8 +80,9 @@ def install() -> bool:
     if _installed:
         return True
     try:
-        from ansible._internal._templating._engine import TemplateEngine
+        from ansible._internal._templating._engine import TemplateEngine, TemplateOptions
         from ansible._internal._templating._jinja_bits import AnsibleTemplate, AnsibleTemplateExpression
+        default_overrides = TemplateOptions.DEFAULT.overrides
         compile_template = TemplateEngine._compile_template
         compile_expression = TemplateEngine._compile_expression
     except (ImportError, AttributeError):
@@ -84,7 +106,8 @@ def install() -> bool:
 
     def _compile_template_kept(self: Any, template: str, options: Any) -> Any:
         text = str(template)
-        key = ("t", text, options.escape_backslashes, options.overrides) if _shareable(text) else None
+        shareable = _shareable(text, options.overrides, default_overrides)
+        key = ("t", text, options.escape_backslashes) if shareable else None
         return _kept(compile_template, AnsibleTemplate, self, template, options, key)
 
     def _compile_expression_kept(self: Any, expression: str, options: Any) -> Any:
@@ -115,19 +138,22 @@ def stats() -> dict[str, int]:
     return dict(_stats, entries=len(_table))
 
 
-def _template_strings(value: Any, out: list[str], trusted: Any, depth: int = 0) -> None:
-    """The strings of ``value`` (nested data) that are trusted templates, into ``out``."""
-    if len(out) >= MAX_ITEMS or depth > MAX_DEPTH:
+def _template_strings(value: Any, out: list[str], trusted: Any, budget: list[int], lazy: type, depth: int = 0) -> None:
+    """The strings of ``value`` (nested plain data) that are trusted templates, into
+    ``out``; ``budget`` is what is left of the values this call of warm may look at.
+    Dicts and lists only (tagged ones too), never a ``lazy`` container (whose values render
+    when read), hostvars or another mapping."""
+    if budget[0] <= 0 or depth > MAX_DEPTH:
         return
+    budget[0] -= 1
     if isinstance(value, str):
         if ("{{" in value or "{%" in value) and trusted(value):
             out.append(value)
-    elif isinstance(value, dict):  # plain data only: never hostvars and the like, which template
-        for item in list(value.values())[:MAX_ITEMS]:
-            _template_strings(item, out, trusted, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for item in value[:MAX_ITEMS]:
-            _template_strings(item, out, trusted, depth + 1)
+    elif isinstance(value, (dict, list, tuple)) and not isinstance(value, lazy):
+        for item in value.values() if isinstance(value, dict) else value:
+            if budget[0] <= 0:
+                return
+            _template_strings(item, out, trusted, budget, lazy, depth + 1)
 
 
 def _names(compiled: Any) -> set[str]:
@@ -165,16 +191,21 @@ def _warm(loader: Any, task: Any, task_vars: Mapping[str, Any]) -> int:
     from ansible._internal._datatag._tags import TrustedAsTemplate
     from ansible._internal._templating._engine import TemplateEngine, TemplateOptions
     from ansible._internal._templating._jinja_bits import is_possibly_all_template
+    from ansible._internal._templating._lazy_containers import _AnsibleLazyTemplateMixin as lazy
 
     trusted = TrustedAsTemplate.is_tagged_on
     engine = TemplateEngine(loader=loader, variables={})
     expression_options = TemplateOptions(escape_backslashes=False, preserve_trailing_newlines=False)
     compiled_now = 0
     pending: list[tuple[str, bool]] = []  # (text, as an expression)
+    budget = [MAX_ITEMS]
 
     uuid = getattr(task, "_uuid", None)
     if uuid is None or getattr(task, "run_once", False):
         return 0
+    if len(_queued_once) > MAX_TASKS:  # a very long run's includes: start again
+        _queued_once.clear()
+        _followed_by_task.clear()
     if uuid not in _queued_once:
         # The task's first host: its worker compiles for itself, as without the table (a
         # task queued once, run_once or on one host, so costs nothing more); from the
@@ -185,7 +216,7 @@ def _warm(loader: Any, task: Any, task_vars: Mapping[str, Any]) -> int:
     if followed is None:
         roots: list[str] = []
         for field in ("args", "vars", "environment", "loop", "name", "delegate_to"):
-            _template_strings(getattr(task, field, None), roots, trusted)
+            _template_strings(getattr(task, field, None), roots, trusted, budget, lazy)
         pending += [(text, False) for text in roots]
         conditionals: list[Any] = []
         for field in ("when", "changed_when", "failed_when", "until"):
@@ -198,14 +229,14 @@ def _warm(loader: Any, task: Any, task_vars: Mapping[str, Any]) -> int:
     names_seen: set[str] = set(followed)
     for name in followed:
         strings: list[str] = []
-        _template_strings(task_vars.get(name), strings, trusted)
+        _template_strings(task_vars.get(name), strings, trusted, budget, lazy)
         pending += [(text, False) for text in strings]
 
     while pending and len(names_seen) < MAX_FOLLOWED:
         text, as_expression = pending.pop()
         if not _shareable(str(text)):
             continue
-        key = ("e", str(text), False) if as_expression else ("t", str(text), True, TemplateOptions.DEFAULT.overrides)
+        key = ("e", str(text), False) if as_expression else ("t", str(text), True)
         compiled = _table.get(key)
         if compiled is None:
             if as_expression:
@@ -215,11 +246,11 @@ def _warm(loader: Any, task: Any, task_vars: Mapping[str, Any]) -> int:
             compiled_now += 1
             _stats["warmed"] += 1
         for name in _names(compiled):
-            if name in names_seen or name not in task_vars:
+            if name in names_seen or name in _NOT_WALKED or name not in task_vars:
                 continue
             names_seen.add(name)
             strings = []
-            _template_strings(task_vars[name], strings, trusted)
+            _template_strings(task_vars[name], strings, trusted, budget, lazy)
             pending += [(s, False) for s in strings]
     if uuid:
         _followed_by_task[uuid] = tuple(sorted(names_seen))

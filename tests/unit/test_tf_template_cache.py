@@ -74,6 +74,31 @@ def test_a_template_that_loads_another_one_is_compiled_each_time(compiles: list[
     assert cache.stats()["entries"] == 0
 
 
+@pytest.mark.parametrize("text", [
+    "{%+ include 'part.j2' %}",
+    "{% from 'macros.j2' import m %}{{ m() }}",
+    "{% extends 'base.j2' %}",
+    "#jinja2:variable_start_string:'[[', variable_end_string:']]'\n[[ a ]]",
+])
+def test_a_template_that_loads_another_or_sets_its_own_jinja_settings_is_never_kept(compiles: list[str], text: str) -> None:
+    for _ in range(2):
+        try:
+            render(text, a=1)
+        except AnsibleError:
+            pass  # no such template to load: compiled all the same
+    assert compiles.count(text.split("\n", 1)[-1] if text.startswith("#jinja2:") else text) == 2
+    assert cache.stats()["entries"] == 0
+
+
+def test_a_template_compiled_with_other_delimiters_is_never_kept(compiles: list[str]) -> None:
+    from ansible._internal._templating._engine import TemplateOptions, TemplateOverrides
+
+    options = TemplateOptions(overrides=TemplateOverrides(variable_start_string="[[", variable_end_string="]]"))
+    for a in (1, 2):
+        assert Templar(loader=None, variables={"a": a})._engine.template(trusted("[[ a ]]"), options=options) == a
+    assert cache.stats()["entries"] == 0
+
+
 class Task(SimpleNamespace):
     """What warm reads of a task."""
 
@@ -129,6 +154,30 @@ def test_warm_compiles_a_tasks_arguments_conditionals_and_the_variables_they_nam
     variables.pop("hostvars")
     assert Templar(loader=None, variables=variables).template(task.args["path"]) == "/srv/runs/r1/x"
     assert len(compiles) == before
+
+
+def test_warm_walks_neither_lazy_containers_nor_the_variables_that_hold_every_variable_or_host(compiles: list[str]) -> None:
+    from ansible._internal._templating._engine import TemplateContext, TemplateEngine, TemplateOptions
+    from ansible._internal._templating._lazy_containers import _AnsibleLazyTemplateMixin
+
+    engine = TemplateEngine(variables={"x": 1})
+    with TemplateContext(template_value="", templar=engine, options=TemplateOptions.DEFAULT):
+        lazy = _AnsibleLazyTemplateMixin._try_create({"a": trusted("{{ in_lazy }}")})
+    assert isinstance(lazy, dict)
+    variables = {**task_vars(), "tf_lazy": lazy, "vars": {"v": trusted("{{ in_vars }}")},
+                 "groups": {"all": [trusted("{{ in_groups }}")]}}
+    task = Task(uuid="walk", args={"a": trusted("{{ tf_lazy }} {{ vars['v'] }} {{ groups }}")})
+    cache.warm(None, task, variables)
+    assert cache.warm(None, task, variables) == 1
+    assert {key[1] for key in cache._table} == {"{{ tf_lazy }} {{ vars['v'] }} {{ groups }}"}
+
+
+def test_warm_looks_at_a_bounded_number_of_values_per_call(compiles: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache, "MAX_ITEMS", 10)
+    variables = {**task_vars(), "tf_big": [trusted(f"{{{{ {n} }}}}") for n in range(100)]}
+    task = Task(uuid="big", args={"a": trusted("{{ tf_big }}")})
+    cache.warm(None, task, variables)
+    assert 0 < cache.warm(None, task, variables) < 10
 
 
 def test_warm_leaves_run_once_tasks_and_uninstalled_tables_alone(compiles: list[str]) -> None:
