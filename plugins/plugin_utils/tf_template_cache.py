@@ -32,6 +32,11 @@ deprecated warns once, in the main process, instead of in each host's result. Th
 holds at most ``MAX_ENTRIES``; past it, new strings are compiled each time as before. A
 version of Ansible without the internals this relies on leaves everything as it was
 (``install`` returns False).
+
+What the table keeps is also written to the controller's disk, and read back by the next
+run in place of compiling (``tf_template_store``: the code object Jinja compiled the text
+to, seen as ``AnsibleEnvironment._compile`` returns it, and made into a template again
+as Jinja's ``from_string`` and ``compile_expression`` make it).
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 from typing import Any
+
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils import tf_template_store
 
 MAX_ENTRIES = 8192
 # Variables followed from one task's roots (arguments, conditionals), at the most.
@@ -60,7 +67,12 @@ _NOT_WALKED = frozenset({"vars", "hostvars", "groups", "group_names", "ansible_f
                          "ansible_play_hosts", "ansible_play_hosts_all", "ansible_play_batch"})
 
 _table: dict[tuple, Any] = {}
-_stats = {"hits": 0, "misses": 0, "warmed": 0}
+_stats = {"hits": 0, "misses": 0, "warmed": 0, "read": 0}
+# The disk's stores by settings key (None: no store for it), whether this process pruned
+# one, and the code objects Jinja compiled during each compile now under way.
+_stores: dict[tuple, Any] = {}
+_pruned: list[int] = []
+_captured: list[list[types.CodeType]] = []
 _followed_by_task: dict[str, tuple[str, ...]] = {}
 _queued_once: set[str] = set()
 _installed: list[Any] = []
@@ -74,23 +86,47 @@ def _shareable(text: str, overrides: Any = None, default_overrides: Any = None) 
             and not any(word in text for word in _LOADS_OTHER_TEMPLATE))
 
 
-def install() -> bool:
-    """Keep compiled templates in this process's table (idempotent). False when this
-    Ansible lacks what the table relies on: nothing is changed then."""
+def install(store: bool = True) -> bool:
+    """Keep compiled templates in this process's table (idempotent), and, with ``store``,
+    on disk for the next run (``tf_template_store``). False when this Ansible lacks what
+    the table relies on: nothing is changed then."""
     if _installed:
         return True
     try:
+        from jinja2.environment import TemplateExpression
         from ansible._internal._templating._engine import TemplateEngine, TemplateOptions
-        from ansible._internal._templating._jinja_bits import AnsibleTemplate, AnsibleTemplateExpression
+        from ansible._internal._templating._jinja_bits import (AnsibleEnvironment, AnsibleTemplate,
+                                                               AnsibleTemplateExpression)
+        from ansible._internal._templating._jinja_common import _TemplateConfig
         default_overrides = TemplateOptions.DEFAULT.overrides
         compile_template = TemplateEngine._compile_template
         compile_expression = TemplateEngine._compile_expression
+        python_compile = AnsibleEnvironment._compile
     except (ImportError, AttributeError):
         return False
 
+    def _from_code(env: Any, code: types.CodeType, as_expression: bool) -> Any:
+        """What compiling gives, made from ``code`` as Jinja's ``from_string`` and
+        ``compile_expression`` make it."""
+        template = env.template_class.from_code(env, code, env.make_globals(None), None)
+        if as_expression:
+            return AnsibleTemplateExpression(TemplateExpression(template, False))
+        return template
+
+    def _store_of(env: Any) -> Any:
+        if not store or getattr(env, "_debuggable_template_source", False):
+            return None
+        key = tf_template_store.settings_key(env, (_TemplateConfig.allow_embedded_templates,))
+        if key not in _stores:
+            opened = _stores[key] = tf_template_store.open_store(key)
+            if opened is not None and not _pruned:
+                _pruned.append(opened.prune())
+        return _stores[key]
+
     def _kept(compile_: Any, compiled_type: type, self: Any, text: Any, options: Any, key: tuple | None) -> Any:
         """``compile_(self, text, options)``, from the table under ``key`` when it is
-        there, and kept there when it compiled (None: never kept)."""
+        there, else from the disk's store, and kept in both when it compiled (None: never
+        kept)."""
         try:
             kept = _table.get(key) if key is not None else None
         except TypeError:  # options that do not hash
@@ -99,9 +135,31 @@ def install() -> bool:
             _stats["hits"] += 1
             return kept
         _stats["misses"] += 1
-        compiled = compile_(self, text, options)
-        if key is not None and isinstance(compiled, compiled_type) and len(_table) < MAX_ENTRIES:
-            _table[key] = compiled
+        on_disk = _store_of(self.environment) if key is not None else None
+        if on_disk is not None:
+            code = on_disk.read(key[0], key[1], key[2])
+            if code is not None:
+                try:
+                    compiled = _from_code(self.environment, code, key[0] == "e")
+                except Exception:  # noqa: BLE001 - compiled again below
+                    compiled = None
+                if compiled is not None:
+                    _stats["read"] += 1
+                    if len(_table) < MAX_ENTRIES:
+                        _table[key] = compiled
+                    return compiled
+        _captured.append([])
+        try:
+            compiled = compile_(self, text, options)
+        finally:
+            codes = _captured.pop()
+        if key is not None and isinstance(compiled, compiled_type):
+            if len(_table) < MAX_ENTRIES:
+                _table[key] = compiled
+            # One code object is what Jinja compiled this text to; anything else (none:
+            # an error deferred; more: a compile inside a compile) is not written.
+            if on_disk is not None and len(codes) == 1:
+                on_disk.write(key[0], key[1], key[2], codes[0])
         return compiled
 
     def _compile_template_kept(self: Any, template: str, options: Any) -> Any:
@@ -115,19 +173,30 @@ def install() -> bool:
         key = ("e", text, options.escape_backslashes) if _shareable(text) else None
         return _kept(compile_expression, AnsibleTemplateExpression, self, expression, options, key)
 
+    def _python_compile_seen(self: Any, source: str, filename: str) -> types.CodeType:
+        code = python_compile(self, source, filename)
+        if _captured:
+            _captured[-1].append(code)
+        return code
+
     TemplateEngine._compile_template = _compile_template_kept
     TemplateEngine._compile_expression = _compile_expression_kept
-    _installed.append((TemplateEngine, compile_template, compile_expression))
+    AnsibleEnvironment._compile = _python_compile_seen
+    _installed.append((TemplateEngine, compile_template, compile_expression, AnsibleEnvironment, python_compile))
     return True
 
 
 def uninstall() -> None:
     """Undo ``install`` and empty the table (for tests)."""
     if _installed:
-        engine, compile_template, compile_expression = _installed.pop()
+        engine, compile_template, compile_expression, environment, python_compile = _installed.pop()
         engine._compile_template = compile_template
         engine._compile_expression = compile_expression
+        environment._compile = python_compile
     _table.clear()
+    _stores.clear()
+    _pruned.clear()
+    _captured.clear()
     _followed_by_task.clear()
     _queued_once.clear()
     for key in _stats:

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -131,3 +131,20 @@ def reaper() -> Iterator[None]:
     yield
     stop.set()
     thread.join(timeout=1)
+
+
+@pytest.fixture
+def jinja_compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every template Jinja compiles from now on, by source ("<expression>" for an
+    expression, which Jinja compiles from a parsed tree)."""
+    from ansible._internal._templating._jinja_bits import AnsibleEnvironment
+
+    seen: list[str] = []
+    real = AnsibleEnvironment.from_string
+
+    def from_string(self: Any, source: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(source if isinstance(source, str) else "<expression>")
+        return real(self, source, *args, **kwargs)
+
+    monkeypatch.setattr(AnsibleEnvironment, "from_string", from_string)
+    return seen

@@ -31,8 +31,10 @@ class FinalQueue:
 
 
 @pytest.fixture(autouse=True)
-def _ansibles_own_compile() -> Any:
-    """A strategy keeps compiled templates process-wide: the other tests get Ansible's own back."""
+def _ansibles_own_compile(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A strategy keeps compiled templates process-wide: the other tests get Ansible's own
+    back (and this user's store on disk is left alone)."""
+    monkeypatch.setenv("TF_TEMPLATE_CACHE_DIR", str(tmp_path / "templates"))
     yield
     tf_template_cache.uninstall()
 
