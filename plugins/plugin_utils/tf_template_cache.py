@@ -86,6 +86,12 @@ def _shareable(text: str, overrides: Any = None, default_overrides: Any = None) 
             and not any(word in text for word in _LOADS_OTHER_TEMPLATE))
 
 
+def _key(kind: str, text: str, escape_backslashes: bool) -> tuple[str, str, bool]:
+    """A compiled string's key in the table and on disk: ``kind`` "t" for a template, "e"
+    for an expression."""
+    return (kind, text, escape_backslashes)
+
+
 def install(store: bool = True) -> bool:
     """Keep compiled templates in this process's table (idempotent), and, with ``store``,
     on disk for the next run (``tf_template_store``). False when this Ansible lacks what
@@ -165,12 +171,12 @@ def install(store: bool = True) -> bool:
     def _compile_template_kept(self: Any, template: str, options: Any) -> Any:
         text = str(template)
         shareable = _shareable(text, options.overrides, default_overrides)
-        key = ("t", text, options.escape_backslashes) if shareable else None
+        key = _key("t", text, options.escape_backslashes) if shareable else None
         return _kept(compile_template, AnsibleTemplate, self, template, options, key)
 
     def _compile_expression_kept(self: Any, expression: str, options: Any) -> Any:
         text = str(expression)
-        key = ("e", text, options.escape_backslashes) if _shareable(text) else None
+        key = _key("e", text, options.escape_backslashes) if _shareable(text) else None
         return _kept(compile_expression, AnsibleTemplateExpression, self, expression, options, key)
 
     def _python_compile_seen(self: Any, source: str, filename: str) -> types.CodeType:
@@ -262,13 +268,6 @@ def _warm(loader: Any, task: Any, task_vars: Mapping[str, Any]) -> int:
     from ansible._internal._templating._jinja_bits import is_possibly_all_template
     from ansible._internal._templating._lazy_containers import _AnsibleLazyTemplateMixin as lazy
 
-    trusted = TrustedAsTemplate.is_tagged_on
-    engine = TemplateEngine(loader=loader, variables={})
-    expression_options = TemplateOptions(escape_backslashes=False, preserve_trailing_newlines=False)
-    compiled_now = 0
-    pending: list[tuple[str, bool]] = []  # (text, as an expression)
-    budget = [MAX_ITEMS]
-
     uuid = getattr(task, "_uuid", None)
     if uuid is None or getattr(task, "run_once", False):
         return 0
@@ -281,6 +280,13 @@ def _warm(loader: Any, task: Any, task_vars: Mapping[str, Any]) -> int:
         # second host on, the main process compiles for every later worker.
         _queued_once.add(uuid)
         return 0
+
+    trusted = TrustedAsTemplate.is_tagged_on
+    engine = TemplateEngine(loader=loader, variables={})
+    expression_options = TemplateOptions(escape_backslashes=False, preserve_trailing_newlines=False)
+    compiled_now = 0
+    pending: list[tuple[str, bool]] = []  # (text, as an expression)
+    budget = [MAX_ITEMS]
     followed = _followed_by_task.get(uuid)
     if followed is None:
         roots: list[str] = []
@@ -305,13 +311,13 @@ def _warm(loader: Any, task: Any, task_vars: Mapping[str, Any]) -> int:
         text, as_expression = pending.pop()
         if not _shareable(str(text)):
             continue
-        key = ("e", str(text), False) if as_expression else ("t", str(text), True)
-        compiled = _table.get(key)
+        options = expression_options if as_expression else TemplateOptions.DEFAULT
+        compiled = _table.get(_key("e" if as_expression else "t", str(text), options.escape_backslashes))
         if compiled is None:
             if as_expression:
-                compiled = engine._compile_expression(text, expression_options)
+                compiled = engine._compile_expression(text, options)
             else:
-                compiled = engine._compile_template(text, TemplateOptions.DEFAULT)
+                compiled = engine._compile_template(text, options)
             compiled_now += 1
             _stats["warmed"] += 1
         for name in _names(compiled):
