@@ -46,8 +46,8 @@ def settle(timeout: int, hosts: int) -> int:
 def test_the_settle_is_the_probe_timeout_and_one_second_per_host(timeout: int) -> None:
     """On 128 namespace hosts the last host's run started 88 s after the first's, and half
     a second per host (69 s) refused hosts 83 to 127: a second per host."""
-    assert [settle(timeout, hosts) for hosts in (1, 2, 16, 128)] == [timeout + 1, timeout + 2,
-                                                                   timeout + 16, timeout + 128]
+    expected = [timeout + 1, timeout + 2, timeout + 16, timeout + 128]
+    assert [settle(timeout, hosts) for hosts in (1, 2, 16, 128)] == expected
 
 
 @pytest.mark.parametrize(("lifetime", "hosts", "expected"), [(120, 2, 120), (120, 128, 5 + 128 + 5), (600, 128, 600)])
