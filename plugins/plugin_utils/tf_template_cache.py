@@ -41,6 +41,7 @@ as Jinja's ``from_string`` and ``compile_expression`` make it).
 
 from __future__ import annotations
 
+import os
 import types
 from collections.abc import Mapping
 from typing import Any
@@ -111,6 +112,8 @@ def install(store: bool = True) -> bool:
     except (ImportError, AttributeError):
         return False
 
+    installed_by = os.getpid()
+
     def _from_code(env: Any, code: types.CodeType, as_expression: bool) -> Any:
         """What compiling gives, made from ``code`` as Jinja's ``from_string`` and
         ``compile_expression`` make it."""
@@ -125,7 +128,9 @@ def install(store: bool = True) -> bool:
         key = tf_template_store.settings_key(env, (_TemplateConfig.allow_embedded_templates,))
         if key not in _stores:
             opened = _stores[key] = tf_template_store.open_store(key)
-            if opened is not None and not _pruned:
+            # Pruned once, by the process that installed the table (the playbook's main
+            # process), never by each worker forked from it.
+            if opened is not None and not _pruned and os.getpid() == installed_by:
                 _pruned.append(opened.prune())
         return _stores[key]
 

@@ -201,3 +201,19 @@ def test_a_worker_forked_after_a_run_wrote_reads_the_same_code(top: Path, run: A
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_only_the_process_that_installed_the_table_prunes(top: Path, run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker forked from the playbook's main process opens the store too: it must not
+    list the directory each time (up to MAX_FILES entries)."""
+    pruned: list[int] = []
+    monkeypatch.setattr(store.Store, "prune", lambda self, max_files=store.MAX_FILES: pruned.append(os.getpid()) or 0)
+    run()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child, as a worker: it opens the store first
+        render("{{ a }}#", a=1)
+        os._exit(0 if not pruned else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    render("{{ a }}#", a=2)
+    assert pruned == [os.getpid()]
