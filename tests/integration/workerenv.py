@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -25,12 +26,20 @@ def shared_venv(extra_pins: tuple[str, ...] = ()) -> Path:
         return python
     SHARED_VENV_ROOT.mkdir(parents=True, exist_ok=True)
     os.chmod(SHARED_VENV_ROOT, 0o755)
-    subprocess.run([HOST_PYTHON, "-m", "venv", "--clear", str(venv)], check=True)
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pins],
-        check=True,
-    )
-    (venv / ".complete").write_text("\n".join(pins) + "\n")
+    # The two shards of `make test` run at once and may need the same virtualenv (the
+    # docs project's and the example project's tf_keras one): the first builds it while
+    # the other waits, where two builds at once cleared each other's files (pip: "No such
+    # file or directory: .../INSTALLER...tmp", on a fresh machine).
+    with open(SHARED_VENV_ROOT / f".venv-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (venv / ".complete").exists():  # built by the other shard meanwhile
+            return python
+        subprocess.run([HOST_PYTHON, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pins],
+            check=True,
+        )
+        (venv / ".complete").write_text("\n".join(pins) + "\n")
     return python
 
 
