@@ -93,10 +93,10 @@ def _key(kind: str, text: str, escape_backslashes: bool) -> tuple[str, str, bool
     return (kind, text, escape_backslashes)
 
 
-def install(store: bool = True) -> bool:
-    """Keep compiled templates in this process's table (idempotent), and, with ``store``,
-    on disk for the next run (``tf_template_store``). False when this Ansible lacks what
-    the table relies on: nothing is changed then."""
+def install() -> bool:
+    """Keep compiled templates in this process's table (idempotent), and on disk for the
+    next run (``tf_template_store``; ``TF_TEMPLATE_CACHE_DIR=off`` keeps none there).
+    False when this Ansible lacks what the table relies on: nothing is changed then."""
     if _installed:
         return True
     try:
@@ -123,7 +123,7 @@ def install(store: bool = True) -> bool:
         return template
 
     def _store_of(env: Any) -> Any:
-        if not store or getattr(env, "_debuggable_template_source", False):
+        if getattr(env, "_debuggable_template_source", False):
             return None
         key = tf_template_store.settings_key(env, (_TemplateConfig.allow_embedded_templates,))
         if key not in _stores:
@@ -148,7 +148,7 @@ def install(store: bool = True) -> bool:
         _stats["misses"] += 1
         on_disk = _store_of(self.environment) if key is not None else None
         if on_disk is not None:
-            code = on_disk.read(key[0], key[1], key[2])
+            code = on_disk.read(*key)
             if code is not None:
                 try:
                     compiled = _from_code(self.environment, code, key[0] == "e")
@@ -170,7 +170,7 @@ def install(store: bool = True) -> bool:
             # One code object is what Jinja compiled this text to; anything else (none:
             # an error deferred; more: a compile inside a compile) is not written.
             if on_disk is not None and len(codes) == 1:
-                on_disk.write(key[0], key[1], key[2], codes[0])
+                on_disk.write(*key, codes[0])
         return compiled
 
     def _compile_template_kept(self: Any, template: str, options: Any) -> Any:

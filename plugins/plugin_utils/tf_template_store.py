@@ -6,7 +6,9 @@ The table of ``tf_template_cache`` lives as long as one ``ansible-playbook``: ev
 compiles its templates and conditionals again, in its main process and in the first
 host's worker of each task (measured on the smoke, one host: a fifth of the main
 process's CPU was Jinja's lexer, parser and code generator). What compiling produces is
-a Python code object, which ``marshal`` writes and reads back in microseconds. This store
+a Python code object, which ``marshal`` writes and reads back in microseconds (Jinja's
+own ``BytecodeCache``, which ``tf_report`` uses, serves only templates a loader finds by
+name, not the strings Ansible compiles with ``from_string`` and ``compile_expression``). This store
 keeps one file per compiled string, named by a hash of the string and of everything else
 the code depends on (``fingerprint``: the versions of Python, Jinja and ansible-core, the
 environment's classes and settings, Ansible's embedded-template setting), so that a
@@ -49,7 +51,6 @@ class Store:
     def __init__(self, directory: str, fingerprint: str) -> None:
         self.directory = directory
         self.fingerprint = fingerprint
-        self.stats = {"read": 0, "written": 0, "absent": 0, "refused": 0}
         self._uid = os.geteuid()
 
     def path(self, kind: str, text: str, escape_backslashes: bool) -> str:
@@ -67,20 +68,11 @@ class Store:
             with open(path, "rb") as handle:
                 info = os.fstat(handle.fileno())
                 if info.st_uid != self._uid or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                    self.stats["refused"] += 1
                     return None
                 code = marshal.load(handle)
-        except FileNotFoundError:
-            self.stats["absent"] += 1
+        except (OSError, EOFError, ValueError, TypeError):  # absent, or not to be read
             return None
-        except (OSError, EOFError, ValueError, TypeError):
-            self.stats["refused"] += 1
-            return None
-        if not isinstance(code, types.CodeType):
-            self.stats["refused"] += 1
-            return None
-        self.stats["read"] += 1
-        return code
+        return code if isinstance(code, types.CodeType) else None
 
     def write(self, kind: str, text: str, escape_backslashes: bool, code: types.CodeType) -> bool:
         """Keep ``code`` for ``text``: written whole under another name, then renamed, so
@@ -106,7 +98,6 @@ class Store:
                 raise
         except OSError:
             return False
-        self.stats["written"] += 1
         return True
 
     def prune(self, max_files: int = MAX_FILES) -> int:
