@@ -44,6 +44,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_causes i
     host_lost_flag,
     only_optional_evaluator,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_json_list import json_list
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import WORKER_PREFIX, printable
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_status_lines import (
     REPRINT_SECONDS,
@@ -82,6 +83,11 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         options = {name: args.pop(name, None) for name in ACTION_ONLY}
+        host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
+        try:
+            options["task_types"] = json_list(options["task_types"], "task_types", str)
+        except ValueError as exc:
+            return {**result, "failed": True, "msg": f"host {host}: {exc}"}
         controller_dir = os.path.expanduser(str(options["controller_dir"])) if options["controller_dir"] else ""
         flag_file, stall_dir = attempt_paths(controller_dir, options["attempt"]) if controller_dir else (None, None)
         rounds = int(options["rounds"] or 100000) if flag_file else 1
@@ -93,7 +99,6 @@ class ActionModule(ActionBase):
         # differ; the host only reports, and the deadline is judged here.
         deadline = options["deadline"] or 0
         stall_timeout = int(options["stall_timeout"] or 0)
-        host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
         # tf_stall_timeout 0: no watchdog, no record.
         watching = bool(flag_file and stall_dir and stall_timeout > 0)
         watch = StallWatch(stall_dir, host, stall_timeout) if watching else None

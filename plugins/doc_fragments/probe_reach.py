@@ -32,8 +32,9 @@ options:
   endpoints:
     description: The worker endpoints this host must reach (C(tf_preflight_pairs)), as C(index),
       C(host), C(address), C(port); each must answer as the probe of its host for O(run_id).
-    type: list
-    elements: dict
+      A list of dicts, or that list as one JSON string (the runbook passes the string, which
+      costs the controller less than a list of every host in every host's arguments).
+    type: raw
     default: []
   timeout:
     description: Seconds to keep trying one endpoint.

@@ -21,6 +21,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run impo
     TASK_TYPES,
     cluster_checksum,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_spec_packed import compact, pack, plain
 
 
 MAX_PORT = 65535
@@ -243,7 +244,9 @@ def tf_cluster_spec(
     }
     if auto:
         spec["auto"] = auto
-    return spec
+    # The tasks that run per host read the spec through its packed copy
+    # (plugin_utils/tf_spec_packed.py).
+    return pack(spec)
 
 
 def tf_cluster_ports(spec: dict[str, Any], ports: dict[str, Any],
@@ -256,6 +259,7 @@ def tf_cluster_ports(spec: dict[str, Any], ports: dict[str, Any],
     auto = spec.get("auto") or {}
     if not auto:
         return spec
+    spec = plain(spec)
     ports = ports if isinstance(ports, dict) else {}
     entries: list[dict[str, Any]] = []
     for entry in cluster_hosts(spec) + [dict(s, spare=True) for s in spec.get("spares", [])]:
@@ -295,6 +299,7 @@ def tf_cluster_takeover(
     with their indices, to its spare (which runs as many slots, from its own address and
     first port); each host of ``dropped`` leaves with its workers, and the workers after
     it move down (the cluster shrinks). The spares used leave ``spares``."""
+    spec = plain(spec)
     dropped = list(dropped or [])
     known = {s["host"]: s for s in spec.get("spares", [])}
     entries: list[dict[str, Any]] = []
@@ -321,7 +326,7 @@ def tf_cluster_takeover(
 
 def tf_workers_on(spec: dict[str, Any], host: str) -> list[dict[str, Any]]:
     """The workers that run on ``host``, in index order."""
-    return [w for w in spec["workers"] if w["host"] == host]
+    return [w for w in plain(spec)["workers"] if w["host"] == host]
 
 
 def spare_endpoints(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -335,12 +340,14 @@ def spare_endpoints(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 def tf_cluster_endpoints(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """Every endpoint the preflight probes: the workers', then the spares'."""
+    spec = plain(spec)
     return list(spec["workers"]) + spare_endpoints(spec)
 
 
 def tf_ports_on(spec: dict[str, Any], host: str) -> list[int]:
     """The ports ``host`` listens on: its workers', or as a spare the ones it would take
     (none yet for a host whose ports the probe picks)."""
+    spec = plain(spec)
     if host in (spec.get("auto") or {}):
         return []
     return [int(e["port"]) for e in tf_cluster_endpoints(spec) if e["host"] == host]
@@ -350,7 +357,7 @@ def tf_cluster_host_ports(spec: dict[str, Any]) -> dict[str, list[int]]:
     """Each host's ports in ``spec``, its workers' or, for a spare, those it would take
     (what ``tf_cluster_ports`` takes back)."""
     ports: dict[str, list[int]] = {}
-    for endpoint in tf_cluster_endpoints(spec):
+    for endpoint in tf_cluster_endpoints(plain(spec)):
         ports.setdefault(endpoint["host"], []).append(int(endpoint["port"]))
     return ports
 
@@ -392,19 +399,43 @@ def must_reach(spec: dict[str, Any], roles: dict[str, set[str]], spares: set[str
     return any((a, b) in talks for a in roles.get(source, ()) for b in roles.get(dest, ()))
 
 
-def tf_preflight_pairs(spec: dict[str, Any], host: str) -> dict[str, list[Any]]:
+def tf_preflight_pairs(spec: dict[str, Any], host: str, as_json: bool = False) -> dict[str, Any]:
     """What ``host``'s preflight probe checks: ``endpoints``, the worker and spare endpoints
     it must reach (tf_cluster_endpoints, in that order), and ``peers``, the hosts that must
-    reach its own ports (its listener waits to hear from each of them)."""
+    reach its own ports (its listener waits to hear from each of them). With ``as_json``,
+    each list is one JSON string, as the probe's modules take it in every host's arguments
+    (plugin_utils/tf_spec_packed.py)."""
+    spec = plain(spec)
     if not isinstance(spec, dict) or not isinstance(spec.get("workers"), list):
         raise AnsibleFilterError(f"tf_preflight_pairs: a cluster spec (tf_cluster_spec) is needed, got {spec!r}")
     roles, spares = host_roles(spec)
     endpoints = tf_cluster_endpoints(spec)
     hosts = list(dict.fromkeys(e["host"] for e in endpoints))
-    return {
+    pairs = {
         "endpoints": [e for e in endpoints if must_reach(spec, roles, spares, host, e["host"])],
         "peers": [h for h in hosts if must_reach(spec, roles, spares, h, host)],
     }
+    return {key: compact(value) for key, value in pairs.items()} if as_json else pairs
+
+
+def tf_cluster_addresses(spec: dict[str, Any], as_json: bool = False) -> list[str] | str:
+    """Every worker address of the cluster, once each in worker order (each host's probe
+    resolves them to learn which are its own); with ``as_json``, as one JSON string."""
+    spec = plain(spec)
+    if not isinstance(spec, dict) or not isinstance(spec.get("workers"), list):
+        raise AnsibleFilterError(f"tf_cluster_addresses: a cluster spec (tf_cluster_spec) is needed, got {spec!r}")
+    addresses = list(dict.fromkeys(w["address"] for w in spec["workers"]))
+    return compact(addresses) if as_json else addresses
+
+
+def tf_task_types(spec: dict[str, Any], as_json: bool = False) -> list[str] | str:
+    """Each worker's task type (``worker`` where the inventory gave none), by index; with
+    ``as_json``, as one JSON string."""
+    spec = plain(spec)
+    if not isinstance(spec, dict) or not isinstance(spec.get("workers"), list):
+        raise AnsibleFilterError(f"tf_task_types: a cluster spec (tf_cluster_spec) is needed, got {spec!r}")
+    types = [w.get("type", "worker") for w in spec["workers"]]
+    return compact(types) if as_json else types
 
 
 class FilterModule:
@@ -420,4 +451,6 @@ class FilterModule:
             "tf_cluster_ports": tf_cluster_ports,
             "tf_cluster_host_ports": tf_cluster_host_ports,
             "tf_preflight_pairs": tf_preflight_pairs,
+            "tf_cluster_addresses": tf_cluster_addresses,
+            "tf_task_types": tf_task_types,
         }

@@ -15,6 +15,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_config_r
     config_problems,
     config_readbacks,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_spec_packed import plain
 
 
 def tf_launched_workers(result: dict[str, Any] | None, went: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -74,6 +75,7 @@ def tf_launch_entry(spec: dict[str, Any], host: str, script: str, job_args: list
     script with its arguments and tf_run.EVALUATE_FLAG) with its ``args``, joined once
     started (it joins no cluster). Every entry carries ``evaluator``, the evaluator's
     endpoint (empty without one), for the supervisors' --evaluator."""
+    spec = plain(spec)
     kinds = {w.get("type", "worker") for w in spec["workers"] if w["host"] == host}
     endpoint = next((w["endpoint"] for w in spec["workers"] if w.get("type") == tf_run.EVALUATOR), "")
     if spec.get("shape") == "ps" and kinds and kinds <= {"ps", "worker"}:

@@ -19,6 +19,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_base_dir
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import CONFIG_FILE, EXIT_FILE, LOG_FILE
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_verdict_run import marker_inside
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_messages import type_name
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_spec_packed import plain
 
 
 def _worker_at(spec: dict[str, Any], host: str, port: int) -> str:
@@ -140,14 +141,17 @@ def tf_preflight_host_problems(
 def tf_preflight_address_problems(probes: dict[str, dict[str, Any]], spec: dict[str, Any]) -> list[str]:
     """Worker addresses as each host resolves them: a name that does not resolve on a
     host, and two workers whose addresses stand for one IP address and share a port
-    (a name and its IP, two names of one machine), which the controller may not see."""
+    (a name and its IP, two names of one machine), which the controller may not see.
+    A host reports its names only (``resolved``): an IP address stands for itself."""
     problems: list[str] = []
     clashes: set[tuple[int, int]] = set()
-    workers = spec.get("workers", [])
+    workers = plain(spec).get("workers", [])
+    literals = {w["address"]: ip_literal(w["address"]) for w in workers}
     for host, probe in probes.items():
-        resolved = probe.get("resolved") or {}
-        if not resolved:
+        names = probe.get("resolved") if isinstance(probe, dict) else None
+        if not isinstance(names, dict):
             continue
+        resolved = {**names, **{address: [ip] for address, ip in literals.items() if ip}}
         for address in sorted({w["address"] for w in workers}):
             if address in resolved and not resolved[address]:
                 owners = sorted({w["host"] for w in workers if w["address"] == address})
@@ -169,6 +173,14 @@ def tf_preflight_address_problems(probes: dict[str, dict[str, Any]], spec: dict[
                         "an address and port"
                     )
     return problems
+
+
+def ip_literal(address: str) -> str:
+    """``address`` as its IP address where it is one (compressed), else empty."""
+    try:
+        return ipaddress.ip_address(address).compressed
+    except ValueError:
+        return ""
 
 
 def tf_preflight_controller_run(run_id: str, runs_dir: str) -> list[str]:

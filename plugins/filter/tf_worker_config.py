@@ -8,12 +8,14 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import cluster_checksum
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_config_readback import config_problems
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_spec_packed import plain
 
 
 def tf_config(spec: dict[str, Any], index: Any) -> dict[str, Any]:
     """The TF_CONFIG of the runbook's process ``index``: the cluster (chief, worker and ps
     tasks, never the evaluator, as TensorFlow requires) and its own task's type and index
     within its type."""
+    spec = plain(spec)
     index = int(index)
     if not 0 <= index < int(spec["size"]):
         raise AnsibleFilterError(f"worker index {index} is outside 0..{int(spec['size']) - 1}")
@@ -23,7 +25,9 @@ def tf_config(spec: dict[str, Any], index: Any) -> dict[str, Any]:
 
 
 def tf_config_files(local_workers: list[dict[str, Any]], spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The TF_CONFIG of each worker on this host, as module tf_run_dir takes them."""
+    """The TF_CONFIG of each worker on this host, as module tf_run_dir takes them (each a
+    string already: only the spec is read, through its packed copy)."""
+    spec = plain(spec)
     return [
         {"index": int(worker["index"]), "content": json.dumps(tf_config(spec, worker["index"])) + "\n"}
         for worker in local_workers

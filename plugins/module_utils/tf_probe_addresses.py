@@ -28,6 +28,19 @@ def resolve_addresses(addresses: list[str]) -> dict[str, list[str]]:
     return resolved
 
 
+def names_only(resolved: dict[str, list[str]]) -> dict[str, list[str]]:
+    """``resolved`` without the IP literals, which stand for themselves on every host (the
+    controller knows them): what a host sends back. A map of every worker address in every
+    host's result cost the controller per element, the square of the hosts in all."""
+    names = {}
+    for address, ips in resolved.items():
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            names[address] = ips
+    return names
+
+
 def source_addresses(resolved: dict[str, list[str]]) -> list[str]:
     """The addresses this host's connections to those IP addresses come from, as its
     routing picks them (a connected UDP socket sends nothing). On a multi-homed host that

@@ -12,7 +12,7 @@ import shutil
 from typing import Any
 
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_base_dir import base_dir_state, creatable, nearest_existing
-from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_addresses import resolve_addresses, source_addresses
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_addresses import names_only, resolve_addresses, source_addresses
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_interpreter import (
     Runner,
     interpreter_file,
@@ -144,8 +144,9 @@ def look_host(
         version, fault = interpreter_python3(found, run)
         seen["interpreter_state"].update({"python": version} if version else {"fault": fault})
     seen["checkpoint_state"] = checkpoint_state(checkpoint_dir, base_dir)
-    seen["resolved"] = resolve_addresses(addresses or [])
-    seen["sources"] = source_addresses(seen["resolved"])
+    resolved = resolve_addresses(addresses or [])
+    seen["sources"] = source_addresses(resolved)
+    seen["resolved"] = names_only(resolved)
     if python:
         seen["versions"] = interpreter_versions(python, versions_code, run)
     return seen

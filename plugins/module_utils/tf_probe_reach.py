@@ -12,6 +12,7 @@ import socket
 import time
 from typing import Any
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_json_list import json_list
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_listen import await_listener_end, probe_token
 
 # Most connections one host's reach has open at once.
@@ -20,7 +21,8 @@ CONNECT_PARALLEL = 32
 # The options of the reach, as ``tf_preflight_reach``'s own and as the suboptions of
 # ``tf_preflight_host``'s ``reach`` (the doc fragment ``probe_reach`` documents them once).
 REACH_SPEC: dict[str, dict[str, Any]] = {
-    "endpoints": {"type": "list", "elements": "dict", "default": []},
+    # A list, or the list as one JSON string (module_utils/tf_json_list.py).
+    "endpoints": {"type": "raw", "default": []},
     "timeout": {"type": "float", "default": 10},
     "settle": {"type": "float", "default": 0},
     "wait": {"type": "float", "default": 0},
@@ -115,7 +117,8 @@ def connect_and_await(
     wait for this host's listener ``listener_pid`` on ``ports`` to end: ``failures``,
     ``listener_gone`` and ``ports_held``."""
     failures = connect_all(
-        reach_options["endpoints"], me, reach_options["timeout"], run_id, settle=reach_options["settle"]
+        json_list(reach_options["endpoints"], "endpoints", dict), me, reach_options["timeout"], run_id,
+        settle=reach_options["settle"],
     )
     # A failed connection refuses the run, whose rescue stops the listeners: no wait.
     held = await_listener_end(ports, listener_pid, 0 if failures else reach_options["wait"])

@@ -53,9 +53,9 @@ options:
     type: str
     default: ""
   addresses:
-    description: Every worker address of the cluster, to resolve on this host.
-    type: list
-    elements: str
+    description: Every worker address of the cluster, to resolve on this host. A list of
+      strings, or that list as one JSON string (what the runbook passes).
+    type: raw
     default: []
   interpreter:
     description: C(tf_worker_python) as given (a path, or a command found on the remote
@@ -108,9 +108,9 @@ options:
       peers:
         description: Inventory names the listener waits to hear from on every port before
           it ends (the hosts that must reach this one). Empty, nothing listens (no host
-          must reach this one).
-        type: list
-        elements: str
+          must reach this one). A list of strings, or that list as one JSON string (what the
+          runbook passes).
+        type: raw
         default: []
       lifetime:
         description: Seconds the listener lives at most.
@@ -208,7 +208,8 @@ gpus:
   type: int
   returned: always
 resolved:
-  description: Each of O(addresses) to the IP addresses it stands for here.
+  description: Each name of O(addresses) to the IP addresses it stands for here (empty
+    where it does not resolve). An IP address stands for itself and is left out.
   type: dict
   returned: always
 sources:
@@ -250,6 +251,7 @@ ports_picked:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_json_list import json_list
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_ports_auto import host_ports
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_host import look_host
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_interpreter import VERSIONS_SPEC, command_runner
@@ -262,7 +264,8 @@ ARGUMENT_SPEC = {
     "base_dir": {"type": "path", "required": True},
     "run_id": {"type": "str", "required": True},
     "me": {"type": "str", "default": ""},
-    "addresses": {"type": "list", "elements": "str", "default": []},
+    # A list, or the list as one JSON string (module_utils/tf_json_list.py).
+    "addresses": {"type": "raw", "default": []},
     "interpreter": {"type": "path", "default": ""},
     "checkpoint_dir": {"type": "path", "default": ""},
     "versions": {"type": "dict", "options": VERSIONS_SPEC},
@@ -270,7 +273,7 @@ ARGUMENT_SPEC = {
     "port_range": {"type": "list", "elements": "int", "default": []},
     "reserve": {"type": "bool", "default": False},
     "listen": {"type": "dict", "options": {
-        "peers": {"type": "list", "elements": "str", "default": []},
+        "peers": {"type": "raw", "default": []},
         "lifetime": {"type": "float", "default": 10},
     }},
     "reach": {"type": "dict", "options": REACH_SPEC},
@@ -280,6 +283,14 @@ ARGUMENT_SPEC = {
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
+    try:
+        params["addresses"] = json_list(params["addresses"], "addresses", str)
+        if params["listen"]:
+            params["listen"]["peers"] = json_list(params["listen"]["peers"], "listen.peers", str)
+        if params["reach"]:
+            params["reach"]["endpoints"] = json_list(params["reach"]["endpoints"], "reach.endpoints", dict)
+    except ValueError as exc:
+        module.fail_json(msg=f"host {params['me']}: {exc}")
     write = params["reserve"] and not module.check_mode
     run_dir = run_dir_of(params["base_dir"], params["run_id"])
     ports = params["ports"]

@@ -88,6 +88,7 @@ ports_held:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_json_list import json_list
 from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_reach import REACH_SPEC, connect_and_await
 
 ARGUMENT_SPEC = {
@@ -102,6 +103,10 @@ ARGUMENT_SPEC = {
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
+    try:
+        params["endpoints"] = json_list(params["endpoints"], "endpoints", dict)
+    except ValueError as exc:
+        module.fail_json(msg=f"host {params['me']}: {exc}")
     result = connect_and_await(params, params["me"], params["run_id"], params["ports"], params["listener_pid"] or 0)
     module.exit_json(changed=False, **result)
 

@@ -131,9 +131,10 @@ options:
     description: Used by the action on the controller. The task type of each worker of the
       cluster spec, in index order (C(chief), C(worker), C(ps)); where any is not C(worker),
       each progress line names the worker's task (C(worker-3 (ps:0))), and each worker of
-      RV(workers) gets C(task).
-    type: list
-    elements: str
+      RV(workers) gets C(task). A list of strings, or that list as one JSON string (what
+      the runbook passes, as a string costs the controller less than a list of every worker
+      in every host's arguments).
+    type: raw
     default: []
   evaluator_required:
     description:
@@ -335,7 +336,7 @@ ARGUMENT_SPEC = {
     "until_joined": {"type": "bool", "default": False},
     "rounds": {"type": "int", "default": 100000},
     "coordinator": {"type": "bool", "default": False},
-    "task_types": {"type": "list", "elements": "str", "default": []},
+    "task_types": {"type": "raw", "default": []},
     "evaluator_required": {"type": "bool", "default": False},
     "stall_timeout": {"type": "int", "default": 0},
 }

@@ -147,10 +147,12 @@ def python3(tmp_path: Path) -> str:
 def test_the_host_look_runs_a_named_interpreter_once_when_its_versions_are_not_read(tmp_path: Path) -> None:
     run = FakeRunner({"import sys": (0, "python 3.11.2", "")})
     seen = tf_probe_host.look_host(run, [], str(tmp_path / "base"), "r1", interpreter=python3(tmp_path),
-                                   addresses=["127.0.0.1"])
+                                   addresses=["127.0.0.1", "localhost"])
     assert seen["interpreter_state"]["python"] == "3.11.2"
     assert [argv[1] for argv in run.calls if argv[0] == python3(tmp_path)] == ["-c"]
-    assert seen["resolved"] == {"127.0.0.1": ["127.0.0.1"]} and seen["sources"] == ["127.0.0.1"]
+    # The names it resolved go back, not the IP addresses (which stand for themselves).
+    assert list(seen["resolved"]) == ["localhost"] and "127.0.0.1" in seen["resolved"]["localhost"]
+    assert "127.0.0.1" in seen["sources"]
     assert seen["checkpoint_state"] == {} and "versions" not in seen
     assert seen["busy_ports"] == [] and seen["run_launched"] == "" and seen["free_mb"] > 0
 
