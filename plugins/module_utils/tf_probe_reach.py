@@ -8,6 +8,7 @@ one-run probe, ``tf_preflight_host`` run it)."""
 from __future__ import annotations
 
 import concurrent.futures
+import random
 import socket
 import time
 from typing import Any
@@ -17,6 +18,14 @@ from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_probe_li
 
 # Most connections one host's reach has open at once.
 CONNECT_PARALLEL = 32
+# A refused port (its listener not up yet) is tried again after REFUSED_FIRST seconds, then
+# half as often again each time, up to once every REFUSED_MOST seconds, each pause a random
+# quarter shorter so that hosts do not try in step. At 128 namespace hosts, whose runs
+# start over a minute, a retry every 0.2 s sent hundreds of thousands of refused connects
+# through one kernel; their network work was a quarter of the controller's CPU for the
+# probe (tests/bench/NOTES.md, issue 42). A listener that comes up is heard within a second.
+REFUSED_FIRST = 0.2
+REFUSED_MOST = 1.0
 
 # The options of the reach, as ``tf_preflight_reach``'s own and as the suboptions of
 # ``tf_preflight_host``'s ``reach`` (the doc fragment ``probe_reach`` documents them once).
@@ -57,6 +66,7 @@ def reach(
     """
     deadline = time.monotonic() + max(timeout, settle)
     last = "no answer"
+    pause = REFUSED_FIRST
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -84,7 +94,8 @@ def reach(
         except OSError as exc:
             # Refused: the listener may not be up yet; keep trying until the deadline.
             last = f"{exc.strerror or exc} (a firewall rejecting the connection, or the address is not that host's?)"
-            time.sleep(0.2)
+            time.sleep(max(0.0, min(pause * random.uniform(0.75, 1.0), deadline - time.monotonic())))
+            pause = min(pause * 1.5, REFUSED_MOST)
 
 
 def connect_all(

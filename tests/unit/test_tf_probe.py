@@ -293,6 +293,27 @@ def test_a_refused_endpoint_is_tried_again_for_the_settle_time_and_no_longer() -
     assert "refused" in failure["reason"].lower() and 1.1 <= time.monotonic() - began < 1.2 * 4
 
 
+def test_a_refused_endpoint_is_tried_less_and_less_often_up_to_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts whose runs start over a minute (128 namespace hosts) tried each refused port
+    every 0.2 s: the connects' kernel work grew with the square of the hosts."""
+    tries: list[float] = []
+
+    def refused(*_args: Any, **_kwargs: Any) -> Any:
+        tries.append(time.monotonic())
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(tf_probe_reach.socket, "create_connection", refused)
+    began = time.monotonic()
+    reason = tf_probe_reach.reach({"address": "127.0.0.1", "port": 9, "host": "h"}, "me", 0.5, "token", settle=4)
+    assert "refused" in reason.lower() and 3.9 <= time.monotonic() - began < 4.5
+    pauses = [b - a for a, b in zip(tries, tries[1:])]
+    # 0.2 s, then half as long again each time, each up to a quarter shorter; then about a
+    # second: 7 to 9 tries in 4 s, against 20 at one every 0.2 s.
+    assert 7 <= len(tries) <= 9, pauses
+    assert 0.14 <= pauses[0] <= 0.25 and all(pause <= 1.05 for pause in pauses), pauses
+    assert all(b >= 0.75 * 1.5 * a - 0.02 for a, b in zip(pauses[:3], pauses[1:4])), pauses
+
+
 def one_run_args(me: str, ports: list[int], endpoints: list[dict[str, Any]], base_dir: str, **extra: Any) -> dict[str, Any]:
     return {"me": me, "run_id": "r1", "ports": ports, "base_dir": base_dir, "listen": {"peers": ["a", "b"], "lifetime": 60},
             "reach": {"endpoints": endpoints, "timeout": 1, "settle": 10, "wait": 10, **extra}}
