@@ -65,11 +65,17 @@ def _given(devices: Any) -> bool:
     return devices is not None and str(devices).strip() != ""
 
 
-def _local_devices(devices: dict[str, Any], indices: list[Any]) -> dict[str, str]:
+def tf_worker_devices(devices: dict[str, Any], indices: list[Any]) -> dict[str, Any]:
+    """The entries of ``devices`` (tf_preflight_gpu_devices, every worker's) for the
+    workers ``indices`` of one host, looked up one by one: the whole map in every host's
+    arguments cost the controller per worker of the cluster, in every host's task."""
     if not isinstance(devices, dict):
         raise AnsibleFilterError(f"expected worker index to CUDA_VISIBLE_DEVICES, got {type(devices).__name__}")
-    wanted = {str(index) for index in indices}
-    return {index: str(value) for index, value in devices.items() if index in wanted and _given(value)}
+    return {str(index): devices[str(index)] for index in indices if str(index) in devices}
+
+
+def _local_devices(devices: dict[str, Any], indices: list[Any]) -> dict[str, str]:
+    return {index: str(value) for index, value in tf_worker_devices(devices, indices).items() if _given(value)}
 
 
 def tf_gpu_pins(requirements: list[str], devices: dict[str, Any], indices: list[Any]) -> list[str]:
@@ -154,4 +160,5 @@ class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Any]:
-        return {"tf_gpu_pins": tf_gpu_pins, "tf_gpu_probe_code": tf_gpu_probe_code, "tf_gpu_problems": tf_gpu_problems}
+        return {"tf_gpu_pins": tf_gpu_pins, "tf_gpu_probe_code": tf_gpu_probe_code, "tf_gpu_problems": tf_gpu_problems,
+                "tf_worker_devices": tf_worker_devices}

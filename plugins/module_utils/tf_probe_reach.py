@@ -21,9 +21,9 @@ CONNECT_PARALLEL = 32
 # A refused port (its listener not up yet) is tried again after REFUSED_FIRST seconds, then
 # half as often again each time, up to once every REFUSED_MOST seconds, each pause a random
 # quarter shorter so that hosts do not try in step. At 128 namespace hosts, whose runs
-# start over a minute, a retry every 0.2 s sent hundreds of thousands of refused connects
-# through one kernel; their network work was a quarter of the controller's CPU for the
-# probe (tests/bench/NOTES.md, issue 42). A listener that comes up is heard within a second.
+# start over a minute, a retry every 0.2 s sent hundreds of thousands of refused connects,
+# which took the CPU from the hosts still to start: the run took 129 s, and 110 s with
+# this (tests/bench/NOTES.md, issue 42). A listener that comes up is heard within a second.
 REFUSED_FIRST = 0.2
 REFUSED_MOST = 1.0
 

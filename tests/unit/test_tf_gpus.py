@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_gpus import (
+    tf_worker_devices,
     FilterModule,
     tf_gpu_pins,
     tf_gpu_probe_code,
@@ -141,7 +142,7 @@ def test_errors_of_the_interpreter_or_of_one_worker_are_named() -> None:
 
 
 def test_the_filters_are_registered() -> None:
-    assert set(FilterModule().filters()) == {"tf_gpu_pins", "tf_gpu_probe_code", "tf_gpu_problems"}
+    assert set(FilterModule().filters()) == {"tf_gpu_pins", "tf_gpu_probe_code", "tf_gpu_problems", "tf_worker_devices"}
 
 
 def test_the_code_asks_in_the_environment_the_job_gets(tmp_path: Path) -> None:
@@ -160,3 +161,24 @@ def test_the_code_asks_in_the_environment_the_job_gets(tmp_path: Path) -> None:
     with_env = run_code(tf_gpu_probe_code(GPU_DEVICES, [0], {"LD_LIBRARY_PATH": "/opt/cuda/lib64"}), package.parent)
     without = run_code(tf_gpu_probe_code(GPU_DEVICES, [0]), package.parent)
     assert (with_env["workers"]["0"]["gpus"], without["workers"]["0"]["gpus"]) == (4, 0)
+
+
+class UnlistedDict(dict):
+    """Every worker's devices, whose entries may only be looked up one by one."""
+
+    def items(self):
+        raise AssertionError("every worker's entry was read")
+
+    def __iter__(self):
+        raise AssertionError("every worker's entry was read")
+
+    values = keys = items
+
+
+def test_a_host_gets_its_own_workers_devices_looked_up_not_the_whole_map() -> None:
+    devices = UnlistedDict({str(i): (str(i % 2) if i < 100 else None) for i in range(128)})
+    assert tf_worker_devices(devices, [3, "4"]) == {"3": "1", "4": "0"}
+    assert tf_worker_devices(devices, [120]) == {"120": None}
+    assert tf_worker_devices(devices, [500]) == {}
+    with pytest.raises(Exception, match="expected worker index to CUDA_VISIBLE_DEVICES, got list"):
+        tf_worker_devices([], [1])
