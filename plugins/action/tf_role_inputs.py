@@ -327,16 +327,19 @@ class ActionModule(ControllerAction):
         others = {host: {key: variables[key] for key in options if key in variables} for host, variables in views.items()}
         # Types only: every role's ranges, role tf's included, are checked below, once.
         errors = input_errors(options, own_host, own, others)
-        errors += self.misspelled(task_vars, own_host, views, tf_path, options)
-        errors += runbook_own_errors(load_extra_vars(self._loader))
         hostvars = task_vars.get("hostvars", {})
+        # Each lookup of hostvars[host] computes all of that host's variables again: every
+        # host's are looked up once for the whole contract (views, and this host's here).
+        every = {**({own_host: hostvars[own_host]} if own_host in hostvars else {}), **views}
+        errors += self.misspelled(own_host, every, tf_path, options)
+        errors += runbook_own_errors(load_extra_vars(self._loader))
         # Every role's ranges, as this host sees the values (a name no role of this play
         # defaults is empty: nothing to check) and as each host sets them itself.
         range_names = sorted(collection_ranges())
         values = defined([key for key in range_names if key in task_vars], lambda key: self._templar.template(task_vars[key]))
         problems = hosts_range_problems({key: values.get(key, "") for key in range_names}, own_host,
-                                        {host: hostvars[host] for host in task_vars.get("ansible_play_hosts_all", [])
-                                         if host in hostvars})
+                                        {host: every[host] if host in every else hostvars[host]
+                                         for host in task_vars.get("ansible_play_hosts_all", []) if host in hostvars})
         pattern = self._templar.template(task_vars.get("tf_stall_pattern", ""))
         problems.append(pattern_problem(pattern, "tf_stall_pattern", own_host))
         given_run_id = self._templar.template(task_vars.get("tf_run_id") or "")
@@ -357,12 +360,10 @@ class ActionModule(ControllerAction):
         return None
 
     @staticmethod
-    def misspelled(task_vars: dict[str, Any], own_host: str, views: dict[str, Any], role_path: str,
-                   options: dict[str, Any]) -> list[str]:
+    def misspelled(own_host: str, variables: dict[str, Any], role_path: str, options: dict[str, Any]) -> list[str]:
         """misspelled_names over the hosts' own variables (inventory, extra vars, facts:
-        role defaults are the runbook's), against the names of the roles beside ``role_path``."""
-        hostvars = task_vars.get("hostvars", {})
-        variables = {own_host: hostvars[own_host], **views} if own_host in hostvars else views
+        role defaults are the runbook's; ``variables``, each host's hostvars, ``own_host``'s
+        first where it has them), against the names of the roles beside ``role_path``."""
         found = {host: [name for name in names if name.startswith("tf_")] for host, names in variables.items()}
         roles_dir = os.path.dirname(os.path.normpath(role_path))
         return misspelled_names(found, lambda: runbook_names(roles_dir), options)
@@ -383,7 +384,9 @@ class ActionModule(ControllerAction):
             raise AnsibleActionFail(f"tf_role_inputs: {exc}") from exc
         errors = input_errors(options, own_host, own, others, ranges)
         if args.get("misspelled"):
-            errors += self.misspelled(task_vars, own_host, views, args["role_path"], options)
+            hostvars = task_vars.get("hostvars", {})
+            mine = {own_host: hostvars[own_host]} if own_host in hostvars else {}
+            errors += self.misspelled(own_host, {**mine, **views}, args["role_path"], options)
         later = [self.later_errors(spec, args["role_path"], own_host, views, task_vars) for spec in args["later"]]
         result["validate_args_context"] = {"type": "role", "name": role, "argument_spec_name": args["entry_point"],
                                            "path": args["role_path"]}
