@@ -291,6 +291,11 @@ def defined(names: list[str], read: Callable[[str], Any]) -> dict[str, Any]:
     return values
 
 
+def with_own(hostvars: Mapping[str, Any], own_host: str, views: dict[str, Any]) -> dict[str, Any]:
+    """Every host's variables: ``own_host``'s first (where it has them), then ``views``."""
+    return {**({own_host: hostvars[own_host]} if own_host in hostvars else {}), **views}
+
+
 class ActionModule(ControllerAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
 
@@ -330,7 +335,7 @@ class ActionModule(ControllerAction):
         hostvars = task_vars.get("hostvars", {})
         # Each lookup of hostvars[host] computes all of that host's variables again: every
         # host's are looked up once for the whole contract (views, and this host's here).
-        every = {**({own_host: hostvars[own_host]} if own_host in hostvars else {}), **views}
+        every = with_own(hostvars, own_host, views)
         errors += self.misspelled(own_host, every, tf_path, options)
         errors += runbook_own_errors(load_extra_vars(self._loader))
         # Every role's ranges, as this host sees the values (a name no role of this play
@@ -384,9 +389,8 @@ class ActionModule(ControllerAction):
             raise AnsibleActionFail(f"tf_role_inputs: {exc}") from exc
         errors = input_errors(options, own_host, own, others, ranges)
         if args.get("misspelled"):
-            hostvars = task_vars.get("hostvars", {})
-            mine = {own_host: hostvars[own_host]} if own_host in hostvars else {}
-            errors += self.misspelled(own_host, {**mine, **views}, args["role_path"], options)
+            errors += self.misspelled(own_host, with_own(task_vars.get("hostvars", {}), own_host, views),
+                                      args["role_path"], options)
         later = [self.later_errors(spec, args["role_path"], own_host, views, task_vars) for spec in args["later"]]
         result["validate_args_context"] = {"type": "role", "name": role, "argument_spec_name": args["entry_point"],
                                            "path": args["role_path"]}
