@@ -58,9 +58,10 @@ MAX_ITEMS = 4096
 MAX_TASKS = 16384
 # Words of the statements that load another template, which the loader's base directory
 # or search path finds (include, import, from ... import, extends): such a template is
-# compiled each time. A plain substring test, so that no spelling of the statement (``{%+``,
-# other delimiters, line statements) slips through; a template that merely says the word
-# is compiled each time too.
+# compiled each time. A template that names none of the words holds none of the statements
+# whatever its spelling (``{%+``, other delimiters, line statements); one that names one is
+# parsed, as its environment parses it, to tell a statement from a word in its text (an
+# argument ``--preimport``, in the launch's command line, is not one).
 _LOADS_OTHER_TEMPLATE = ("include", "import", "extends")
 # Magic variables that hold every variable (vars), every host (groups, hostvars) or a
 # host's whole facts: never walked for templates.
@@ -77,14 +78,40 @@ _captured: list[list[types.CodeType]] = []
 _followed_by_task: dict[str, tuple[str, ...]] = {}
 _queued_once: set[str] = set()
 _installed: list[Any] = []
+# Whether a template that names a word of _LOADS_OTHER_TEMPLATE loads another, by text.
+_loading: dict[str, bool] = {}
 
 
-def _shareable(text: str, overrides: Any = None, default_overrides: Any = None) -> bool:
+def _shareable(text: str, overrides: Any = None, default_overrides: Any = None, environment: Any = None,
+               expression: bool = False) -> bool:
     """Whether a compiled ``text`` renders the same whoever compiled it: no other template
     loaded by it, and no Jinja settings of its own (a ``#jinja2:`` header, the template
-    module's delimiters)."""
-    return (len(text) < 65536 and not text.startswith("#jinja2:") and overrides is default_overrides
-            and not any(word in text for word in _LOADS_OTHER_TEMPLATE))
+    module's delimiters). An expression (a conditional) holds no statement; a template
+    that names a word of one is parsed by ``environment`` to see whether it is a statement
+    (without an environment it counts as one)."""
+    if len(text) >= 65536 or text.startswith("#jinja2:") or overrides is not default_overrides:
+        return False
+    if expression or not any(word in text for word in _LOADS_OTHER_TEMPLATE):
+        return True
+    return environment is not None and not _loads_other_template(environment, text)
+
+
+def _loads_other_template(environment: Any, text: str) -> bool:
+    """Whether ``text``, parsed as ``environment`` parses it (its delimiters, its line
+    statements), includes, imports or extends another template; True where it does not
+    parse (its compile fails, and is never kept). Kept by text: a template's words are
+    looked at once per process."""
+    verdict = _loading.get(text)
+    if verdict is None:
+        from jinja2 import nodes
+        try:
+            tree = environment.parse(text)
+            verdict = next(tree.find_all((nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)), None) is not None
+        except Exception:  # noqa: BLE001 - a syntax error: compiled each time, and its error named each time
+            verdict = True
+        if len(_loading) < MAX_ENTRIES:
+            _loading[text] = verdict
+    return verdict
 
 
 def _key(kind: str, text: str, escape_backslashes: bool) -> tuple[str, str, bool]:
@@ -175,13 +202,13 @@ def install() -> bool:
 
     def _compile_template_kept(self: Any, template: str, options: Any) -> Any:
         text = str(template)
-        shareable = _shareable(text, options.overrides, default_overrides)
+        shareable = _shareable(text, options.overrides, default_overrides, self.environment)
         key = _key("t", text, options.escape_backslashes) if shareable else None
         return _kept(compile_template, AnsibleTemplate, self, template, options, key)
 
     def _compile_expression_kept(self: Any, expression: str, options: Any) -> Any:
         text = str(expression)
-        key = _key("e", text, options.escape_backslashes) if _shareable(text) else None
+        key = _key("e", text, options.escape_backslashes) if _shareable(text, expression=True) else None
         return _kept(compile_expression, AnsibleTemplateExpression, self, expression, options, key)
 
     def _python_compile_seen(self: Any, source: str, filename: str) -> types.CodeType:
@@ -210,6 +237,7 @@ def uninstall() -> None:
     _captured.clear()
     _followed_by_task.clear()
     _queued_once.clear()
+    _loading.clear()
     for key in _stats:
         _stats[key] = 0
 
@@ -255,19 +283,21 @@ def _names(compiled: Any) -> set[str]:
     return names
 
 
-def warm(loader: Any, task: Any, task_vars: Mapping[str, Any]) -> int:
+def warm(loader: Any, task: Any, task_vars: Mapping[str, Any], names: set[str] | None = None) -> int:
     """Compile, in this process, what a worker running ``task`` with ``task_vars`` will
     compile: its arguments, its conditionals, and the variables they name, followed.
-    The number of strings compiled now (0 when all were in the table). Never raises."""
+    The number of strings compiled now (0 when all were in the table). ``names``, if
+    given, gets the names the strings compiled or looked at now may look up (the filters
+    and tests they call among them: tf_plugin_lookup_cache finds those). Never raises."""
     if not _installed:
         return 0
     try:
-        return _warm(loader, task, task_vars)
+        return _warm(loader, task, task_vars, names if names is not None else set())
     except Exception:  # noqa: BLE001 - the worker compiles what this did not
         return 0
 
 
-def _warm(loader: Any, task: Any, task_vars: Mapping[str, Any]) -> int:
+def _warm(loader: Any, task: Any, task_vars: Mapping[str, Any], names: set[str]) -> int:
     from ansible._internal._datatag._tags import TrustedAsTemplate
     from ansible._internal._templating._engine import TemplateEngine, TemplateOptions
     from ansible._internal._templating._jinja_bits import is_possibly_all_template
@@ -314,7 +344,7 @@ def _warm(loader: Any, task: Any, task_vars: Mapping[str, Any]) -> int:
 
     while pending and len(names_seen) < MAX_FOLLOWED:
         text, as_expression = pending.pop()
-        if not _shareable(str(text)):
+        if not _shareable(str(text), environment=engine.environment, expression=as_expression):
             continue
         options = expression_options if as_expression else TemplateOptions.DEFAULT
         compiled = _table.get(_key("e" if as_expression else "t", str(text), options.escape_backslashes))
@@ -325,7 +355,9 @@ def _warm(loader: Any, task: Any, task_vars: Mapping[str, Any]) -> int:
                 compiled = engine._compile_template(text, options)
             compiled_now += 1
             _stats["warmed"] += 1
-        for name in _names(compiled):
+        found = _names(compiled)
+        names |= found
+        for name in found:
             if name in names_seen or name in _NOT_WALKED or name not in task_vars:
                 continue
             names_seen.add(name)

@@ -88,6 +88,26 @@ def test_a_template_that_loads_another_or_sets_its_own_jinja_settings_is_never_k
     assert cache.stats()["entries"] == 0
 
 
+@pytest.mark.parametrize("text", [
+    "--preimport {{ a }}",
+    "{{ ['--preimport', a | string] | join(' ') }}",
+    "{% if a %}extends {{ a }}{% endif %}",
+    "{% raw %}{% include 'part.j2' %}{% endraw %}{{ a }}",
+])
+def test_a_template_that_only_names_a_loading_word_is_compiled_once(compiles: list[str], text: str) -> None:
+    rendered = [render(text, a=a) for a in (1, 2, 3)]
+    assert len(set(rendered)) == 3
+    assert compiles.count(text) == 1
+    assert cache.stats()["entries"] == 1
+
+
+def test_a_conditional_that_names_a_loading_word_is_compiled_once(compiles: list[str]) -> None:
+    results = [Templar(loader=None, variables={"flags": flags}).evaluate_conditional(trusted("'--preimport' in flags"))
+               for flags in (["--preimport"], [], ["--preimport", "x"])]
+    assert results == [True, False, True]
+    assert len(compiles) == 1
+
+
 def test_a_template_compiled_with_other_delimiters_is_never_kept(compiles: list[str]) -> None:
     from ansible._internal._templating._engine import TemplateOptions, TemplateOverrides
 
@@ -152,6 +172,16 @@ def test_warm_compiles_a_tasks_arguments_conditionals_and_the_variables_they_nam
     variables.pop("hostvars")
     assert Templar(loader=None, variables=variables).template(task.args["path"]) == "/srv/runs/r1/x"
     assert len(compiles) == before
+
+
+def test_warm_gives_the_names_its_strings_may_look_up_the_filters_among_them(compiles: list[str]) -> None:
+    task = Task(uuid="names", args={"v": trusted("{{ tf_items | map('string') | list }}")})
+    names: set[str] = set()
+    cache.warm(None, task, task_vars(), names)
+    assert names == set()  # the first host's worker compiles for itself
+    cache.warm(None, task, task_vars(), names)
+    # The variables followed (tf_items holds a template naming tf_other), and the filters.
+    assert {"tf_items", "tf_other", "map", "list"} <= names
 
 
 def test_warm_walks_neither_lazy_containers_nor_the_variables_that_hold_every_variable_or_host(compiles: list[str]) -> None:

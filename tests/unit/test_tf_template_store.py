@@ -98,8 +98,12 @@ def test_a_template_that_does_not_compile_is_never_written_and_fails_the_same_ea
 
 def test_a_template_that_loads_another_is_never_written(top: Path, run: Any) -> None:
     run()
-    assert render("{% if a %}{{ a }}{% endif %} imports", a=1) == "1 imports"
+    with pytest.raises(AnsibleError):
+        render("{% if a %}{% include 'part.j2' %}{% endif %}", a=1)
     assert code_files(top) == []
+    # One that only names the word is written.
+    assert render("{% if a %}{{ a }}{% endif %} imports", a=1) == "1 imports"
+    assert len(code_files(top)) == 1
 
 
 def test_a_file_that_does_not_load_is_compiled_again_and_written_over(top: Path, compiles: list[str], run: Any) -> None:
