@@ -74,6 +74,15 @@ def tf_worker_devices(devices: dict[str, Any], indices: list[Any]) -> dict[str, 
     return {str(index): devices[str(index)] for index in indices if str(index) in devices}
 
 
+def tf_gpu_given(devices: dict[str, Any]) -> bool:
+    """Whether any worker of ``devices`` (tf_preflight_gpu_devices) gets GPUs: computed
+    once by the preflight (``tf_preflight_gpu_given``), so that a condition every host
+    decides does not read every worker's entry."""
+    if not isinstance(devices, dict):
+        raise AnsibleFilterError(f"expected worker index to CUDA_VISIBLE_DEVICES, got {type(devices).__name__}")
+    return any(_given(value) for value in devices.values())
+
+
 def _local_devices(devices: dict[str, Any], indices: list[Any]) -> dict[str, str]:
     return {index: str(value) for index, value in tf_worker_devices(devices, indices).items() if _given(value)}
 
@@ -161,4 +170,4 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {"tf_gpu_pins": tf_gpu_pins, "tf_gpu_probe_code": tf_gpu_probe_code, "tf_gpu_problems": tf_gpu_problems,
-                "tf_worker_devices": tf_worker_devices}
+                "tf_worker_devices": tf_worker_devices, "tf_gpu_given": tf_gpu_given}

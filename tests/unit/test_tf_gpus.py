@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.tf_runbook.multiworker.plugins.filter.tf_gpus import (
+    tf_gpu_given,
     tf_worker_devices,
     FilterModule,
     tf_gpu_pins,
@@ -142,7 +143,8 @@ def test_errors_of_the_interpreter_or_of_one_worker_are_named() -> None:
 
 
 def test_the_filters_are_registered() -> None:
-    assert set(FilterModule().filters()) == {"tf_gpu_pins", "tf_gpu_probe_code", "tf_gpu_problems", "tf_worker_devices"}
+    assert set(FilterModule().filters()) == {"tf_gpu_pins", "tf_gpu_probe_code", "tf_gpu_problems", "tf_worker_devices",
+                                          "tf_gpu_given"}
 
 
 def test_the_code_asks_in_the_environment_the_job_gets(tmp_path: Path) -> None:
@@ -182,3 +184,13 @@ def test_a_host_gets_its_own_workers_devices_looked_up_not_the_whole_map() -> No
     assert tf_worker_devices(devices, [500]) == {}
     with pytest.raises(Exception, match="expected worker index to CUDA_VISIBLE_DEVICES, got list"):
         tf_worker_devices([], [1])
+
+
+def test_a_run_gives_gpus_when_any_worker_gets_a_device_list() -> None:
+    assert tf_gpu_given({"0": None, "1": "", "2": " 1 "}) is True
+    assert tf_gpu_given({"0": "0,1"}) is True
+    # No GPU on the host (None), every GPU hidden (""), or no worker at all: none given.
+    assert tf_gpu_given({"0": None, "1": "", "2": "  "}) is False
+    assert tf_gpu_given({}) is False
+    with pytest.raises(Exception, match="expected worker index to CUDA_VISIBLE_DEVICES, got list"):
+        tf_gpu_given([])
