@@ -35,6 +35,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import VariableLayer
 from ansible.utils.vars import load_extra_vars, validate_variable_name
+from ansible.vars.hostvars import HostVarsVars
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_contract import (
     RunIdError,
@@ -49,6 +50,7 @@ from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_ranges i
     range_problems,
     role_ranges,
 )
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_host_views import host_views
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_messages import plain_types, type_name
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_role_files import read_yaml, runbook_names
 
@@ -299,15 +301,20 @@ def with_own(hostvars: Mapping[str, Any], own_host: str, views: dict[str, Any]) 
 class ActionModule(ControllerAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
 
+    def _templating_view(self, variables: Mapping[str, Any], host: str) -> Mapping[str, Any]:
+        """A host's raw variables as ``hostvars[host]`` gives them: templated as read."""
+        return HostVarsVars(variables, loader=self._loader, host=host)
+
     def work(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         if not args.get("entry_point") and not args.get("contract"):
             raise AnsibleActionFail("tf_role_inputs: entry_point is required unless the task checks the contract")
         own_host = task_vars.get("inventory_hostname", "localhost")
         hosts = args["hosts"] if args["hosts"] is not None else task_vars.get("ansible_play_hosts", [own_host])
-        hostvars = task_vars.get("hostvars", {})
         # Each host's variables, gathered once (each lookup of hostvars[host] computes all
         # of them): its own entry point's and every later one's are read from the same.
-        views = {host: hostvars[host] for host in hosts if host != own_host and host in hostvars}
+        # A value set once for every host (the cluster spec) is read on this host alone.
+        views = host_views(task_vars.get("hostvars", {}), [host for host in hosts if host != own_host], task_vars,
+                           self._templar.is_template, self._templating_view)
         facts = dict(args["facts"])
         if args.get("contract") and not task_vars.get(CONTRACT_CHECKED):
             refused = self.contract(args, task_vars, own_host, views, facts)
