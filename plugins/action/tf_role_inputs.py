@@ -33,8 +33,7 @@ import yaml
 from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import VariableLayer
-from ansible.utils.vars import load_extra_vars, validate_variable_name
+from ansible.utils.vars import load_extra_vars
 from ansible.vars.hostvars import HostVarsVars
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_controller_action import ControllerAction
 from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_contract import (
@@ -323,7 +322,7 @@ class ActionModule(ControllerAction):
         result = self.entry_point_result(args, task_vars, own_host, views) if args.get("entry_point") else {
             "changed": False, "msg": "The contract of the run is valid"}
         if not result.get("failed") and facts:
-            result["ansible_facts"] = self.publish(facts)
+            result["ansible_facts"] = self.publish_facts(facts)
         return result
 
     def contract(self, args: dict[str, Any], task_vars: dict[str, Any], own_host: str, views: dict[str, Any],
@@ -427,12 +426,3 @@ class ActionModule(ControllerAction):
         theirs = {host: defined([key for key in options if key in variables], variables.__getitem__)
                   for host, variables in views.items()}
         return name, entry_point, input_errors(options, own_host, own, theirs)
-
-    def publish(self, facts: dict[str, Any]) -> dict[str, Any]:
-        """Set ``facts`` as ansible.builtin.set_fact does: not cached, at set_fact's
-        precedence (a cached fact would outlive the playbook run in a fact cache)."""
-        for name in facts:
-            validate_variable_name(name)
-        self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)
-        self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
-        return facts

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.plugins.action import ActionBase
+from ansible.plugins.action import ActionBase, VariableLayer
+from ansible.utils.vars import validate_variable_name
 
 
 class ControllerAction(ActionBase):
@@ -30,3 +31,13 @@ class ControllerAction(ActionBase):
     def work(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         """The action's result for its validated ``args``."""
         raise NotImplementedError
+
+    def publish_facts(self, facts: dict[str, Any]) -> dict[str, Any]:
+        """Set ``facts`` as ansible.builtin.set_fact does: not cached, at set_fact's
+        precedence (a cached fact would outlive the playbook run in a fact cache). With
+        ``run_once``, on every host of the play, as set_fact sets them."""
+        for name in facts:
+            validate_variable_name(name)
+        self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)
+        self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
+        return facts

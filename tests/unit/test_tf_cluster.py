@@ -9,7 +9,8 @@ import pytest
 
 import tf_cluster
 import tf_worker_config
-from tf_cluster import AnsibleFilterError, cluster_checksum, format_endpoint, tf_cluster_spec, tf_workers_on
+from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_cluster_build import cluster_checksum, format_endpoint
+from tf_cluster import AnsibleFilterError, tf_cluster_spec, tf_workers_on
 
 
 def host(name: str, address: str, port: Any = 2222, slots: Any = 1) -> dict[str, Any]:

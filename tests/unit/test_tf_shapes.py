@@ -14,6 +14,7 @@ import tf_cluster
 import tf_launch
 import tf_worker_config
 from conftest import load_module
+from ansible_collections.tf_runbook.multiworker.plugins.module_utils.tf_run import cluster_checksum
 from tf_cluster import AnsibleFilterError, tf_cluster_spec
 from tf_causes import SERVER_STOPPED_REASON
 from tf_verdict import judge
@@ -60,7 +61,7 @@ def test_parameter_servers_make_the_ps_shape() -> None:
     assert spec["cluster"] == {"chief": ["c.example:2222"], "worker": ["w1.example:2222"], "ps": ["p0.example:2222"]}
     assert [(w["host"], w["type"]) for w in spec["workers"]] == [("c", "chief"), ("w1", "worker"), ("p0", "ps")]
     assert tf_worker_config.tf_config(spec, 2) == {"cluster": spec["cluster"], "task": {"type": "ps", "index": 0}}
-    assert spec["checksum"] == tf_cluster.cluster_checksum(spec["cluster"])
+    assert spec["checksum"] == cluster_checksum(spec["cluster"])
 
 
 @pytest.mark.parametrize(
