@@ -146,3 +146,25 @@ def test_the_check_reads_a_value_set_once_on_its_own_host_alone_and_still_refuse
     result = _action(role, {"tf_x_spec": SPEC, "tf_x_timeout": 5, "ansible_play_hosts": ["w1", *hosts],
                             "hostvars": hosts})
     assert "host w7: tf_x_spec must be a mapping" in result["msg"] and hosts["w7"].reads == {"tf_x_spec": 1}
+
+
+def test_another_hosts_task_variables_need_ansibles_variable_manager_and_a_known_host(tmp_path: Path) -> None:
+    from ansible.inventory.manager import InventoryManager
+    from ansible.vars.manager import VariableManager
+    from ansible_collections.tf_runbook.multiworker.plugins.plugin_utils.tf_host_views import (
+        HostVariablesError,
+        task_variables,
+    )
+
+    with pytest.raises(HostVariablesError, match="no variable manager"):
+        task_variables(object(), {}, ["w1"])
+    (tmp_path / "hosts.ini").write_text("w1 tf_x=1\n")
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(tmp_path / "hosts.ini")])
+    task = mock.MagicMock()
+    task.get_variable_manager.return_value = VariableManager(loader=loader, inventory=inventory)
+    task.get_play.return_value = None
+    task._role = None
+    task.get_include_params.return_value = {}
+    with pytest.raises(HostVariablesError, match="host w9: not in the inventory"):
+        task_variables(task, {}, ["w9"])
