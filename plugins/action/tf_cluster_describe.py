@@ -39,15 +39,16 @@ WORKERS_GROUP = "tf_workers_group"
 ENTRY_VARIABLES = (("address", "tf_worker_address"), ("port", "tf_worker_port"), ("slots", "tf_worker_slots"))
 
 
-def host_entry(host: str, value: Any) -> dict[str, Any]:
-    """``host``'s entry of the worker list, ``value`` giving each of its variables templated.
+def host_entry(host: str, value: Any, groups: Mapping[str, Any]) -> dict[str, Any]:
+    """``host``'s entry of the worker list, ``value`` giving each of its variables templated
+    and ``groups`` the inventory's groups (Ansible's ``groups``, plain names: read as they are,
+    not templated, which would copy every group's list of hosts for every host).
 
     Its type is that of the first group of TYPE_GROUPS that holds it (a host of tf_workers, or
     of none of them, is a worker); a host of none of them and not of tf_workers is a spare."""
-    groups = value("groups") or {}
 
-    def members(variable: str) -> list[str]:
-        return list(groups.get(value(variable), []) or [])
+    def members(variable: str) -> Any:
+        return groups.get(value(variable)) or ()
 
     kind = next((kind for kind, variable in TYPE_GROUPS if host in members(variable)), "worker")
     in_cluster = host in members(WORKERS_GROUP) or any(host in members(variable) for _kind, variable in TYPE_GROUPS)
@@ -77,8 +78,8 @@ class ActionModule(ControllerAction):
         described, problems = {}, []
         for host, host_vars in variables.items():
             try:
-                described[host] = host_entry(host, templated(host_vars, Templar(loader=self._loader,
-                                                                                variables=host_vars), host))
+                reader = templated(host_vars, Templar(loader=self._loader, variables=host_vars), host)
+                described[host] = host_entry(host, reader, host_vars.get("groups") or {})
             except AnsibleError as exc:
                 message = str(exc.message)
                 problems.append(message if message.startswith(f"host {host}:") else f"host {host}: {message}")

@@ -24,8 +24,7 @@ NAMES = {"tf_chief_group": "tf_chief", "tf_workers_group": "tf_workers", "tf_ps_
 
 
 def _value(**more: object):
-    variables = {"groups": GROUPS, **NAMES, "tf_worker_address": "10.0.0.1", "tf_worker_port": 2222,
-                 "tf_worker_slots": 1, **more}
+    variables = {**NAMES, "tf_worker_address": "10.0.0.1", "tf_worker_port": 2222, "tf_worker_slots": 1, **more}
     return variables.__getitem__
 
 
@@ -35,15 +34,15 @@ def _value(**more: object):
     ("s5", "worker", True), ("x6", "worker", True),
 ])
 def test_a_hosts_type_and_spare_come_from_its_groups(host: str, kind: str, spare: bool) -> None:
-    entry = action.host_entry(host, _value())
+    entry = action.host_entry(host, _value(), GROUPS)
     assert entry == {"host": host, "address": "10.0.0.1", "port": 2222, "slots": 1, "type": kind, "spare": spare}
 
 
 def test_the_group_names_are_the_hosts_own_values() -> None:
     """tf_workers_group named otherwise: its hosts are workers, the default group's are spares."""
-    renamed = _value(tf_workers_group="trainers", groups={**GROUPS, "trainers": ["s5"]})
-    assert action.host_entry("s5", renamed)["spare"] is False
-    assert action.host_entry("w1", renamed)["spare"] is True
+    renamed, groups = _value(tf_workers_group="trainers"), {**GROUPS, "trainers": ["s5"]}
+    assert action.host_entry("s5", renamed, groups)["spare"] is False
+    assert action.host_entry("w1", renamed, groups)["spare"] is True
 
 
 def test_a_variable_that_is_not_set_names_the_host() -> None:
