@@ -56,12 +56,12 @@ def host_entry(host: str, value: Any, groups: Mapping[str, Any]) -> dict[str, An
     return {**entry, "type": kind, "spare": not in_cluster}
 
 
-def templated(variables: Mapping[str, Any], templar: Any, host: str) -> Any:
-    """A reader of ``host``'s variables, each templated in the host's own context."""
+def templated(variables: Mapping[str, Any], templar: Any) -> Any:
+    """A reader of a host's ``variables``, each templated in the host's own context."""
 
     def value(name: str) -> Any:
         if name not in variables:
-            raise AnsibleError(f"host {host}: {name} is not set")
+            raise AnsibleError(f"{name} is not set")
         return templar.template(variables[name])
 
     return value
@@ -78,11 +78,10 @@ class ActionModule(ControllerAction):
         described, problems = {}, []
         for host, host_vars in variables.items():
             try:
-                reader = templated(host_vars, Templar(loader=self._loader, variables=host_vars), host)
+                reader = templated(host_vars, Templar(loader=self._loader, variables=host_vars))
                 described[host] = host_entry(host, reader, host_vars.get("groups") or {})
             except AnsibleError as exc:
-                message = str(exc.message)
-                problems.append(message if message.startswith(f"host {host}:") else f"host {host}: {message}")
+                problems.append(f"host {host}: {exc.message}")
         if problems:
             return {"failed": True, "changed": False,
                     "msg": "Cannot describe the workers of every host: " + "; ".join(problems)}

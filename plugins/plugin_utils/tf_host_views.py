@@ -4,8 +4,7 @@
 
 ``task_variables`` gives each host's variables as this task would see them on that
 host: what one controller task that describes every host reads instead of a task on every
-host (a worker process each, about 30 ms of the controller's CPU per host at 16 hosts).
-
+host (a worker process each, about 40 ms of the controller's CPU per host at 16 hosts).
 
 A check run once for the play (``tf_role_inputs``) reads, on each other host, the values
 that host sets itself (``hostvars[host]``: inventory, extra vars, facts) and compares them

@@ -45,10 +45,18 @@ def test_the_group_names_are_the_hosts_own_values() -> None:
     assert action.host_entry("w1", renamed, groups)["spare"] is True
 
 
-def test_a_variable_that_is_not_set_names_the_host() -> None:
-    reader = action.templated({"tf_worker_port": 1}, None, "w1")
-    with pytest.raises(AnsibleError, match="host w1: tf_worker_address is not set"):
+def test_a_variable_that_is_not_set_is_named() -> None:
+    reader = action.templated({"tf_worker_port": 1}, None)
+    with pytest.raises(AnsibleError, match="tf_worker_address is not set"):
         reader("tf_worker_address")
+
+
+def test_the_cluster_role_runs_no_task_on_every_host() -> None:
+    """What each host offers is read by the run-once describe, not a task per host (a
+    worker process each)."""
+    tasks = yaml.safe_load((helpers.REPO / "roles" / "tf_cluster" / "tasks" / "main.yml").read_text())
+    assert [task["name"] for task in tasks if task.get("run_once") is not True] == []
+    assert any("tf_runbook.multiworker.tf_cluster_describe" in task for task in tasks)
 
 
 def _run(tmp_path: Path, inventory: str, play_vars: dict | None = None, pre: list | None = None) -> tuple[int, str]:
