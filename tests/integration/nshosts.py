@@ -669,6 +669,7 @@ class NamespaceHosts:
         self.prefix, self.bridge, self.state_dir = prefix, bridge, state
         STATE_ROOT.mkdir(mode=0o755, exist_ok=True)
         state.mkdir(mode=0o755)
+        self.control_path_dir.mkdir(mode=0o700)
         (state / "owner").write_text(f"{pid} {_proc_start_time(pid)}\n")
 
         if self._requested_subnet:
@@ -965,6 +966,18 @@ Subsystem sftp internal-sftp
 
     # -- Ansible -----------------------------------------------------------
 
+    @property
+    def control_path_dir(self) -> Path:
+        """Where Ansible's SSH connections to these hosts keep their control sockets.
+
+        One directory per instance, ended by :meth:`close`: the next test's hosts take the
+        same addresses, and with Ansible's shared default (~/.ansible/cp, one socket per
+        address, port and user) a playbook there met this instance's masters, still alive
+        for up to ControlPersist after the namespaces were gone. A session it opened on such
+        a master died with it, and Ansible called the host unreachable.
+        """
+        return self.state_dir / "cp"
+
     def ssh_common_args(self) -> str:
         """ssh options that keep host key checking on with our known_hosts."""
         return " ".join(
@@ -1000,6 +1013,7 @@ Subsystem sftp internal-sftp
                 "ansible_user": self.user,
                 "ansible_ssh_private_key_file": str(self.client_key),
                 "ansible_ssh_common_args": self.ssh_common_args(),
+                "ansible_control_path_dir": str(self.control_path_dir),
             }
         for key, extra in (hostvars or {}).items():
             hosts[self.host(key).name].update(extra)
@@ -1239,6 +1253,34 @@ Subsystem sftp internal-sftp
         self._start_sshd(h)
         self._wait_all([h])
 
+    def ssh_masters(self) -> dict[Path, int]:
+        """The live SSH control masters under :attr:`control_path_dir`: socket -> pid."""
+        masters: dict[Path, int] = {}
+        if not self.prefix or not self.control_path_dir.is_dir():
+            return masters
+        for sock in sorted(self.control_path_dir.iterdir()):
+            if not sock.is_socket():
+                continue
+            proc = _cmd(["ssh", "-o", f"ControlPath={sock}", "-O", "check", "tfrb-master"], check=False, timeout=10)
+            found = re.search(r"\(pid=(\d+)\)", proc.stderr + proc.stdout)
+            if found:
+                masters[sock] = int(found.group(1))
+        return masters
+
+    def _end_ssh_masters(self, timeout: float = 10.0) -> list[str]:
+        """Ask every control master of :attr:`control_path_dir` to exit; wait for each pid."""
+        problems: list[str] = []
+        masters = self.ssh_masters()
+        for sock in masters:
+            _cmd(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "tfrb-master"], check=False, timeout=10)
+        deadline = time.monotonic() + timeout
+        for sock, pid in masters.items():
+            while _pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if _pid_alive(pid):
+                problems.append(f"ssh control master {sock} (pid {pid}) did not exit")
+        return problems
+
     def _kill_host_processes(self, h: Host, timeout: float = 10.0) -> list[str]:
         """SIGKILL everything in ``h``'s namespace until nothing is left; reap sshd.
 
@@ -1289,6 +1331,8 @@ Subsystem sftp internal-sftp
         problems: list[str] = []
         for name in list(self._clients):
             self._drop_client(self.host(name))
+        # While the links are up, so that each master's connection ends on both sides.
+        problems += self._end_ssh_masters()
         for h in self.hosts:
             with contextlib.suppress(NamespaceHostsError):
                 _cmd(["ip", "link", "set", h.veth, "down"], check=False)

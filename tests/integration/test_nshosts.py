@@ -298,6 +298,7 @@ def test_write_inventory(ns_hosts: NamespaceHosts, tmp_path: Path) -> None:
             in hv["ansible_ssh_common_args"]
         )
         assert "StrictHostKeyChecking=yes" in hv["ansible_ssh_common_args"]
+        assert hv["ansible_control_path_dir"] == str(ns_hosts.control_path_dir)
     assert (
         group["hosts"]["node1"]["tf_extra"] == 1
         and group["hosts"]["node2"]["tf_extra"] == 2
@@ -336,6 +337,27 @@ def test_ansible_ping_with_generated_inventory(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for h in ns_hosts.hosts:
         assert f"{h.name} | SUCCESS" in proc.stdout, proc.stdout
+
+
+def test_close_ends_the_ssh_masters_that_ansible_left(
+    make_ns_hosts: Callable[..., NamespaceHosts], tmp_path: Path
+) -> None:
+    """Ansible's control masters to these hosts live in the instance's own directory and
+    end with it: the next test's hosts take the same addresses, and a master left over
+    from this one, its peer gone, made a playbook there see a host as unreachable."""
+    hosts = make_ns_hosts(2)
+    inv = hosts.write_inventory(tmp_path / "inv.yml")
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-local"),
+           "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=300s"}
+    ansible = Path(sys.executable).parent / "ansible"
+    proc = subprocess.run([str(ansible), "-i", str(inv), "tf_workers", "-m", "ping", "-o"],
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    masters = hosts.ssh_masters()
+    assert len(masters) == 2 and {s.parent for s in masters} == {hosts.control_path_dir}, masters
+    assert all(_pid_alive(pid) for pid in masters.values())
+    hosts.close()
+    assert [pid for pid in masters.values() if _pid_alive(pid)] == []
 
 
 # --------------------------------------------------------------------------
