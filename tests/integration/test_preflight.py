@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from helpers import port_held, run_playbook, start_playbook, tree_digest
+from helpers import free_port, port_held, run_playbook, start_playbook, tree_digest
 from nshosts import NamespaceHosts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -160,6 +160,17 @@ def test_a_port_already_in_use_is_refused_naming_the_process(cluster: LocalClust
         cluster.assert_refused(
             cluster.play(), f"host w1: worker 1's port 2470 is already in use by pid {holder.pid} ({name})"
         )
+
+
+def test_a_host_that_ssh_cannot_reach_is_refused_by_name(cluster: LocalCluster) -> None:
+    """Ansible takes an unreachable host out of the play without a failed result: the
+    refusal still names it, after the SSH error that names its address."""
+    port = free_port()
+    cluster.hosts["w1"].update(ansible_connection="ssh", ansible_host="127.0.0.1", ansible_port=port)
+    output = cluster.assert_refused(
+        cluster.play(), "Preflight refused the run: see the reason above (w1 did not answer over SSH)"
+    )
+    assert "fatal: [w1]: UNREACHABLE!" in output and f"port {port}: Connection refused" in output, output[-3000:]
 
 
 def test_a_missing_training_script_is_refused(cluster: LocalCluster) -> None:
