@@ -11,6 +11,7 @@ import ipaddress
 import json
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -229,6 +230,20 @@ def tf_preflight_unreachable(results: dict[str, list[dict[str, Any]]]) -> list[s
                 f"at {failure['address']}:{failure['port']}: {failure['reason']}{own}"
             )
     return problems
+
+
+def tf_preflight_refused_hosts(hosts: Mapping[str, Mapping[str, Any]], registered: list[str]) -> list[str]:
+    """The hosts a refused probe names, in play order: each that failed a task of its own
+    (``ansible_failed_result``), and each whose result registered under one of the names in
+    ``registered`` says SSH could not reach it. Ansible takes an unreachable host out of the
+    play with no failed result (it runs no rescue), so only its registered result tells."""
+    named = []
+    for host, variables in hosts.items():
+        if "ansible_failed_result" in variables:
+            named.append(host)
+        elif any((variables.get(name) or {}).get("unreachable") for name in registered):
+            named.append(f"{host} did not answer over SSH")
+    return named
 
 
 def tf_preflight_probe_versions(probes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -568,6 +583,7 @@ class FilterModule:
         return {
             "tf_preflight_host_problems": tf_preflight_host_problems,
             "tf_preflight_unreachable": tf_preflight_unreachable,
+            "tf_preflight_refused_hosts": tf_preflight_refused_hosts,
             "tf_preflight_controller_run": tf_preflight_controller_run,
             "tf_preflight_address_problems": tf_preflight_address_problems,
             "tf_preflight_checkpoint_problems": tf_preflight_checkpoint_problems,

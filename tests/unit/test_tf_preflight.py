@@ -114,6 +114,20 @@ def test_a_host_that_cannot_reach_its_own_worker_is_told_its_address_is_not_its_
     ]
 
 
+def test_a_refused_probe_names_the_failed_hosts_and_those_ssh_could_not_reach_in_play_order() -> None:
+    registered = ["probe", "reach"]
+    hosts = {
+        "a": {"probe": {"ports_held": []}},  # ran, failed nothing: in the rescue for another host
+        "b": {"probe": {"unreachable": True, "msg": "Connection refused"}},
+        "c": {"ansible_failed_result": {"msg": "port taken"}, "probe": {}},
+        "d": {"probe": {"skipped": True}, "reach": {"unreachable": True}},  # the two-step connect's
+        "e": {},  # the probe never came to it
+    }
+    assert tf_preflight.tf_preflight_refused_hosts(hosts, registered) == [
+        "b did not answer over SSH", "c", "d did not answer over SSH"]
+    assert tf_preflight.tf_preflight_refused_hosts({"a": {"probe": {"unreachable": True}}}, ["reach"]) == []
+
+
 def test_versions_that_agree_pass_and_python_patch_levels_may_differ() -> None:
     versions = {
         "a": {"python": "3.11.2", "tensorflow": "2.21.0", "numpy": "2.3.5"},
