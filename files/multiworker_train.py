@@ -233,6 +233,22 @@ def agree_on_resume_epoch(strategy: tf.distribute.Strategy, local_latest: int) -
     return int(tf.reduce_min(gather_latest()).numpy())
 
 
+def every_worker_meets(strategy: tf.distribute.Strategy) -> Callable[[], int]:
+    """A collective that returns on a worker only once every worker has called it: the
+    number of replicas that met. Between an epoch's line and its backup, it makes a backup
+    of epoch E exist only once every worker printed epoch E. Without it a worker killed
+    between the epoch's last collective and its line leaves the chief's backup of E behind,
+    the restart resumes after E, and the verdict rightly refuses a resume past an epoch
+    that not every worker printed (docs/verdict.md)."""
+
+    @tf.function
+    def meet() -> tf.Tensor:
+        per_replica = strategy.run(lambda: tf.constant(1, dtype=tf.int64))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    return lambda: int(meet().numpy())
+
+
 def runbook_task(tf_config: dict) -> tuple[int, list[str], bool]:
     """This process's number as the runbook counts it (the cluster's chief first, then its
     workers: what ``worker=I`` prints), the training tasks' endpoints, and whether it is the
@@ -382,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     tensorboard_dir = write_dir(args.tensorboard_dir, is_chief) if args.tensorboard_dir else ""
     writer = tf.summary.create_file_writer(tensorboard_dir) if tensorboard_dir else None
 
+    everyone_printed = every_worker_meets(strategy)
     for epoch in range(initial_epoch + 1, args.epochs + 1):
         train_accuracy.reset_state()
         total_loss = 0.0
@@ -401,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                 write_scalar("binary_accuracy", epoch_accuracy, epoch)
             writer.flush()
         if backup is not None:
+            everyone_printed()
             backup.save(model, epoch)
             print(f"worker={index} checkpoint_saved={epoch}", flush=True)
 

@@ -25,6 +25,7 @@ import tensorflow as tf  # noqa: E402
 from keras_example.config import load_config  # noqa: E402
 from keras_example.data import make_dataset  # noqa: E402
 from keras_example.model import build_and_compile_model  # noqa: E402
+from keras_example.resume import resume_callbacks  # noqa: E402
 from keras_example.saving import save_model  # noqa: E402
 
 
@@ -40,13 +41,14 @@ def main(argv: list[str] | None = None) -> int:
         model = build_and_compile_model(config)
 
     # A restarted attempt (tf_restart_attempts) resumes from the last completed epoch: the
-    # runbook hands every worker the chief's backup in TF_RUNBOOK_CHECKPOINT_DIR.
-    backup = tf.keras.callbacks.BackupAndRestore(backup_dir=os.environ.get("TF_RUNBOOK_CHECKPOINT_DIR", "backup"))
+    # runbook hands every worker the chief's backup in TF_RUNBOOK_CHECKPOINT_DIR. Each
+    # epoch is backed up only once every worker printed its line (keras_example/resume.py).
+    callbacks = resume_callbacks(strategy, os.environ.get("TF_RUNBOOK_CHECKPOINT_DIR", "backup"))
     model.fit(
         make_dataset(config, global_batch_size),
         epochs=config["epochs"],
         steps_per_epoch=config["steps_per_epoch"],
-        callbacks=[backup],
+        callbacks=callbacks,
         verbose=2,
     )
     save_model(model, config["model_path"], strategy)

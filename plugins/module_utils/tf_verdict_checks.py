@@ -362,12 +362,40 @@ def resume_gaps(worker: Worker, attempt: int, done: dict[int, Any]) -> list[str]
     ]
 
 
-def check_epochs_once(attempt: dict[str, Any], done: dict[int, Any]) -> tuple[Check, int | None]:
+def printed_by_some(earlier: list[dict[str, Any]], epochs: list[int]) -> list[str]:
+    """Why an epoch that an attempt resumed after is no agreed epoch, where the latest
+    earlier attempt that printed it shows it: some of its workers printed the epoch and
+    others did not (a worker killed between the epoch's last collective and its line), yet
+    a backup of it was made, since the next attempt restored it."""
+    notes = []
+    for epoch in epochs:
+        for attempt in reversed(earlier):
+            printers = [w for w in attempt["workers"] if w["series"]["epochs"].get(epoch)]
+            if not printers:
+                continue
+            silent = [w for w in attempt["workers"] if not w["series"]["epochs"].get(epoch)]
+            if silent:
+                notes.append(f"attempt {attempt['attempt']} backed up epoch {epoch}, which {', '.join(who(w) for w in silent)} "
+                             f"never printed ({', '.join(who(w) for w in printers)} did)")  # fmt: skip
+            break
+    if not notes:
+        return []
+    return ["; ".join(notes) + ": a job must back an epoch up only after every worker printed it (docs/your-project.md)"]
+
+
+def check_epochs_once(
+    attempt: dict[str, Any], done: dict[int, Any], earlier: list[dict[str, Any]] | None = None
+) -> tuple[Check, int | None]:
     """Each epoch once, none skipped, none missing before the attempt began; returns the
-    check and the last epoch printed."""
+    check and the last epoch printed. ``earlier`` (the attempts before) explains a resume
+    after an epoch some of their workers printed and others did not."""
     problems = []
     lasts = []
+    gaps: set[int] = set()
     for w in attempt["workers"]:
+        first, _how = begin_of(w, attempt["attempt"])
+        if first > 1 and attempt["attempt"]:
+            gaps.update(skipped(1, sorted(e for e in done if e < first) + [first])[0])
         series = w["series"]
         problems += [f"{who(w)}: {error}" for error in series["errors"]]
         printed = sorted(series["counts"])
@@ -383,6 +411,7 @@ def check_epochs_once(attempt: dict[str, Any], done: dict[int, Any]) -> tuple[Ch
         if count:
             problems.append(f"{who(w)}: printed no epoch {epoch_list(examples, count)} (epochs {first}..{printed[-1]})")
         lasts.append(printed[-1])
+    problems += printed_by_some(earlier or [], sorted(gaps))
     span = f" up to {max(lasts)}" if lasts else ""
     return check("epochs_once", problems, f"every worker printed each epoch once, none skipped{span}"), max(lasts, default=None)
 
@@ -536,7 +565,7 @@ def judge_run(attempts: list[dict[str, Any]], size: int, marker_name: str) -> di
     if final["source"] is None and done and final["attempt"]:
         # The final attempt only restored and finished (its workers resumed after the last
         # epoch): the run's epochs are those the attempts before it completed and agreed on.
-        once, _last = check_epochs_once(final, done)
+        once, _last = check_epochs_once(final, done, attempts[:-1])
         for epoch, (number, metrics) in done.items():
             epochs[epoch], sources[epoch] = metrics, number
         agree = check("metrics_agree", [], f"{len(epochs)} epoch(s), identical on every worker: all agreed in earlier attempt(s)")
@@ -553,7 +582,7 @@ def judge_run(attempts: list[dict[str, Any]], size: int, marker_name: str) -> di
         checks.append(check_epochs_complete(workers, stopped) if stopped else not_checked("epochs_complete", NO_EPOCHS))
     else:
         agree, epochs = check_metrics_agree(workers, final["label"], final["source"] != "contract", stopped and stopped["epoch"])
-        once, _last = check_epochs_once(final, done)
+        once, _last = check_epochs_once(final, done, attempts[:-1])
         begun = min((begin_of(w, final["attempt"])[0] for w in workers if w["series"]["counts"]), default=1)
         sources = {e: final["attempt"] for e in epochs}
         for epoch, (number, metrics) in done.items():

@@ -11,16 +11,19 @@ and loads with tf_keras, while the other worker's temporary copy is gone.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Callable
 
 import pytest
 import yaml
 
+from helpers import free_port, kill_quietly
 from nshosts import NamespaceHosts
 from test_multihost import Runbook
 from workerenv import shared_venv
@@ -86,7 +89,8 @@ def test_the_example_project_trains_on_two_hosts_and_is_judged(
     shipped = [p for p in out.split() if not Path(p).name.startswith("tf_")]
     assert shipped == [
         "./README.md", "./configs/train.json", "./keras_example/__init__.py", "./keras_example/config.py",
-        "./keras_example/data.py", "./keras_example/model.py", "./keras_example/saving.py", "./train.py",
+        "./keras_example/data.py", "./keras_example/model.py", "./keras_example/resume.py", "./keras_example/saving.py",
+        "./train.py",
     ]
 
     # Multi-worker saving: the chief's model came back; the other worker saved to a
@@ -108,3 +112,77 @@ def test_the_example_project_trains_on_two_hosts_and_is_judged(
         env=dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3"),
     )  # fmt: skip
     assert "predicted (3, 2)" in loaded.stdout, loaded.stderr[-3000:]
+
+
+# Runs the example's train.py with stdout replaced: the process ends, exit status 9, instead
+# of writing its DIE_AT_LINE-th Keras epoch line ("5/5 - 0s - loss: ..."), after every
+# collective of that epoch, as a SIGKILL landing there would.
+DYING_WRAPPER = """
+import os, re, runpy, sys
+class Dying:
+    def __init__(self, real, nth):
+        self.real, self.nth, self.seen = real, nth, 0
+    def write(self, text):
+        if re.match(r"\\s*\\d+/\\d+ - ", text):
+            self.seen += 1
+            if self.seen == self.nth:
+                self.real.flush()
+                os._exit(9)
+        return self.real.write(text)
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+sys.stdout = Dying(sys.stdout, int(os.environ["DIE_AT_LINE"]))
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def chief_backed_up(backup_dir: Path) -> int:
+    """How many epochs the chief's BackupAndRestore saved in a fresh run: the number of
+    its checkpoint manager's latest checkpoint (ckpt-N, one save an epoch)."""
+    found = [m for f in backup_dir.rglob("checkpoint")
+             for m in re.findall(r'^model_checkpoint_path: "ckpt-(\d+)"', f.read_text(), re.M)]  # fmt: skip
+    return max((int(n) for n in found), default=0)
+
+
+def test_the_example_backs_up_no_epoch_before_every_worker_printed_it(tmp_path: Path, keras_python: str) -> None:
+    """Worker 1 ends after epoch 2's last collective, before its epoch line: the chief printed
+    epoch 2 but never backs it up (keras_example/resume.py), so a restart resumes after epoch
+    1, which both printed, and not after an epoch the verdict would refuse."""
+    ports = [free_port(), free_port()]
+    wrapper = tmp_path / "dying.py"
+    wrapper.write_text(DYING_WRAPPER, encoding="utf-8")
+    procs, outs, backups = [], [], []
+    for index in (0, 1):
+        wdir = tmp_path / f"worker-{index}"
+        wdir.mkdir()
+        backups.append(wdir / "backup")
+        outs.append(wdir / "worker.log")
+        env = dict(
+            os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", TF_RUNBOOK_CHECKPOINT_DIR=str(backups[-1]),
+            DIE_AT_LINE="2" if index else "0",
+            TF_CONFIG=json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                                  "task": {"type": "worker", "index": index}}),
+        )  # fmt: skip
+        with open(outs[-1], "wb") as out:
+            procs.append(subprocess.Popen([keras_python, str(wrapper), str(EXAMPLE / "train.py")], cwd=wdir, env=env,
+                                          stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
+    try:
+        assert procs[1].wait(timeout=300) == 9, outs[1].read_text(errors="replace")[-3000:]
+        assert len(re.findall(r"^\d+/\d+ - ", outs[1].read_text(errors="replace"), re.M)) == 1
+        # The chief printed epoch 2's line, with worker 1 through the epoch's collectives...
+        deadline = time.monotonic() + 60
+        while len(re.findall(r"^\d+/\d+ - ", outs[0].read_text(errors="replace"), re.M)) < 2:
+            assert time.monotonic() < deadline, outs[0].read_text(errors="replace")[-3000:]
+            time.sleep(0.2)
+        # ...and, however long it is left, never backs it up: it waits for worker 1.
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and procs[0].poll() is None:
+            assert chief_backed_up(backups[0]) < 2
+            time.sleep(0.2)
+        assert chief_backed_up(backups[0]) == 1, outs[0].read_text(errors="replace")[-3000:]
+    finally:
+        for proc in procs:
+            kill_quietly(proc.pid)
+            proc.wait()

@@ -125,6 +125,38 @@ def test_a_resume_past_what_earlier_attempts_agreed_on_is_a_gap(
             f"attempt had every worker complete and {says}") in detail  # fmt: skip
 
 
+def test_a_resume_after_an_epoch_one_worker_never_printed_is_a_gap_that_names_it(tmp_path: Path) -> None:
+    """CI of stop 52: worker 1 killed after epoch 3's last collective, before its line; the
+    chief printed epoch 3 and backed it up, and the restart resumed after it. The resume is
+    refused, and the detail says which worker never printed the epoch and what a job must do."""
+    run = tmp_path / "unprinted"
+    pair(run, w0={"epochs": [1, 2, 3], "total": 6, "complete": False, "exit_status": 143, "stopped_by": "runbook"},
+         w1={"epochs": [1, 2], "total": 6, **KILLED})  # fmt: skip
+    pair(run, attempt=1, w0={"epochs": [4, 5, 6], "total": 6, "resumed_from": 3},
+         w1={"epochs": [4, 5, 6], "total": 6, "resumed_from": 3})  # fmt: skip
+    summary = build(run, 2)
+    assert summary["status"] == "failed"
+    assert failing(summary) == ["epochs_once"]
+    detail = checks(summary)["epochs_once"]["detail"]
+    assert detail.endswith(
+        "attempt 0 backed up epoch 3, which worker 1 (node1) never printed (worker 0 (node0) did): "
+        "a job must back an epoch up only after every worker printed it (docs/your-project.md)"
+    ), detail
+    assert ("worker 0 (node0): attempt 1 begins after epoch 3 (resumed_from_epoch=3), but no earlier attempt had "
+            "every worker complete and agree on epoch 3") in detail  # fmt: skip
+
+
+def test_a_gap_after_epochs_every_worker_printed_with_other_values_names_no_worker(tmp_path: Path) -> None:
+    """Both workers printed epoch 1, with different values: the gap is a disagreement, not
+    an epoch a worker never printed, and the detail says nothing of a backup."""
+    run = tmp_path / "disagreed"
+    pair(run, w0={"epochs": [1], **KILLED}, w1={"epochs": [1], "metrics": {1: {"loss": "9"}}, **KILLED})
+    pair(run, attempt=1, w0={"epochs": [2, 3], "resumed_from": 1}, w1={"epochs": [2, 3], "resumed_from": 1})
+    detail = checks(build(run, 2))["epochs_once"]["detail"]
+    assert "agree on epoch 1" in detail
+    assert "backed up" not in detail and "never printed" not in detail, detail
+
+
 def test_workers_of_one_attempt_that_begin_at_different_epochs_fail_as_restore_mismatch(tmp_path: Path) -> None:
     """Issue 23's example: the chief restored (epochs 2, 3), worker 1 found no checkpoint
     on its host and began again at epoch 1, then crashed on a closed socket."""
