@@ -344,22 +344,24 @@ def check_metrics_finite(workers: list[Worker]) -> Check:
     return check("metrics_finite", problems, "every metric of every epoch is a finite number")
 
 
-def resume_gaps(worker: Worker, attempt: int, done: dict[int, Any]) -> list[str]:
+def resume_gaps(worker: Worker, attempt: int, done: dict[int, Any]) -> tuple[list[str], list[int]]:
     """An attempt that begins after epoch E is trusted only when earlier attempts had
-    every worker complete and agree on epochs 1..E (issue 24, point 5)."""
+    every worker complete and agree on epochs 1..E (issue 24, point 5). Returns the
+    problems, and in a restarted attempt the first epochs (up to 10) of 1..E that no
+    earlier attempt agreed on."""
     first, how = begin_of(worker, attempt)
     if first <= 1:
-        return []
+        return [], []
     examples, count = skipped(1, sorted(e for e in done if e < first) + [first])
     if not count:
-        return []
+        return [], []
     if attempt == 0:
         return [f"{who(worker)}: {how} in the first attempt: no earlier attempt completed epochs 1..{first - 1}, "
-                "and a resume is trusted only after one"]  # fmt: skip
+                "and a resume is trusted only after one"], []  # fmt: skip
     return [
         f"{who(worker)}: attempt {attempt} begins after epoch {first - 1} ({how}), but no earlier attempt had every "
         f"worker complete and agree on epoch {epoch_list(examples, count)}"
-    ]
+    ], examples
 
 
 def printed_by_some(earlier: list[dict[str, Any]], epochs: list[int]) -> list[str]:
@@ -383,9 +385,7 @@ def printed_by_some(earlier: list[dict[str, Any]], epochs: list[int]) -> list[st
     return ["; ".join(notes) + ": a job must back an epoch up only after every worker printed it (docs/your-project.md)"]
 
 
-def check_epochs_once(
-    attempt: dict[str, Any], done: dict[int, Any], earlier: list[dict[str, Any]] | None = None
-) -> tuple[Check, int | None]:
+def check_epochs_once(attempt: dict[str, Any], done: dict[int, Any], earlier: list[dict[str, Any]]) -> tuple[Check, int | None]:
     """Each epoch once, none skipped, none missing before the attempt began; returns the
     check and the last epoch printed. ``earlier`` (the attempts before) explains a resume
     after an epoch some of their workers printed and others did not."""
@@ -393,14 +393,13 @@ def check_epochs_once(
     lasts = []
     gaps: set[int] = set()
     for w in attempt["workers"]:
-        first, _how = begin_of(w, attempt["attempt"])
-        if first > 1 and attempt["attempt"]:
-            gaps.update(skipped(1, sorted(e for e in done if e < first) + [first])[0])
         series = w["series"]
         problems += [f"{who(w)}: {error}" for error in series["errors"]]
         printed = sorted(series["counts"])
         problems += [f"{who(w)}: epoch {e} printed {series['counts'][e]} times" for e in printed if series["counts"][e] > 1]
-        problems += resume_gaps(w, attempt["attempt"], done)
+        gap_problems, unagreed = resume_gaps(w, attempt["attempt"], done)
+        problems += gap_problems
+        gaps.update(unagreed)
         if not printed:
             continue
         first, _how = begin_of(w, attempt["attempt"])
@@ -411,7 +410,7 @@ def check_epochs_once(
         if count:
             problems.append(f"{who(w)}: printed no epoch {epoch_list(examples, count)} (epochs {first}..{printed[-1]})")
         lasts.append(printed[-1])
-    problems += printed_by_some(earlier or [], sorted(gaps))
+    problems += printed_by_some(earlier, sorted(gaps))
     span = f" up to {max(lasts)}" if lasts else ""
     return check("epochs_once", problems, f"every worker printed each epoch once, none skipped{span}"), max(lasts, default=None)
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -56,7 +57,8 @@ def start_worker(index: int, ports: list[int], backups: Path, out: Path, env_mor
 
 
 def latest(backups: Path, index: int) -> int:
-    """The newest epoch a worker's backups name (0: none), read as the job reads them."""
+    """The newest epoch a worker's ``latest`` names (0: none), read from the file here, not
+    with the job's own code."""
     try:
         text = (backups / f"worker-{index}" / "latest").read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -64,7 +66,7 @@ def latest(backups: Path, index: int) -> int:
     return max((int(line.split()[0]) for line in text.splitlines() if line.split()), default=0)
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
